@@ -1,0 +1,1 @@
+"""The dispatcher: the only writer of session state."""

@@ -1,0 +1,87 @@
+"""The stored shape of a session, apart from its messages (which live in their own hash).
+
+Messages are plain dicts in the wire shape of SPEC 1 plus one internal field, `turn`
+(the client message that started the turn the message belongs to), stripped for readers.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class QueuedTrigger(BaseModel):
+    """A fired trigger with the actions proposed for it, as of when it fired (SPEC 4.1)."""
+
+    trigger: dict[str, Any]
+    proposed: list[dict[str, Any]]
+    turn: str | None = None
+    # interrupt.resumed is delivered even when another interrupt still parks the branch (I9).
+    bypass: bool = False
+
+
+class Work(BaseModel):
+    """An open call: a tool call (`call-N`) or an LLM call (`llm-N`)."""
+
+    id: str
+    kind: Literal["tool", "llm"]
+    turn: str
+    name: str | None = None
+    arguments: dict[str, Any] | None = None
+    # tool: new (waiting for its tool.execute decision), running, deferred; llm: running
+    status: Literal["new", "running", "deferred"] = "new"
+    attempt: int = 0
+    head: str | None = None
+
+
+class Deciding(BaseModel):
+    """The one decide job in flight for the session."""
+
+    work: str
+    attempt: int
+    item: QueuedTrigger
+
+
+class Turn(BaseModel):
+    id: str
+    tip: str
+    held: list[QueuedTrigger] = Field(default_factory=list)
+
+
+class Interrupt(BaseModel):
+    id: str
+    reason: str
+    payload: Any = None
+    anchor: str | None
+    turn: str | None
+    origin: QueuedTrigger | None
+    voided_llm: bool = False
+    raised_at: int
+    timeout_s: float | None = None
+    default: Any = None
+    resumable_by: list[str] | None = None
+
+
+class Core(BaseModel):
+    session: str
+    created_at: int
+    head: str | None = None
+    budget: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    seq: dict[str, int] = Field(default_factory=dict)
+    work: dict[str, Work] = Field(default_factory=dict)
+    turns: dict[str, Turn] = Field(default_factory=dict)
+    interrupts: dict[str, Interrupt] = Field(default_factory=dict)
+    resumed: list[str] = Field(default_factory=list)
+    queue: list[QueuedTrigger] = Field(default_factory=list)
+    deciding: Deciding | None = None
+
+
+class SessionState(BaseModel):
+    """What a transition reads: the core (None: no such session), its messages and markers."""
+
+    core: Core | None
+    messages: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # stream name -> id of the last entry of that stream applied to this session
+    applied: dict[str, str] = Field(default_factory=dict)
+    # the input's idempotency key was already used
+    duplicate: bool = False

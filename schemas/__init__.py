@@ -1,0 +1,1 @@
+"""The wire contract of Parley: pydantic models and the JSON codec. No I/O here."""

@@ -1,0 +1,93 @@
+"""Actions (SPEC 4.2): what `decide` returns, as a `Decision`."""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LlmCall(_Action):
+    type: Literal["llm.call"] = "llm.call"
+    model: str | None = None
+    params: dict[str, Any] | None = None
+
+
+class ToolExecute(_Action):
+    type: Literal["tool.execute"] = "tool.execute"
+    call_id: Name | None = None
+    name: Name | None = None
+    arguments: dict[str, Any] | None = None
+
+
+class ToolResult(_Action):
+    type: Literal["tool.result"] = "tool.result"
+    call_id: Name | None = None
+    result: Any
+
+
+class ToolError(_Action):
+    type: Literal["tool.error"] = "tool.error"
+    call_id: Name | None = None
+    error: str
+
+
+class MessageAction(_Action):
+    type: Literal["message"] = "message"
+    content: str
+
+
+class InterruptAction(_Action):
+    type: Literal["interrupt"] = "interrupt"
+    reason: Annotated[str, Field(min_length=1, max_length=256)]
+    interrupt_id: Name | None = None
+    payload: Any = None
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    default: Any = None
+    resumable_by: list[str] | None = None
+
+
+Action = Annotated[
+    LlmCall | ToolExecute | ToolResult | ToolError | MessageAction | InterruptAction,
+    Field(discriminator="type"),
+]
+
+# Actions that only record: the ones allowed after an `interrupt` in one decision (SPEC 4.2).
+RECORDING_ACTIONS = frozenset({"message", "tool.result", "tool.error"})
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    actions: list[Action] = Field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The decision as JSON values, leaving out fields the app did not set."""
+        return {"actions": [a.model_dump(mode="json", exclude_unset=True) | {"type": a.type}
+                            for a in self.actions]}
+
+
+DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)
+
+
+def decision_from_app(value: Any) -> Decision:
+    """Accepts what an app may return: a `Decision`, a dict `{"actions": [...]}`, or a list."""
+    if isinstance(value, Decision):
+        return value
+    if isinstance(value, list):
+        value = {"actions": value}
+    if value is None:
+        raise ValueError("decide returned None; return `proposed` to carry on")
+    if isinstance(value, dict):
+        value = {"actions": [_plain(a) for a in value.get("actions", [])], **{
+            k: v for k, v in value.items() if k != "actions"}}
+    return Decision.model_validate(value)
+
+
+def _plain(action: Any) -> Any:
+    return action.model_dump(exclude_unset=True) | {"type": action.type} if isinstance(
+        action, BaseModel) else action

@@ -1,0 +1,180 @@
+"""Events (SPEC 3.2): what the engine tells observers on `parley:{S}:events`.
+
+The machine builds events as plain dicts (fast, and exactly the JSON written);
+these models are the contract they are checked against in tests and by clients.
+"""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+REFUSAL_CODES = frozenset({
+    "invalid_input", "unknown_parent", "branch_parked", "turn_in_progress",
+    "duplicate_message_id", "unknown_message", "unauthorized", "forbidden",
+})
+IGNORE_CODES = frozenset({
+    "unknown_interrupt", "already_resumed", "duplicate", "unknown_call", "already_settled",
+    "session_exists",
+})
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    at: int
+
+
+class InputRef(BaseModel):
+    """`input` of refused/ignored events: the entry id, the type and the ids it names."""
+
+    model_config = ConfigDict(extra="forbid")
+    entry: str
+    type: str | None
+    interrupt_id: str | None = None
+    call_id: str | None = None
+    parent_id: str | None = None
+    message_id: str | None = None
+    head: str | None = None
+
+
+class TriggerRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    call_id: str | None = None
+    interrupt_id: str | None = None
+    message_id: str | None = None
+
+
+class SessionCreated(_Event):
+    type: Literal["session.created"]
+    budget: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+
+
+class MessageCreated(_Event):
+    type: Literal["message.created"]
+    message: dict[str, Any]
+
+
+class BranchSwitched(_Event):
+    type: Literal["branch.switched"]
+    head: str
+    parked: bool
+    interrupt_ids: list[str]
+
+
+class LlmStarted(_Event):
+    type: Literal["llm.started"]
+    call_id: str
+    head: str
+
+
+class LlmCompleted(_Event):
+    type: Literal["llm.completed"]
+    call_id: str
+    head: str
+    message_id: str
+
+
+class LlmFailed(_Event):
+    type: Literal["llm.failed"]
+    call_id: str
+    head: str
+    error: str
+
+
+class LlmVoided(_Event):
+    type: Literal["llm.voided"]
+    call_id: str
+    interrupt_id: str
+
+
+class ToolStarted(_Event):
+    type: Literal["tool.started"]
+    call_id: str
+    name: str
+    child_session: str | None = None
+
+
+class ToolCompleted(_Event):
+    type: Literal["tool.completed"]
+    call_id: str
+    name: str
+    message_id: str
+    error: str | None = None
+
+
+class ToolDeferred(_Event):
+    type: Literal["tool.deferred"]
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class TurnCompleted(_Event):
+    type: Literal["turn.completed"]
+    head: str
+
+
+class InterruptRaised(_Event):
+    type: Literal["interrupt.raised"]
+    interrupt_id: str
+    reason: str
+    payload: Any
+    anchor: str | None
+
+
+class InterruptResumed(_Event):
+    type: Literal["interrupt.resumed"]
+    interrupt_id: str
+    payload: Any
+    delivered: bool
+    timed_out: bool
+    principal: str | None = None
+
+
+class DecisionHeld(_Event):
+    type: Literal["decision.held"]
+    trigger: TriggerRef
+    head: str | None
+
+
+class DecisionReleased(_Event):
+    type: Literal["decision.released"]
+    trigger: TriggerRef
+    head: str | None
+
+
+class DecisionFailed(_Event):
+    type: Literal["decision.failed"]
+    trigger: TriggerRef
+    error: str
+
+
+class InputRefused(_Event):
+    type: Literal["input.refused"]
+    input: InputRef
+    code: Literal[
+        "invalid_input", "unknown_parent", "branch_parked", "turn_in_progress",
+        "duplicate_message_id", "unknown_message", "unauthorized", "forbidden",
+    ]
+    message: str
+    interrupt_ids: list[str] | None = None
+
+
+class InputIgnored(_Event):
+    type: Literal["input.ignored"]
+    input: InputRef
+    code: Literal[
+        "unknown_interrupt", "already_resumed", "duplicate", "unknown_call", "already_settled",
+        "session_exists",
+    ]
+
+
+Event = Annotated[
+    SessionCreated | MessageCreated | BranchSwitched | LlmStarted | LlmCompleted | LlmFailed
+    | LlmVoided | ToolStarted | ToolCompleted | ToolDeferred | TurnCompleted | InterruptRaised
+    | InterruptResumed | DecisionHeld | DecisionReleased | DecisionFailed | InputRefused
+    | InputIgnored,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

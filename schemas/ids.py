@@ -1,0 +1,15 @@
+"""Identifier rules shared by inputs, the machine and the CLI."""
+
+import re
+
+# SPEC 1: producer-chosen session ids; ids the engine makes for sub-agents may reach 256.
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
+PRODUCER_SESSION_MAX = 128
+# Message, interrupt and call ids named by clients and apps: same alphabet, bounded.
+NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def is_session_id(value: object, *, producer: bool = True) -> bool:
+    if not isinstance(value, str) or not SESSION_ID_RE.match(value):
+        return False
+    return not producer or len(value) <= PRODUCER_SESSION_MAX

@@ -1,0 +1,79 @@
+"""Client inputs (SPEC 3.1): what producers write to `parley:inputs`."""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    llm_calls: int | None = Field(default=None, ge=0)
+    tool_calls: int | None = Field(default=None, ge=0)
+    tokens: int | None = Field(default=None, ge=0)
+
+
+class SessionCreate(_Input):
+    type: Literal["session.create"]
+    budget: Budget | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class MessageCreate(_Input):
+    """`parent_id` omitted means "the active head"; null means "a new root".
+
+    The difference is kept in `model_fields_set`, see `parent_given`.
+    """
+
+    type: Literal["message.create"]
+    content: str
+    parent_id: Name | None = None
+    message_id: Name | None = None
+
+    @property
+    def parent_given(self) -> bool:
+        return "parent_id" in self.model_fields_set
+
+
+class InterruptResume(_Input):
+    type: Literal["interrupt.resume"]
+    interrupt_id: Name
+    payload: Any = None
+
+
+class BranchSwitch(_Input):
+    type: Literal["branch.switch"]
+    head: Name
+
+
+class ToolResultInput(_Input):
+    """Settles a deferred call: exactly one of `result` and `error`."""
+
+    type: Literal["tool.result"]
+    call_id: Name
+    result: Any = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _one_outcome(self) -> "ToolResultInput":
+        has_result = "result" in self.model_fields_set
+        has_error = "error" in self.model_fields_set
+        if has_result == has_error:
+            raise ValueError("tool.result needs exactly one of `result` and `error`")
+        return self
+
+
+Input = Annotated[
+    SessionCreate | MessageCreate | InterruptResume | BranchSwitch | ToolResultInput,
+    Field(discriminator="type"),
+]
+INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input)
+INPUT_TYPES = frozenset(
+    {"session.create", "message.create", "interrupt.resume", "branch.switch", "tool.result"}
+)

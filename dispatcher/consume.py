@@ -1,0 +1,319 @@
+"""Streams and consumer groups: read, apply, flush, acknowledge; leases over partitions.
+
+Each partition (SPEC 2) is read by one dispatcher at a time, the holder of its lease;
+a new holder first claims every entry still pending in the group (the previous
+holder's unacknowledged work), then reads new ones. An entry is acknowledged (and
+deleted, so the streams stay trimmed) only after its transition is committed and its
+outbox flushed; replaying an applied entry is a no-op that flushes what is left.
+"""
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from redis import Redis
+from redis.exceptions import BusyLoadingError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from dispatcher.enqueue import Outbox
+from dispatcher.keys import Keys, partition_of
+from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
+from dispatcher.state import SessionState
+from dispatcher.store import COMMITTED, CONFLICT, LEASE_LOST, Store
+from parley.logs import kv
+from schemas.codec import InputError, decode_input_entry, session_of
+from schemas.results import WorkOutcome
+
+log = logging.getLogger("parley.dispatcher")
+
+REJECTED_MAXLEN = 10_000
+RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+
+class LeaseLost(Exception):
+    pass
+
+
+def entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def already_applied(marker: str | None, entry_id: str) -> bool:
+    return marker is not None and entry_key(entry_id) <= entry_key(marker)
+
+
+@dataclass
+class Partition:
+    n: int
+    token: str
+    renewed_at: float
+    recovered: bool = False
+    streams: tuple[str, str] = ("", "")
+
+
+@dataclass
+class Stats:
+    applied: int = 0
+    replays: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    conflicts: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def get_partitions(redis: Redis, keys: Keys, default: int = 1) -> int:
+    """N is published in `parley:config`; the first dispatcher writes its own default."""
+    redis.hsetnx(keys.config, "partitions", default)
+    raw = redis.hget(keys.config, "partitions")
+    return int(raw) if raw else default
+
+
+class Dispatcher:
+    def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
+                 partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
+                 name: str | None = None, on_transition: Callable[[Transition], None] | None = None):
+        self.redis = redis
+        self.keys = keys
+        self.app = app
+        self.limits = limits or Limits()
+        self.default_partitions = partitions
+        self.lease_ms = lease_ms
+        self.block_ms = block_ms
+        self.batch = batch
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.store = Store(redis, keys)
+        self.outbox = Outbox(redis, keys)
+        self.owned: dict[int, Partition] = {}
+        self.stats = Stats()
+        self.on_transition = on_transition
+        self._renew = redis.register_script(RENEW)
+        self.partitions = 0
+
+    # ---- leases ---------------------------------------------------------------------------
+
+    def maintain_leases(self) -> None:
+        now = time.monotonic()
+        for p in list(self.owned.values()):
+            if now - p.renewed_at < self.lease_ms / 3000:
+                continue
+            if self._renew(keys=[self.keys.lease(p.n)], args=[p.token, self.lease_ms]):
+                p.renewed_at = now
+            else:
+                log.warning("lease lost", extra=kv(partition=p.n))
+                del self.owned[p.n]
+        for n in range(self.partitions):
+            if n in self.owned:
+                continue
+            token = f"{self.name}:{secrets.token_hex(4)}"
+            if self.redis.set(self.keys.lease(n), token, nx=True, px=self.lease_ms):
+                streams = (self.keys.inputs(n, self.partitions), self.keys.results(n, self.partitions))
+                for stream in streams:
+                    try:
+                        self.redis.xgroup_create(stream, self.keys.GROUP, id="0", mkstream=True)
+                    except ResponseError as exc:
+                        if "BUSYGROUP" not in str(exc):
+                            raise
+                self.owned[n] = Partition(n=n, token=token, renewed_at=time.monotonic(), streams=streams)
+                log.info("lease acquired", extra=kv(partition=n, consumer=self.name))
+
+    def lease_fresh(self, p: Partition) -> bool:
+        # Stop before the lease can have lapsed; the commit's fencing check is the backstop.
+        return time.monotonic() - p.renewed_at < self.lease_ms * 0.8 / 1000
+
+    def release_leases(self) -> None:
+        for p in self.owned.values():
+            self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', "
+                            "KEYS[1]) end return 0", 1, self.keys.lease(p.n), p.token)
+        self.owned.clear()
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        backoff = 0.1
+        while not stop.is_set():
+            try:
+                if not self.partitions:
+                    self.partitions = get_partitions(self.redis, self.keys, self.default_partitions)
+                self.tick()
+                if backoff > 0.1:
+                    log.info("redis reachable again", extra=kv(consumer=self.name))
+                backoff = 0.1
+            except (RedisConnectionError, RedisTimeoutError, BusyLoadingError) as exc:
+                log.warning("redis unavailable, retrying", extra=kv(error=repr(exc), backoff_s=backoff))
+                for p in self.owned.values():
+                    p.recovered = False
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except RedisError as exc:
+                # A command Redis refused: a bug or a misconfiguration, not an outage. Nothing
+                # was acknowledged, so the entry is retried; say loudly why.
+                log.exception("redis refused a command, retrying", extra=kv(error=repr(exc)))
+                for p in self.owned.values():
+                    p.recovered = False  # re-read our own pending entries once back
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        with contextlib.suppress(RedisError):
+            self.release_leases()
+
+    def tick(self) -> None:
+        self.maintain_leases()
+        if not self.owned:
+            time.sleep(self.block_ms / 1000)
+            return
+        for p in list(self.owned.values()):
+            if not p.recovered:
+                self.recover(p)
+        streams = {s: ">" for p in self.owned.values() for s in p.streams}
+        replies = self.redis.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch,
+                                        block=self.block_ms)
+        for stream, entries in replies or []:
+            stream_name = stream.decode() if isinstance(stream, bytes) else stream
+            p = self.partition_of_stream(stream_name)
+            if p is not None:
+                self.process(p, stream_name, entries)
+
+    def partition_of_stream(self, stream: str) -> Partition | None:
+        for p in self.owned.values():
+            if stream in p.streams:
+                return p
+        return None
+
+    def recover(self, p: Partition) -> None:
+        """Claim and apply every entry still pending in the group, oldest first."""
+        for stream in p.streams:
+            cursor = "0-0"
+            while True:
+                reply = self.redis.xautoclaim(stream, self.keys.GROUP, self.name, min_idle_time=0,
+                                              start_id=cursor, count=self.batch)
+                cursor = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+                entries = [e for e in reply[1] if e and e[1] is not None]
+                if entries:
+                    log.info("replaying pending entries", extra=kv(stream=stream, count=len(entries)))
+                    self.process(p, stream, entries)
+                if cursor == "0-0":
+                    break
+        p.recovered = True
+
+    def process(self, p: Partition, stream: str, entries: list[Any]) -> None:
+        done: list[str] = []
+        try:
+            for raw_id, fields in entries:
+                if not self.lease_fresh(p):
+                    self.maintain_leases()
+                    if p.n not in self.owned or not self.lease_fresh(p):
+                        raise LeaseLost()
+                entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+                if stream == p.streams[0]:
+                    self.handle_input(p, stream, entry_id, fields)
+                else:
+                    self.handle_outcome(p, stream, entry_id, fields)
+                done.append(entry_id)
+        except LeaseLost:
+            log.warning("lease lost mid-batch; leaving the rest to the next owner",
+                        extra=kv(partition=p.n))
+            self.owned.pop(p.n, None)
+        finally:
+            if done:
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.xack(stream, self.keys.GROUP, *done)
+                pipe.xdel(stream, *done)
+                pipe.execute()
+
+    # ---- one entry ------------------------------------------------------------------------
+
+    def context(self, p: Partition) -> Context:
+        return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=p.streams[1],
+                       limits=self.limits)
+
+    def handle_input(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
+        try:
+            entry = decode_input_entry(fields)
+        except InputError as exc:
+            self.reject(stream, entry_id, fields, exc)
+            return
+        self.apply(p, stream, entry_id, entry.session, entry.idempotency_key,
+                   lambda state: apply_input(state, entry, entry_id, self.context(p)))
+
+    def handle_outcome(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
+        raw = fields.get(b"outcome", fields.get("outcome"))
+        try:
+            outcome = WorkOutcome.model_validate_json(raw or b"")
+        except ValidationError as exc:
+            self.reject(stream, entry_id, fields, InputError(f"invalid work outcome: {exc}"))
+            return
+        self.apply(p, stream, entry_id, outcome.session, None,
+                   lambda state: apply_outcome(state, outcome, self.context(p)))
+
+    def apply(self, p: Partition, stream: str, entry_id: str, session: str, idem: str | None,
+              transition: Callable[[SessionState], Transition]) -> None:
+        while True:
+            state, version = self.store.load(session, idem)
+            if already_applied(state.applied.get(stream), entry_id):
+                # A replay after a crash: committed before, maybe not flushed.
+                self.stats.replays += 1
+                self.outbox.flush(session, self.store.pending_effects(session))
+                return
+            tr = transition(state)
+            tr.state.applied[stream] = entry_id
+            rc = self.store.commit(session, version, tr, self.keys.lease(p.n), p.token)
+            if rc == COMMITTED:
+                break
+            if rc == LEASE_LOST:
+                raise LeaseLost()
+            assert rc == CONFLICT
+            self.stats.conflicts += 1
+        self.stats.applied += 1
+        if tr.dropped:
+            self.stats.dropped += 1
+            log.info("outcome dropped", extra=kv(session=session, entry=entry_id, why=tr.dropped))
+        for key, n in tr.counts.items():
+            self.stats.counts[key] = self.stats.counts.get(key, 0) + n
+        self.outbox.flush(session, tr.effects)
+        if self.on_transition is not None:
+            self.on_transition(tr)
+        log.debug("applied", extra=kv(session=session, stream=stream, entry=entry_id,
+                                      events=len(tr.events), effects=len(tr.effects)))
+
+    def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], exc: InputError) -> None:
+        """Bad entries are never lost: copied with the error to the rejected stream, then acked."""
+        self.stats.rejected += 1
+        copy = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()
+                if (k.decode() if isinstance(k, bytes) else k) not in ("error", "source", "entry")}
+        copy.update({"error": str(exc), "source": stream, "entry": entry_id})
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xadd(self.keys.rejected, copy, maxlen=REJECTED_MAXLEN, approximate=True)
+        session = session_of(fields)
+        if session is not None:
+            event = {"type": "input.refused", "at": int(time.time() * 1000),
+                     "input": {"entry": entry_id, "type": exc.input_type, **exc.ids},
+                     "code": "invalid_input", "message": str(exc)}
+            pipe.xadd(self.keys.events(session), {"event": orjson.dumps(event)},
+                      maxlen=self.store.events_maxlen, approximate=True)
+        pipe.xack(stream, self.keys.GROUP, entry_id)
+        pipe.xdel(stream, entry_id)
+        pipe.execute()
+        log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session,
+                                            error=str(exc)[:200]))
+
+
+def stream_for(redis: Redis, keys: Keys, session: str) -> str:
+    """Where a producer writes an input for `session` (SPEC 2 partitioning)."""
+    raw = redis.hget(keys.config, "partitions")
+    n = int(raw) if raw else 1
+    return keys.inputs(partition_of(session, n), n)

@@ -1,0 +1,73 @@
+"""The outbox flush: RQ enqueues, cancels and index updates, done after a commit.
+
+One MULTI does the effects and deletes them from the session's outbox, so a crash
+leaves both or neither; an entry is acknowledged only after its flush, so the next
+owner of the partition replays it, finds it applied, and flushes what is left.
+"""
+
+import math
+from typing import Any
+
+import orjson
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from dispatcher.keys import Keys
+
+# Finished jobs leave nothing behind (SPEC 3.2): outcomes go to our results stream.
+RESULT_TTL = 0
+FAILURE_TTL = 24 * 3600
+
+
+class Outbox:
+    def __init__(self, redis: Redis, keys: Keys):
+        self.redis = redis
+        self.keys = keys
+        self._queues: dict[str, Queue] = {}
+
+    def queue(self, kind: str) -> Queue:
+        q = self._queues.get(kind)
+        if q is None:
+            q = Queue(self.keys.queue(kind), connection=self.redis, serializer=JSONSerializer)
+            self._queues[kind] = q
+        return q
+
+    def flush(self, session: str, effects: list[dict[str, Any]]) -> None:
+        if not effects:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        # Explicit MULTI first: RQ's enqueue_job(pipeline=) starts one itself otherwise,
+        # which fails once an earlier effect has queued a command.
+        pipe.multi()
+        for fx in effects:
+            op = fx["op"]
+            if op == "enqueue":
+                queue = self.queue(fx["queue"])
+                job = Job.create(fx["func"], args=[fx["payload"]], id=fx["job_id"],
+                                 connection=self.redis, serializer=JSONSerializer,
+                                 timeout=max(1, math.ceil(fx["timeout"])), result_ttl=RESULT_TTL,
+                                 failure_ttl=FAILURE_TTL,
+                                 description=f"{fx['payload']['work']} of {session}")
+                queue.enqueue_job(job, pipeline=pipe)
+            elif op == "cancel":
+                # Best effort: a queued job is removed; a running one finishes and its result
+                # is dropped by the machine (voiding is logical, stopping is not relied on).
+                queue = self.queue(fx["queue"])
+                pipe.lrem(queue.key, 0, fx["job_id"])
+                pipe.delete(Job.key_for(fx["job_id"]))
+            elif op == "index_add":
+                member = self.keys.index_member(session, fx["interrupt_id"])
+                pipe.zadd(self.keys.interrupt_index, {member: fx["raised_at"]})
+                pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
+                    "session": session, "interrupt_id": fx["interrupt_id"], "reason": fx["reason"],
+                    "anchor": fx["anchor"], "raised_at": fx["raised_at"]}))
+            elif op == "index_remove":
+                member = self.keys.index_member(session, fx["interrupt_id"])
+                pipe.zrem(self.keys.interrupt_index, member)
+                pipe.hdel(self.keys.interrupt_info, member)
+            else:
+                raise ValueError(f"unknown outbox effect {op!r}")
+        pipe.hdel(self.keys.outbox(session), *[fx["seq"] for fx in effects])
+        pipe.execute()

@@ -1,0 +1,78 @@
+"""Every Redis key name Parley uses, in one place.
+
+All keys of one session carry the hash tag `{S}`, so a transition's commit touches one
+cluster slot. Keys outside a session (streams, leases, the interrupt index) are
+named here too; nothing else in the code builds a key with an f-string.
+"""
+
+import zlib
+from dataclasses import dataclass
+
+
+def partition_of(session: str, partitions: int) -> int:
+    """SPEC 2: n = crc32(session id) mod N."""
+    return zlib.crc32(session.encode()) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "parley"
+
+    # ---- global -------------------------------------------------------------
+    @property
+    def config(self) -> str:
+        return f"{self.prefix}:config"
+
+    def inputs(self, partition: int | None = None, partitions: int = 1) -> str:
+        return f"{self.prefix}:inputs" if partitions <= 1 else f"{self.prefix}:inputs:{partition}"
+
+    def results(self, partition: int | None = None, partitions: int = 1) -> str:
+        return f"{self.prefix}:results" if partitions <= 1 else f"{self.prefix}:results:{partition}"
+
+    @property
+    def rejected(self) -> str:
+        return f"{self.prefix}:inputs:rejected"
+
+    def lease(self, partition: int) -> str:
+        return f"{self.prefix}:lease:{partition}"
+
+    @property
+    def interrupt_index(self) -> str:
+        """Sorted set of open interrupts across sessions, scored by raise time."""
+        return f"{self.prefix}:interrupts"
+
+    @property
+    def interrupt_info(self) -> str:
+        """Hash: index member -> JSON details of the open interrupt."""
+        return f"{self.prefix}:interrupts:info"
+
+    GROUP = "parley-dispatchers"
+
+    def queue(self, kind: str) -> str:
+        """RQ queue names: `decide`, `llm`, `tools`; prefixed when the prefix is not the default,
+        so two deployments sharing one Redis do not share queues."""
+        return kind if self.prefix == "parley" else f"{self.prefix}-{kind}"
+
+    # ---- per session (hash tag {S}) -------------------------------------------
+    def meta(self, session: str) -> str:
+        """Hash: ver, core (JSON), applied (JSON: stream -> last applied entry id)."""
+        return f"{self.prefix}:{{{session}}}:meta"
+
+    def messages(self, session: str) -> str:
+        """Hash: message id -> message JSON (append-only)."""
+        return f"{self.prefix}:{{{session}}}:msgs"
+
+    def events(self, session: str) -> str:
+        return f"{self.prefix}:{{{session}}}:events"
+
+    def outbox(self, session: str) -> str:
+        """Hash: effect seq -> effect JSON, flushed after each commit."""
+        return f"{self.prefix}:{{{session}}}:outbox"
+
+    def idempotency(self, session: str, key: str) -> str:
+        return f"{self.prefix}:{{{session}}}:idem:{key}"
+
+    @staticmethod
+    def index_member(session: str, interrupt_id: str) -> str:
+        return f"{session}\x1f{interrupt_id}"
+

@@ -1,0 +1,50 @@
+-- Commit one transition of one session, atomically, or nothing.
+-- KEYS[1] meta hash ({S}: ver, core, applied)
+-- KEYS[2] messages hash ({S})
+-- KEYS[3] events stream ({S})
+-- KEYS[4] outbox hash ({S})
+-- KEYS[5] idempotency key ({S}; ignored when ARGV[6] is 0)
+-- KEYS[6] the partition's lease (fencing; ignored when ARGV[2] is empty).
+--         The only key outside the session's slot: Redis Cluster is not supported yet.
+-- ARGV[1] expected version (what the transition was computed from)
+-- ARGV[2] lease token held by the committing dispatcher, or ''
+-- ARGV[3] core JSON ('' = the session still does not exist)
+-- ARGV[4] applied-markers JSON
+-- ARGV[5] events MAXLEN (approximate trim)
+-- ARGV[6] idempotency TTL seconds (0 = no key)
+-- ARGV[7] n messages, then n pairs (id, json)
+-- then    m events, then m JSON strings
+-- then    k effects, then k pairs (seq, json)
+-- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
+if ARGV[2] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[2] then
+  return -1
+end
+local ver = redis.call('HGET', KEYS[1], 'ver') or '0'
+if ver ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'ver', tonumber(ver) + 1, 'core', ARGV[3], 'applied', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'ver', tonumber(ver) + 1, 'applied', ARGV[4])
+end
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  redis.call('SET', KEYS[5], '1', 'EX', ttl)
+end
+local i = 7
+local n = tonumber(ARGV[i])
+for j = 1, n do
+  redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+end
+i = i + 2 * n + 1
+local m = tonumber(ARGV[i])
+for j = 1, m do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[i + j])
+end
+i = i + m + 1
+local k = tonumber(ARGV[i])
+for j = 1, k do
+  redis.call('HSET', KEYS[4], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+end
+return 1

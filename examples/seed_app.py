@@ -1,0 +1,43 @@
+"""The seed scenario: the worker pauses before a sensitive action, then acts on the answer.
+
+    parley dispatcher --app examples.seed_app
+    parley worker --app examples.seed_app
+    parley send s-42 "Email bob@example.com: the launch moved to Friday."
+    parley resume s-42 int-1 '{"approved": true}'
+"""
+
+from workers.llm import ScriptedModel
+
+
+def decide(trigger, proposed):
+    if trigger.type == "tool.execute" and trigger.name == "send_email":
+        return {"actions": [{"type": "interrupt", "reason": "confirm",
+                             "payload": {"message": "Send the email?"}}]}
+
+    if trigger.type == "interrupt.resumed":
+        return ({"actions": [{"type": "tool.result", "result": "sent"}]}
+                if (trigger.payload or {}).get("approved")
+                else {"actions": [{"type": "tool.error", "error": "declined"}]})
+
+    return proposed
+
+
+# The triggers decide() looks at; the others take `proposed` at once, with no job.
+decide_on = {"tool.execute", "interrupt.resumed"}
+
+
+def send_email(to: str, body: str) -> str:
+    """Send an email.
+
+    Args:
+        to: the recipient's address
+        body: the text of the email
+    """
+    # Never runs in this app: decide() settles the call from the human's answer.
+    return "sent"
+
+
+tools = [send_email]
+
+# A deterministic stand-in for a model: "email <address>: <text>" asks for send_email.
+llm = ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_email")

@@ -1,0 +1,1 @@
+"""Parley: agent sessions on RQ worker fleets, with durable interrupts."""

@@ -1,0 +1,271 @@
+"""The `parley` command line (SPEC 8)."""
+
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+import orjson
+import redis
+
+from parley import logs
+
+DEFAULT_URL = "redis://localhost:6379/0"
+
+
+def _connect(ctx: click.Context) -> redis.Redis:
+    return redis.Redis.from_url(ctx.obj["url"])
+
+
+def _client(ctx: click.Context) -> Any:
+    from parley.client import Client
+
+    return Client(_connect(ctx), ctx.obj["prefix"])
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--redis-url", envvar="PARLEY_REDIS_URL", default=DEFAULT_URL, show_default=True,
+              help="Redis to use (env PARLEY_REDIS_URL); credentials go in the URL.")
+@click.option("--prefix", envvar="PARLEY_PREFIX", default="parley", show_default=True,
+              help="Key prefix of every Parley key (env PARLEY_PREFIX).")
+@click.option("--log-level", envvar="PARLEY_LOG_LEVEL", default="INFO", show_default=True)
+@click.pass_context
+def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str) -> None:
+    """Parley: agent sessions on RQ worker fleets, with durable interrupts."""
+    logs.setup(log_level)
+    ctx.obj = {"url": redis_url, "prefix": prefix}
+
+
+@cli.command()
+@click.option("--app", envvar="PARLEY_APP", required=True,
+              help="The app, `module` or `module:attr` (env PARLEY_APP).")
+@click.option("--partitions", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Partitions to publish in parley:config when none is published yet.")
+@click.option("--lease-ms", type=click.IntRange(1000), default=10_000, show_default=True,
+              help="How long a partition's lease lasts without renewal.")
+@click.pass_context
+def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int) -> None:
+    """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
+
+    Several can run: each partition is read by one lease holder at a time; the others
+    stand by and take over within a lease period when a holder dies. SIGTERM finishes the
+    current transition and exits 0.
+    """
+    from dispatcher.consume import Dispatcher
+    from dispatcher.keys import Keys
+    from parley.appinfo import app_info
+    from workers.app import AppError, load_app
+
+    try:
+        loaded = load_app(app)
+    except AppError as exc:
+        raise click.ClickException(str(exc)) from None
+    stop = _stop_on_signals()
+    d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
+                   lease_ms=lease_ms)
+    click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
+    d.run(stop)
+    click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "
+               f"replays={d.stats.replays} rejected={d.stats.rejected}", err=True)
+
+
+@cli.command()
+@click.option("--app", envvar="PARLEY_APP", required=True,
+              help="The app, `module` or `module:attr` (env PARLEY_APP).")
+@click.option("--queues", default="decide,llm,tools", show_default=True,
+              help="Comma-separated queues to serve, in priority order.")
+@click.option("--name", default=None, help="Worker name (default: RQ's).")
+@click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
+@click.pass_context
+def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool) -> None:
+    """Run a worker: execute decide, LLM and tool jobs of the app, post their outcomes.
+
+    Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
+    """
+    from dispatcher.keys import Keys
+    from workers.app import AppError, load_app
+    from workers.jobs import set_app
+    from workers.worker import make_worker
+
+    try:
+        set_app(load_app(app))
+    except AppError as exc:
+        raise click.ClickException(str(exc)) from None
+    keys = Keys(ctx.obj["prefix"])
+    names = [keys.queue(q.strip()) for q in queues.split(",") if q.strip()]
+    w = make_worker(names, _connect(ctx), name=name)
+    w.work(burst=burst, logging_level=logs.logging.getLevelName(logs.logging.getLogger().level),
+           with_scheduler=False)
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("text")
+@click.option("--parent", default=None, help="Parent message id (default: the active head).")
+@click.option("--root", is_flag=True, help="Start a new root (parent_id null): an edit of the first message.")
+@click.option("--message-id", default=None, help="Choose the new message's id.")
+@click.option("--id", "idem", default=None, help="Idempotency key of this input.")
+@click.pass_context
+def send(ctx: click.Context, session: str, text: str, parent: str | None, root: bool,
+         message_id: str | None, idem: str | None) -> None:
+    """Send a user message to SESSION (creates the session if needed)."""
+    value: dict[str, Any] = {"type": "message.create", "content": text}
+    if root:
+        value["parent_id"] = None
+    elif parent is not None:
+        value["parent_id"] = parent
+    if message_id:
+        value["message_id"] = message_id
+    click.echo(_client(ctx).send(session, value, idem))
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("interrupt_id")
+@click.argument("payload", required=False)
+@click.option("--id", "idem", default=None, help="Idempotency key of this input.")
+@click.pass_context
+def resume(ctx: click.Context, session: str, interrupt_id: str, payload: str | None,
+           idem: str | None) -> None:
+    """Resume INTERRUPT_ID of SESSION with an optional JSON PAYLOAD."""
+    value = {"type": "interrupt.resume", "interrupt_id": interrupt_id,
+             "payload": _json_arg(payload, "PAYLOAD")}
+    click.echo(_client(ctx).send(session, value, idem))
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("head")
+@click.pass_context
+def switch(ctx: click.Context, session: str, head: str) -> None:
+    """Move SESSION's active head to message HEAD."""
+    click.echo(_client(ctx).send(session, {"type": "branch.switch", "head": head}))
+
+
+@cli.command("input")
+@click.argument("session")
+@click.argument("value")
+@click.option("--id", "idem", default=None, help="Idempotency key of this input.")
+@click.pass_context
+def input_(ctx: click.Context, session: str, value: str, idem: str | None) -> None:
+    """Send any input (a JSON object of SPEC 3.1) to SESSION, e.g. session.create or tool.result."""
+    parsed = _json_arg(value, "VALUE")
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("VALUE must be a JSON object")
+    click.echo(_client(ctx).send(session, parsed, idem))
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print SPEC 3.3's JSON.")
+@click.pass_context
+def show(ctx: click.Context, session: str, as_json: bool) -> None:
+    """Print SESSION: its messages, open interrupts and pending work."""
+    view = _client(ctx).show(session)
+    if view is None:
+        raise click.ClickException(f"no session {session!r}")
+    if as_json:
+        click.echo(orjson.dumps(view, option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo(format_transcript(view))
+
+
+def format_transcript(view: dict[str, Any]) -> str:
+    lines = [f"session {view['session']}  head={view['head']}  parked={view['parked']}"]
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for m in view["messages"]:
+        children.setdefault(m["parent_id"], []).append(m)
+
+    def walk(parent: str | None, depth: int) -> None:
+        for m in children.get(parent, []):
+            text = m["content"]
+            if m.get("tool_calls"):
+                text = (text + " " if text else "") + ", ".join(
+                    f"{c['name']}({orjson.dumps(c['arguments']).decode()}) [{c['id']}]"
+                    for c in m["tool_calls"])
+            if m.get("tool_call_id"):
+                text = f"[{m['tool_call_id']}{' error' if m.get('error') else ''}] {text}"
+            marker = "*" if m["id"] == view["head"] else " "
+            lines.append(f"{marker}{'  ' * depth}{m['id']:>7} {m['role']:<9} {text}")
+            walk(m["id"], depth + 1)
+
+    walk(None, 0)
+    for i in view["interrupts"]:
+        lines.append(f"  interrupt {i['interrupt_id']} ({i['reason']}) at {i['anchor']}: "
+                     f"{orjson.dumps(i['payload']).decode()}")
+    for p in view["pending"]:
+        lines.append(f"  pending {p['call_id']} {p['kind']} {p['name'] or ''}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--from", "after", default="0-0", show_default=True, help="Start after this event id.")
+@click.option("--until", "until_type", default=None, help="Stop after the first event of this type.")
+@click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
+@click.pass_context
+def watch(ctx: click.Context, session: str, after: str, until_type: str | None,
+          timeout: float | None) -> None:
+    """Follow SESSION's events, one JSON object a line."""
+    deadline = time.monotonic() + timeout if timeout else None
+    for entry_id, event in _client(ctx).events(session, after, until=deadline):
+        click.echo(f"{entry_id} {orjson.dumps(event).decode()}")
+        if until_type and event.get("type") == until_type:
+            return
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON array.")
+@click.pass_context
+def interrupts(ctx: click.Context, as_json: bool) -> None:
+    """List open interrupts across all sessions (from the index, not a key scan)."""
+    rows = _client(ctx).interrupts()
+    if as_json:
+        click.echo(orjson.dumps(rows).decode())
+        return
+    for r in rows:
+        click.echo(f"{r['session']}\t{r['interrupt_id']}\t{r['reason']}\tanchor={r['anchor']}")
+
+
+@cli.command()
+@click.option("--app", default="examples.seed_app", show_default=True, help="The app to run.")
+@click.option("--yes", "answer", flag_value="yes", help="Approve without asking.")
+@click.option("--no", "answer", flag_value="no", help="Decline without asking.")
+@click.option("--message", default="Email bob@example.com: the launch moved to Friday.",
+              show_default=True, help="The user's message.")
+@click.pass_context
+def demo(ctx: click.Context, app: str, answer: str | None, message: str) -> None:
+    """The seed scenario end to end: a dispatcher and a worker, an email the app asks about
+    before sending, a human answer, the transcript. Starts a private redis-server unless
+    PARLEY_REDIS_URL is set; stops everything it started."""
+    from parley.demo import run_demo
+
+    assert ctx.parent is not None
+    given = ctx.parent.get_parameter_source("redis_url") != click.core.ParameterSource.DEFAULT
+    sys.exit(run_demo(ctx.obj["url"] if given else None, ctx.obj["prefix"], app, answer, message))
+
+
+def main() -> None:
+    cli(auto_envvar_prefix=None)

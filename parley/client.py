@@ -1,0 +1,54 @@
+"""A producer's view of Parley: write inputs (partitioned), read events and sessions."""
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from redis import Redis
+
+from dispatcher.keys import Keys, partition_of
+from dispatcher.machine import show
+from dispatcher.store import Store
+
+
+class Client:
+    def __init__(self, redis: Redis, prefix: str = "parley"):
+        self.redis = redis
+        self.keys = Keys(prefix)
+
+    def stream_for(self, session: str) -> str:
+        """SPEC 2: `parley:inputs` with one partition, else `parley:inputs:<crc32 mod N>`."""
+        raw = self.redis.hget(self.keys.config, "partitions")
+        n = int(raw) if raw else 1
+        return self.keys.inputs(partition_of(session, n), n)
+
+    def send(self, session: str, value: dict[str, Any], idempotency_key: str | None = None) -> str:
+        fields: dict[str, Any] = {"session": session, "input": orjson.dumps(value)}
+        if idempotency_key is not None:
+            fields["id"] = idempotency_key
+        entry = self.redis.xadd(self.stream_for(session), fields)
+        return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
+               until: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Follow the session's events from `after`; stops at `until` (a monotonic deadline)."""
+        last = after
+        key = self.keys.events(session)
+        while until is None or time.monotonic() < until:
+            reply = self.redis.xread({key: last}, count=100, block=block_ms)
+            for _stream, entries in reply or []:
+                for raw_id, fields in entries:
+                    last = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+                    yield last, orjson.loads(fields[b"event"] if b"event" in fields else fields["event"])
+
+    def show(self, session: str) -> dict[str, Any] | None:
+        state, _ = Store(self.redis, self.keys).load(session)
+        return show(state) if state.core is not None else None
+
+    def interrupts(self) -> list[dict[str, Any]]:
+        members = self.redis.zrange(self.keys.interrupt_index, 0, -1)
+        if not members:
+            return []
+        infos = self.redis.hmget(self.keys.interrupt_info, members)
+        return [orjson.loads(i) for i in infos if i]

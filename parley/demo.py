@@ -1,0 +1,63 @@
+"""`parley demo`: the seed scenario end to end, as a user would run it."""
+
+import secrets
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import redis
+
+from parley.cli import format_transcript
+from parley.client import Client
+from parley.procs import RedisServer, start_parley, stop_process
+
+TIMEOUT_S = 60
+
+
+def run_demo(url: str | None, prefix: str, app: str, answer: str | None, message: str) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="parley-demo-"))
+    server = None
+    if url is None:
+        server = RedisServer(workdir / "redis").start()
+        url = server.url
+        click.echo(f"started a private redis-server on {url}")
+    env = {"PARLEY_REDIS_URL": url, "PARLEY_PREFIX": prefix, "PARLEY_APP": app}
+    procs = [start_parley(["dispatcher"], env, workdir / "dispatcher.log"),
+             start_parley(["worker"], env, workdir / "worker.log")]
+    try:
+        return _converse(Client(redis.Redis.from_url(url), prefix), answer, message)
+    finally:
+        for p in procs:
+            stop_process(p)
+        if server is not None:
+            server.stop()
+        click.echo(f"stopped everything the demo started (logs in {workdir})")
+
+
+def _converse(client: Client, answer: str | None, message: str) -> int:
+    session = f"demo-{secrets.token_hex(3)}"
+    click.echo(f"session {session}\n> user: {message}")
+    client.send(session, {"type": "message.create", "content": message})
+    deadline = time.monotonic() + TIMEOUT_S
+    for _entry, event in client.events(session, until=deadline):
+        kind = event["type"]
+        if kind == "message.created" and event["message"]["role"] != "user":
+            m = event["message"]
+            calls = ", ".join(f"{c['name']}({c['arguments']})" for c in m.get("tool_calls") or [])
+            click.echo(f"< {m['role']}: {m['content']}{' ' + calls if calls else ''}")
+        elif kind == "interrupt.raised":
+            question = (event.get("payload") or {}).get("message", event["reason"])
+            click.echo(f"! interrupt {event['interrupt_id']} ({event['reason']}): {question}")
+            approved = answer == "yes" if answer else click.confirm(question, default=False)
+            click.echo(f"> human: {'yes' if approved else 'no'}")
+            client.send(session, {"type": "interrupt.resume", "interrupt_id": event["interrupt_id"],
+                                  "payload": {"approved": approved}})
+        elif kind in ("decision.failed", "llm.failed", "input.refused"):
+            click.echo(f"! {kind}: {event.get('error') or event.get('message')}")
+        elif kind == "turn.completed":
+            view = client.show(session)
+            click.echo("\ntranscript:\n" + format_transcript(view or {}))
+            return 0
+    click.echo(f"the conversation did not finish within {TIMEOUT_S}s", err=True)
+    return 1

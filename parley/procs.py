@@ -1,0 +1,93 @@
+"""Start and stop local processes: a private redis-server (demo, tests) and Parley's own."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """A private redis-server on a free port, its data in `directory`."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    appendonly: bool = False
+    appendfsync: str = "always"
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+                "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", self.appendfsync, "--logfile", str(self.directory / "redis.log")]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                # AOF loading answers LOADING: wait until the data is all there.
+                client.ping()
+                if client.info("persistence").get("loading", 0) == 0:
+                    break
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.02)
+        client.close()
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def parley_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "parley", *args]
+
+
+def start_parley(args: list[str], env: dict[str, str], log_path: Path | None = None
+                 ) -> subprocess.Popen[bytes]:
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    return subprocess.Popen(parley_command(*args), env={**os.environ, **env}, stdout=out,
+                            stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

@@ -1,0 +1,1 @@
+"""Everything that runs the app's code: RQ jobs for decide, LLM and tools."""

@@ -1,0 +1,126 @@
+"""Load an app (`module` or `module:attr`) and describe its tools for the model.
+
+An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (SPEC 4). It needs
+no import from Parley; tool kinds are plain function attributes (`fn.deferred = True`).
+"""
+
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
+
+
+class AppError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class App:
+    spec: str
+    decide: Callable[..., Any] | None = None
+    decide_on: frozenset[str] | None = None
+    tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    llm: Callable[[dict[str, Any]], Any] | None = None
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [tool_schema(name, fn) for name, fn in self.tools.items()]
+
+
+def load_app(spec: str | None) -> App:
+    spec = spec or os.environ.get("PARLEY_APP")
+    if not spec:
+        raise AppError("no app given: pass --app module[:attr] or set PARLEY_APP")
+    # Like `python -m`, let an app in the working directory be found.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, _, attr = spec.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppError(f"cannot import app module {module_name!r}: {exc}") from exc
+    for part in filter(None, attr.split(".")):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise AppError(f"app {spec!r}: {module_name} has no attribute {attr!r}") from None
+    decide = getattr(target, "decide", None)
+    if decide is not None and not callable(decide):
+        raise AppError(f"app {spec!r}: `decide` is not callable")
+    decide_on = getattr(target, "decide_on", None)
+    llm = getattr(target, "llm", None)
+    if llm is not None and not callable(llm):
+        raise AppError(f"app {spec!r}: `llm` is not callable")
+    return App(spec=spec, decide=decide,
+               decide_on=frozenset(decide_on) if decide_on is not None else None,
+               tools=_tools(spec, getattr(target, "tools", None)), llm=llm)
+
+
+def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
+    if tools is None:
+        return {}
+    items: Iterable[tuple[str, Any]]
+    if isinstance(tools, dict):
+        items = tools.items()
+    elif isinstance(tools, list | tuple):
+        items = ((getattr(fn, "__name__", repr(fn)), fn) for fn in tools)
+    else:
+        raise AppError(f"app {spec!r}: `tools` must be a dict or a list of functions")
+    out: dict[str, Callable[..., Any]] = {}
+    for name, fn in items:
+        if not callable(fn):
+            raise AppError(f"app {spec!r}: tool {name!r} is not callable")
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
+            raise AppError(f"app {spec!r}: tool name {name!r} is not a valid identifier")
+        out[name] = fn
+    return out
+
+
+def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The docstring's first paragraph, and `name: text` lines of its Args section."""
+    doc = inspect.getdoc(fn) or ""
+    summary = doc.split("\n\n", 1)[0].strip()
+    args: dict[str, str] = {}
+    in_args = False
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped.lower() in ("args:", "arguments:", "parameters:"):
+            in_args = True
+            continue
+        if in_args:
+            m = re.match(r"^(\w+)(?:\s*\([^)]*\))?\s*:\s*(.+)$", stripped)
+            if m:
+                args[m.group(1)] = m.group(2)
+            elif stripped and not line.startswith((" ", "\t")):
+                in_args = False
+    return summary, args
+
+
+def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
+    """`{name, description, parameters}` from the signature and docstring."""
+    summary, arg_docs = _doc_parts(fn)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
+        try:
+            schema = TypeAdapter(annotation).json_schema()
+        except Exception:  # an annotation pydantic cannot describe: let the model send anything
+            schema = {}
+        schema.pop("title", None)
+        if pname in arg_docs:
+            schema["description"] = arg_docs[pname]
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+        properties[pname] = schema
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    return {"name": name, "description": summary, "parameters": parameters}

@@ -1,0 +1,127 @@
+"""RQ job functions: run decide, the model or a tool, and post the outcome.
+
+They never touch session state: the outcome goes to the results stream named in the
+payload, where the dispatcher applies it (or drops it, when it is late or voided).
+"""
+
+import logging
+import re
+import time
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from rq import get_current_job
+from rq.timeouts import JobTimeoutException
+
+from parley.logs import kv
+from schemas.actions import Decision, decision_from_app
+from schemas.results import WorkOutcome
+from schemas.triggers import Trigger
+from workers.app import App
+
+log = logging.getLogger("parley.worker")
+
+ALLOWED_FUNCS = frozenset({"workers.jobs.run_decide", "workers.jobs.run_llm", "workers.jobs.run_tool"})
+RESULTS_STREAM_RE = re.compile(r"^[A-Za-z0-9._-]+:results(:\d+)?$")
+
+_app: App | None = None
+
+
+def set_app(app: App) -> None:
+    global _app
+    _app = app
+
+
+def current_app() -> App:
+    if _app is None:
+        raise RuntimeError("no app loaded in this worker (start it with `parley worker --app ...`)")
+    return _app
+
+
+def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
+          started: float | None = None) -> None:
+    reply_to = payload["reply_to"]
+    if not RESULTS_STREAM_RE.match(reply_to):
+        raise ValueError(f"refusing to post a result to {reply_to!r}: not a results stream")
+    outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
+                          kind=kind, ok=ok, value=value, error=error)  # type: ignore[arg-type]
+    job = get_current_job()
+    assert job is not None
+    job.connection.xadd(reply_to, {"outcome": outcome.model_dump_json()})
+    log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
+                                  attempt=payload["attempt"], ok=ok,
+                                  ms=round((time.monotonic() - (started or time.monotonic())) * 1000, 1)))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, JobTimeoutException):
+        return "timeout"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_decide(payload: dict[str, Any]) -> None:
+    started = time.monotonic()
+    app = current_app()
+    try:
+        trigger = Trigger.model_validate(payload["trigger"])
+        proposed = Decision.model_validate(payload["proposed"])
+        decision = decision_from_app(app.decide(trigger, proposed) if app.decide else proposed)
+    except (ValidationError, ValueError) as exc:
+        _post(payload, "decide", False, error=f"invalid decision: {exc}", started=started)
+        return
+    except Exception as exc:
+        _post(payload, "decide", False, error=_describe(exc), started=started)
+        return
+    _post(payload, "decide", True, value=decision.to_wire(), started=started)
+
+
+def check_response(response: Any) -> dict[str, Any]:
+    """The model's reply in the shape of SPEC 4 (`content`, `tool_calls`, `usage`)."""
+    if not isinstance(response, dict):
+        raise ValueError(f"llm must return a dict, got {type(response).__name__}")
+    content = response.get("content") or ""
+    if not isinstance(content, str):
+        raise ValueError("llm response `content` must be a string")
+    calls = []
+    for call in response.get("tool_calls") or []:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ValueError(f"llm response has a malformed tool call: {call!r}")
+        arguments = call.get("arguments") or {}
+        if not isinstance(arguments, dict):
+            raise ValueError(f"tool call {call['name']!r}: `arguments` must be an object")
+        calls.append({"id": call.get("id"), "name": call["name"], "arguments": arguments})
+    out: dict[str, Any] = {"content": content, "tool_calls": calls}
+    if isinstance(response.get("usage"), dict):
+        out["usage"] = response["usage"]
+    return out
+
+
+def run_llm(payload: dict[str, Any]) -> None:
+    started = time.monotonic()
+    app = current_app()
+    try:
+        if app.llm is None:
+            raise ValueError("the app has no `llm`")
+        request = {**payload["request"], "tools": app.tool_schemas()}
+        response = check_response(app.llm(request))
+    except Exception as exc:
+        _post(payload, "llm", False, error=_describe(exc), started=started)
+        return
+    _post(payload, "llm", True, value=response, started=started)
+
+
+def run_tool(payload: dict[str, Any]) -> None:
+    started = time.monotonic()
+    app = current_app()
+    fn = app.tools.get(payload["name"])
+    if fn is None:
+        _post(payload, "tool", False, error="unknown_tool", started=started)
+        return
+    try:
+        result = fn(**payload["arguments"])
+        orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
+    except Exception as exc:
+        _post(payload, "tool", False, error=_describe(exc), started=started)
+        return
+    _post(payload, "tool", True, value=result, started=started)

@@ -1,0 +1,5 @@
+"""Models an app can use as its `llm`: a deterministic scripted model, and adapters."""
+
+from workers.llm.scripted import ScriptedModel
+
+__all__ = ["ScriptedModel"]

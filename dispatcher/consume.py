@@ -179,14 +179,14 @@ class Dispatcher:
         for p in list(self.owned.values()):
             if not p.recovered:
                 self.recover(p)
-        streams = {s: ">" for p in self.owned.values() for s in p.streams}
-        replies = self.redis.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch,
-                                        block=self.block_ms)
+        streams: dict[Any, Any] = {s: ">" for p in self.owned.values() for s in p.streams}
+        replies: Any = self.redis.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch,
+                                             block=self.block_ms)
         for stream, entries in replies or []:
             stream_name = stream.decode() if isinstance(stream, bytes) else stream
-            p = self.partition_of_stream(stream_name)
-            if p is not None:
-                self.process(p, stream_name, entries)
+            owner = self.partition_of_stream(stream_name)
+            if owner is not None:
+                self.process(owner, stream_name, entries)
 
     def partition_of_stream(self, stream: str) -> Partition | None:
         for p in self.owned.values():

@@ -483,9 +483,9 @@ class _Tx:
                 self.hold(deciding.item, turn)
         keep: list[QueuedTrigger] = []
         for item in self.c.queue:
-            turn = self.c.turns.get(item.turn) if item.turn else None
-            if turn is not None and not item.bypass and self.in_region(turn.tip, rec.anchor):
-                self.hold(item, turn)
+            owner = self.c.turns.get(item.turn) if item.turn else None
+            if owner is not None and not item.bypass and self.in_region(owner.tip, rec.anchor):
+                self.hold(item, owner)
             else:
                 keep.append(item)
         self.c.queue = keep

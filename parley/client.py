@@ -24,10 +24,10 @@ class Client:
         return self.keys.inputs(partition_of(session, n), n)
 
     def send(self, session: str, value: dict[str, Any], idempotency_key: str | None = None) -> str:
-        fields: dict[str, Any] = {"session": session, "input": orjson.dumps(value)}
+        fields: dict[Any, Any] = {"session": session, "input": orjson.dumps(value)}
         if idempotency_key is not None:
             fields["id"] = idempotency_key
-        entry = self.redis.xadd(self.stream_for(session), fields)
+        entry: Any = self.redis.xadd(self.stream_for(session), fields)
         return entry.decode() if isinstance(entry, bytes) else str(entry)
 
     def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
@@ -36,7 +36,7 @@ class Client:
         last = after
         key = self.keys.events(session)
         while until is None or time.monotonic() < until:
-            reply = self.redis.xread({key: last}, count=100, block=block_ms)
+            reply: Any = self.redis.xread({key: last}, count=100, block=block_ms)
             for _stream, entries in reply or []:
                 for raw_id, fields in entries:
                     last = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
@@ -47,8 +47,8 @@ class Client:
         return show(state) if state.core is not None else None
 
     def interrupts(self) -> list[dict[str, Any]]:
-        members = self.redis.zrange(self.keys.interrupt_index, 0, -1)
+        members: Any = self.redis.zrange(self.keys.interrupt_index, 0, -1)
         if not members:
             return []
-        infos = self.redis.hmget(self.keys.interrupt_info, members)
+        infos: Any = self.redis.hmget(self.keys.interrupt_info, members)
         return [orjson.loads(i) for i in infos if i]

@@ -1,6 +1,7 @@
 """`parley demo`: the seed scenario end to end, as a user would run it."""
 
 import secrets
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ def _converse(client: Client, answer: str | None, message: str) -> int:
         elif kind == "interrupt.raised":
             question = (event.get("payload") or {}).get("message", event["reason"])
             click.echo(f"! interrupt {event['interrupt_id']} ({event['reason']}): {question}")
+            if answer is None and not sys.stdin.isatty():
+                click.echo("(no terminal to ask at: approving; pass --no to decline)")
+                answer = "yes"
             approved = answer == "yes" if answer else click.confirm(question, default=False)
             click.echo(f"> human: {'yes' if approved else 'no'}")
             client.send(session, {"type": "interrupt.resume", "interrupt_id": event["interrupt_id"],

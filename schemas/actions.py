@@ -89,5 +89,6 @@ def decision_from_app(value: Any) -> Decision:
 
 
 def _plain(action: Any) -> Any:
-    return action.model_dump(exclude_unset=True) | {"type": action.type} if isinstance(
-        action, BaseModel) else action
+    if isinstance(action, BaseModel):
+        return action.model_dump(exclude_unset=True) | {"type": getattr(action, "type", None)}
+    return action

@@ -45,7 +45,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
     if not RESULTS_STREAM_RE.match(reply_to):
         raise ValueError(f"refusing to post a result to {reply_to!r}: not a results stream")
     outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
-                          kind=kind, ok=ok, value=value, error=error)  # type: ignore[arg-type]
+                          kind=kind, ok=ok, value=value, error=error)
     job = get_current_job()
     assert job is not None
     job.connection.xadd(reply_to, {"outcome": outcome.model_dump_json()})

@@ -1,0 +1,80 @@
+"""The app the e2e tests run: the seed scenario plus knobs the tests turn by message text.
+
+- `call NAME {json}` lines in a user message make the scripted model ask for tool calls;
+- `[slow-llm]` in the last user message makes the model take 3 s;
+- `[parallel]` makes decide answer message.created with an LLM call and a `lookup` tool
+  call at once; `lookup` completing raises a `review` interrupt (so the branch parks while
+  that LLM call is in flight: SPEC I4).
+"""
+
+import time
+from typing import Any
+
+from workers.llm import ScriptedModel
+
+_model = ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_email")
+
+
+def llm(request: dict[str, Any]) -> dict[str, Any]:
+    users = [m for m in request["messages"] if m["role"] == "user"]
+    if users and "[slow-llm]" in users[-1]["content"] and request["messages"][-1]["role"] == "user":
+        time.sleep(3)
+    return _model(request)
+
+
+def decide(trigger, proposed):
+    if trigger.type == "message.created" and "[decide-raises]" in trigger.message["content"]:
+        raise RuntimeError("decide blew up")
+    if trigger.type == "message.created" and "[decide-invalid]" in trigger.message["content"]:
+        return {"actions": [{"type": "tool.result", "result": "no call to settle"}]}
+    if trigger.type == "tool.execute" and trigger.name == "send_email":
+        return {"actions": [{"type": "interrupt", "reason": "confirm",
+                             "payload": {"message": "Send the email?"}}]}
+    if trigger.type == "message.created" and "[parallel]" in trigger.message["content"]:
+        return {"actions": [{"type": "llm.call"},
+                            {"type": "tool.execute", "name": "lookup", "arguments": {"q": "x"}}]}
+    if trigger.type == "tool.completed" and trigger.name == "lookup":
+        return {"actions": [{"type": "interrupt", "reason": "review"}]}
+    if trigger.type == "interrupt.resumed":
+        payload = trigger.payload or {}
+        if trigger.origin and trigger.origin.get("name") == "send_email":
+            return ({"actions": [{"type": "tool.result", "result": "sent"}]} if payload.get("approved")
+                    else {"actions": [{"type": "tool.error", "error": "declined"}]})
+        return proposed
+    return proposed
+
+
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    return "sent"
+
+
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"found {q}"
+
+
+def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    time.sleep(seconds)
+    return f"slept {seconds}"
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def boom() -> str:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+def later(what: str) -> str:
+    """Settled from outside by a tool.result input."""
+    raise AssertionError("a deferred tool never runs")
+
+
+later.deferred = True  # type: ignore[attr-defined]
+
+tools = [send_email, lookup, slow, add, boom, later]

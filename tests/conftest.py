@@ -1,0 +1,105 @@
+"""Fixtures: a private real redis-server per test, and Parley processes started like a user would."""
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from parley.client import Client
+from parley.procs import RedisServer, start_parley, stop_process
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (free port, temp dir): tests can kill and restart it."""
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    yield server
+    server.stop(kill=True)
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def client(r: redis.Redis) -> Client:
+    return Client(r)
+
+
+@dataclass
+class Procs:
+    """Start `parley dispatcher` / `parley worker` as processes; all are stopped at teardown."""
+
+    url: str
+    logdir: Path
+    started: list[tuple[str, subprocess.Popen[bytes], Path]] = field(default_factory=list)
+
+    def env(self, app: str) -> dict[str, str]:
+        path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+        return {"PARLEY_REDIS_URL": self.url, "PARLEY_APP": app, "PYTHONPATH": path,
+                "PARLEY_LOG_LEVEL": "INFO"}
+
+    def start(self, kind: str, app: str = "tests.apps.scenarios", *args: str) -> subprocess.Popen[bytes]:
+        log = self.logdir / f"{kind}-{len(self.started)}.log"
+        proc = start_parley([kind, *args], self.env(app), log)
+        self.started.append((kind, proc, log))
+        return proc
+
+    def dispatcher(self, app: str = "tests.apps.scenarios", *args: str) -> subprocess.Popen[bytes]:
+        return self.start("dispatcher", app, *args)
+
+    def worker(self, app: str = "tests.apps.scenarios", *args: str) -> subprocess.Popen[bytes]:
+        return self.start("worker", app, *args)
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {log.name} -----\n{log.read_text(errors='replace')[-4000:]}"
+                         for _kind, _proc, log in self.started if log.exists())
+
+
+@pytest.fixture
+def procs(redis_server: RedisServer, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Procs]:
+    p = Procs(redis_server.url, tmp_path)
+    yield p
+    codes = [stop_process(proc) for _kind, proc, _log in p.started]
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(p.logs())
+    # SIGTERM must end every process cleanly (exit 0), whatever the test did.
+    assert all(code == 0 for code in codes), f"exit codes {codes}\n{p.logs()}"
+
+
+def wait_for(client: Client, session: str, predicate: Callable[[dict[str, Any]], bool],
+             timeout: float = 20) -> list[dict[str, Any]]:
+    """All events of `session` up to and including the first one matching `predicate`."""
+    seen: list[dict[str, Any]] = []
+    for _id, event in client.events(session, block_ms=200, until=time.monotonic() + timeout):
+        seen.append(event)
+        if predicate(event):
+            return seen
+    raise AssertionError(f"no matching event within {timeout}s; saw {[e['type'] for e in seen]}")
+
+
+def all_events(client: Client, session: str) -> list[dict[str, Any]]:
+    return [e for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.05)]
+
+
+def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == kind]

@@ -37,6 +37,18 @@ from schemas.results import WorkOutcome
 log = logging.getLogger("parley.dispatcher")
 
 REJECTED_MAXLEN = 10_000
+# Hand a due deadline to the session's results stream exactly once, whichever dispatcher
+# sees it first: KEYS[1] deadlines zset, KEYS[2] results stream; ARGV member, now, outcome.
+FIRE_DEADLINE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('XADD', KEYS[2], '*', 'outcome', ARGV[3])
+return 1
+"""
+
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -103,6 +115,8 @@ class Dispatcher:
         self.stats = Stats()
         self.on_transition = on_transition
         self._renew = redis.register_script(RENEW)
+        self._fire_deadline = redis.register_script(FIRE_DEADLINE)
+        self.deadlines_checked = 0.0
         self.partitions = 0
 
     # ---- leases ---------------------------------------------------------------------------
@@ -171,8 +185,30 @@ class Dispatcher:
         with contextlib.suppress(RedisError):
             self.release_leases()
 
+    def fire_deadlines(self) -> None:
+        """Interrupts past their timeout_s: a resume with `default` goes to the results stream.
+
+        Deadlines live in Redis only (no timer anywhere); whichever dispatcher looks first
+        fires them, after a restart too. The machine drops one whose interrupt was resumed.
+        """
+        now = time.monotonic()
+        if now - self.deadlines_checked < 0.2:
+            return
+        self.deadlines_checked = now
+        now_ms = int(time.time() * 1000)
+        due: Any = self.redis.zrangebyscore(self.keys.deadlines, "-inf", now_ms, start=0, num=100)
+        for raw in due or []:
+            member = raw.decode() if isinstance(raw, bytes) else raw
+            session, _, interrupt_id = member.partition("\x1f")
+            outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
+            stream = self.keys.results(partition_of(session, self.partitions), self.partitions)
+            if self._fire_deadline(keys=[self.keys.deadlines, stream],
+                                   args=[member, now_ms, outcome.model_dump_json()]):
+                log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
+
     def tick(self) -> None:
         self.maintain_leases()
+        self.fire_deadlines()
         if not self.owned:
             time.sleep(self.block_ms / 1000)
             return

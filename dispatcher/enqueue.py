@@ -63,10 +63,13 @@ class Outbox:
                 pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
                     "session": session, "interrupt_id": fx["interrupt_id"], "reason": fx["reason"],
                     "anchor": fx["anchor"], "raised_at": fx["raised_at"]}))
+                if fx.get("deadline") is not None:
+                    pipe.zadd(self.keys.deadlines, {member: fx["deadline"]})
             elif op == "index_remove":
                 member = self.keys.index_member(session, fx["interrupt_id"])
                 pipe.zrem(self.keys.interrupt_index, member)
                 pipe.hdel(self.keys.interrupt_info, member)
+                pipe.zrem(self.keys.deadlines, member)
             else:
                 raise ValueError(f"unknown outbox effect {op!r}")
         pipe.hdel(self.keys.outbox(session), *[fx["seq"] for fx in effects])

@@ -46,6 +46,11 @@ class Keys:
         """Hash: index member -> JSON details of the open interrupt."""
         return f"{self.prefix}:interrupts:info"
 
+    @property
+    def deadlines(self) -> str:
+        """Sorted set of open interrupts with a timeout, scored by deadline (Unix ms)."""
+        return f"{self.prefix}:deadlines"
+
     GROUP = "parley-dispatchers"
 
     def queue(self, kind: str) -> str:

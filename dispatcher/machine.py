@@ -13,10 +13,10 @@ fired; a trigger of a parked turn is *held* and released later in order (I6, I10
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from dispatcher.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
 from schemas.actions import RECORDING_ACTIONS, Decision, decision_from_app
@@ -71,14 +71,13 @@ class Context:
 
 @dataclass(slots=True)
 class Transition:
-    """What one applied entry changes. `core` None with `touched` False: nothing to store."""
+    """What one applied entry changes: the state to store and what to append and do."""
 
     state: SessionState
     new_messages: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     effects: list[dict[str, Any]] = field(default_factory=list)
     idempotency_key: str | None = None
-    touched: bool = False
     # why a work outcome changed nothing (stale attempt, voided, settled): for logs and metrics
     dropped: str | None = None
     # counts for metrics: (kind, label) -> n
@@ -102,6 +101,25 @@ def entry_ids(value: dict[str, Any]) -> dict[str, Any]:
 
 class InvalidDecision(ValueError):
     pass
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class _LlmResponse(BaseModel):
+    """What a model's reply must look like before it is recorded (SPEC 4 `llm`)."""
+
+    model_config = ConfigDict(extra="ignore")
+    content: str = ""
+    tool_calls: list[_ToolCall] = Field(default_factory=list)
+    usage: dict[str, Any] | None = None
+
+
+LLM_RESPONSE: TypeAdapter[_LlmResponse] = TypeAdapter(_LlmResponse)
 
 
 class _Tx:
@@ -291,14 +309,19 @@ class _Tx:
                 cid = action.call_id or self.default_call(item)
                 if cid is None:
                     raise InvalidDecision(f"{where}: no call to settle")
-                if self.open_tool(cid) is None or cid in settled:
+                w = self.open_tool(cid)
+                if w is None or cid in settled:
                     raise InvalidDecision(f"{where}: call {cid!r} is not open")
+                if w.turn != item.turn:
+                    raise InvalidDecision(f"{where}: call {cid!r} belongs to another turn")
                 settled.add(cid)
             elif action.type == "tool.execute" and action.name is None:
                 cid = action.call_id or self.default_call(item)
                 w = self.open_tool(cid)
                 if cid is None or w is None or w.status != "new" or cid in settled | executed:
                     raise InvalidDecision(f"{where}: call {cid!r} is not waiting to run")
+                if w.turn != item.turn:
+                    raise InvalidDecision(f"{where}: call {cid!r} belongs to another turn")
                 executed.add(cid)
 
     def apply_decision(self, item: QueuedTrigger, decision: Decision) -> None:
@@ -314,11 +337,18 @@ class _Tx:
             # some is dropped unapplied and its trigger held, to be decided again after resume.
             self.hold(item, turn)
             return
+        exceeded = self.over_budget(decision)
+        if exceeded is not None:
+            # I3: a spent budget pauses the whole session; the blocked decision comes back
+            # as the resume's proposed actions.
+            wire = decision.to_wire()["actions"]
+            self.raise_budget(exceeded, turn, item.model_copy(update={"proposed": wire}))
+            return
         for action in decision.actions:
             self.count("action", action.type)
             if action.type == "llm.call":
                 assert turn is not None
-                self.start_llm(turn, action.model, action.params)
+                self.start_llm(turn, action.model, action.params, origin=item)
             elif action.type == "tool.execute":
                 assert turn is not None
                 if action.name is not None:
@@ -339,6 +369,39 @@ class _Tx:
             elif action.type == "interrupt":
                 self.raise_interrupt(item, turn, action.model_dump(exclude_unset=True))
         self.after_decision(item)
+
+    # ---- budgets (SPEC I3) --------------------------------------------------------------------
+
+    BUDGET_KINDS = ("llm_calls", "tool_calls", "tokens")
+
+    def over_budget(self, decision: Decision, extra: list[dict[str, Any]] | None = None) -> str | None:
+        """The first limit the decision's work would exceed (or that is already spent), if any."""
+        limits = self.c.budget or {}
+        if not limits:
+            return None
+        types = [a.type for a in decision.actions] + [a.get("type", "") for a in extra or []]
+        wants = {"llm_calls": types.count("llm.call"), "tool_calls": types.count("tool.execute")}
+        for kind in ("llm_calls", "tool_calls"):
+            limit = limits.get(kind)
+            if limit is not None and wants[kind] and self.c.used.get(kind, 0) + wants[kind] > limit:
+                return kind
+        limit = limits.get("tokens")
+        if limit is not None and wants["llm_calls"] and self.c.used.get("tokens", 0) >= limit:
+            return "tokens"
+        return None
+
+    def tokens_spent(self) -> bool:
+        limit = (self.c.budget or {}).get("tokens")
+        return limit is not None and self.c.used.get("tokens", 0) >= limit
+
+    def use(self, kind: str, n: int = 1) -> None:
+        self.c.used[kind] = self.c.used.get(kind, 0) + n
+
+    def raise_budget(self, exceeded: str, turn: Turn | None, origin: QueuedTrigger | None) -> None:
+        payload = {"used": {k: self.c.used.get(k, 0) for k in self.BUDGET_KINDS},
+                   "limit": {k: (self.c.budget or {}).get(k) for k in self.BUDGET_KINDS},
+                   "exceeded": exceeded}
+        self.raise_interrupt(origin, turn, {"reason": "budget", "payload": payload}, anchored=False)
 
     def after_decision(self, item: QueuedTrigger) -> None:
         if item.trigger["type"] == "interrupt.resumed":
@@ -369,10 +432,11 @@ class _Tx:
         return [w.id for w in sorted(self.c.work.values(), key=order) if w.turn == turn_id]
 
     def start_llm(self, turn: Turn, model: str | None = None,
-                  params: dict[str, Any] | None = None) -> None:
+                  params: dict[str, Any] | None = None, origin: QueuedTrigger | None = None) -> None:
         lid = self.mint("llm")
+        self.use("llm_calls")
         self.c.work[lid] = Work(id=lid, kind="llm", turn=turn.id, status="running", attempt=1,
-                                head=turn.tip)
+                                head=turn.tip, origin=origin)
         self.emit("llm.started", call_id=lid, head=turn.tip)
         request: dict[str, Any] = {"messages": self.path(turn.tip)}
         if model is not None:
@@ -400,6 +464,7 @@ class _Tx:
             return
         w.status = "running"
         w.attempt += 1
+        self.use("tool_calls")
         self.emit("tool.started", call_id=w.id, name=w.name)
         self.enqueue("tools", w.id, w.attempt, {"name": w.name, "arguments": w.arguments or {}},
                      tool.timeout_s or self.ctx.limits.tool_timeout_s)
@@ -441,6 +506,13 @@ class _Tx:
             message["tool_calls"] = calls
         m = self.append(turn, message)
         self.emit("llm.completed", call_id=w.id, head=w.head, message_id=m["id"])
+        usage = response.get("usage") or {}
+        if isinstance(usage.get("tokens"), int):
+            self.use("tokens", usage["tokens"])
+        if self.tokens_spent() and not any(
+                i.reason == "budget" and i.anchor is None for i in self.c.interrupts.values()):
+            # Tokens are counted after the reply: it stays, its follow-ons are held (I3, I6).
+            self.raise_budget("tokens", turn, None)
         if calls:
             for call in calls:
                 self.fire("tool.execute", turn, [{"type": "tool.execute"}], call_id=call["id"],
@@ -450,19 +522,22 @@ class _Tx:
 
     # ---- interrupts (SPEC 5) ----------------------------------------------------------------
 
-    def raise_interrupt(self, item: QueuedTrigger, turn: Turn | None, action: dict[str, Any]) -> None:
+    def raise_interrupt(self, item: QueuedTrigger | None, turn: Turn | None, action: dict[str, Any],
+                        anchored: bool = True) -> None:
         iid = action.get("interrupt_id") or self.mint("int")  # I1
-        anchor = turn.tip if turn is not None else None  # I2, I3
+        anchor = turn.tip if turn is not None and anchored else None  # I2, I3
+        timeout_s = action.get("timeout_s")
         rec = Interrupt(id=iid, reason=action["reason"], payload=action.get("payload"),
                         anchor=anchor, turn=turn.id if turn else None, origin=item,
-                        raised_at=self.ctx.now_ms, timeout_s=action.get("timeout_s"),
+                        raised_at=self.ctx.now_ms, timeout_s=timeout_s,
+                        deadline=self.ctx.now_ms + int(timeout_s * 1000) if timeout_s else None,
                         default=action.get("default"), resumable_by=action.get("resumable_by"))
         self.c.interrupts[iid] = rec
         self.count("interrupt_raised", "global" if anchor is None else "anchored")
         self.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload,
                   anchor=anchor)
         self.effect(op="index_add", interrupt_id=iid, reason=rec.reason, anchor=anchor,
-                    raised_at=rec.raised_at)
+                    raised_at=rec.raised_at, deadline=rec.deadline)
         self.park(rec)
 
     def park(self, rec: Interrupt) -> None:
@@ -470,10 +545,14 @@ class _Tx:
         for w in list(self.c.work.values()):
             if w.kind == "llm" and self.in_region(self.c.turns[w.turn].tip, rec.anchor):
                 del self.c.work[w.id]
-                rec.voided_llm = True
                 self.count("llm_voided", "park")
                 self.emit("llm.voided", call_id=w.id, interrupt_id=rec.id)
                 self.cancel("llm", w.id, w.attempt)
+                if w.turn == rec.turn or w.origin is None:
+                    rec.voided_llm = True  # comes back as the resume's llm.call
+                else:
+                    # Another turn's call (a global pause): its trigger is decided again later.
+                    self.hold(w.origin, self.c.turns[w.turn])
         deciding = self.c.deciding
         if deciding is not None and deciding.item.turn is not None:
             turn = self.c.turns[deciding.item.turn]
@@ -495,6 +574,28 @@ class _Tx:
         self.c.resumed.append(rec.id)
         self.effect(op="index_remove", interrupt_id=rec.id)
         turn = self.c.turns.get(rec.turn) if rec.turn else None
+        origin = rec.origin
+        proposed = [dict(a) for a in (origin.proposed if origin else [])]
+        held_llm = turn is not None and any(
+            a.get("type") == "llm.call" for h in turn.held for a in h.proposed)
+        if rec.voided_llm and not held_llm and not any(a.get("type") == "llm.call" for a in proposed):
+            proposed.append({"type": "llm.call"})  # "go on as if never paused": one call at most
+        if rec.reason == "budget" and rec.anchor is None and isinstance(payload, dict) \
+                and isinstance(payload.get("budget"), dict):
+            # I3: the resume's `budget` replaces the limits (absolute values).
+            self.c.budget = {**(self.c.budget or {}), **{
+                k: v for k, v in payload["budget"].items()
+                if k in self.BUDGET_KINDS and (v is None or (isinstance(v, int) and v >= 0))}}
+        if rec.reason == "budget" and rec.anchor is None:
+            still = self.over_budget(Decision(), extra=proposed) or (
+                "tokens" if self.tokens_spent() else None)
+            if still is not None:
+                # A resume that leaves a limit spent raises again at once.
+                self.emit("interrupt.resumed", interrupt_id=rec.id, payload=payload, delivered=False,
+                          timed_out=timed_out, **({"principal": principal} if principal else {}))
+                self.count("interrupt_resumed", "not_delivered")
+                self.raise_budget(still, turn, origin)
+                return
         delivered = rec.anchor is None or (turn is not None and self.is_active(turn))
         self.count("interrupt_resumed", "delivered" if delivered else "not_delivered")
         event: dict[str, Any] = {"interrupt_id": rec.id, "payload": payload, "delivered": delivered,
@@ -502,10 +603,6 @@ class _Tx:
         if principal is not None:
             event["principal"] = principal
         self.emit("interrupt.resumed", **event)
-        origin = rec.origin
-        proposed = [dict(a) for a in (origin.proposed if origin else [])]
-        if rec.voided_llm and not any(a.get("type") == "llm.call" for a in proposed):
-            proposed.append({"type": "llm.call"})  # "go on as if never paused"
         if delivered:
             fields: dict[str, Any] = {"interrupt_id": rec.id, "payload": payload,
                                       "timed_out": timed_out,
@@ -535,7 +632,6 @@ class _Tx:
             self.pump()
             self.complete_turns()
         self.out.state.core = self.core
-        self.out.touched = True
         return self.out
 
 
@@ -580,6 +676,8 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
         return tx.finish()
 
     if isinstance(inp, MessageCreate):
+        if tx.core is None and inp.parent_given and inp.parent_id is not None:
+            return refuse("unknown_parent", f"no message {inp.parent_id!r} in this session")
         if tx.core is None:
             _create(tx, None, None)  # implicit creation fires session.created first
         c = tx.c
@@ -652,6 +750,13 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Tr
         tx.out.dropped = "no_session"
         return tx.finish()
     c = tx.c
+    if outcome.kind == "deadline":
+        rec = c.interrupts.get(outcome.work)
+        if rec is None or rec.deadline is None:
+            tx.out.dropped = "already_resumed"
+            return tx.finish()
+        tx.resume(rec, rec.default, True, None)  # past timeout_s, unanswered: resumed with default
+        return tx.finish()
     if outcome.kind == "decide":
         deciding = c.deciding
         if deciding is None or deciding.work != outcome.work or deciding.attempt != outcome.attempt:
@@ -681,11 +786,19 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Tr
         else:
             tx.settle(w, error=outcome.error or "tool failed")
         return tx.finish()
-    if outcome.ok and isinstance(outcome.value, dict):
-        tx.record_llm(w, outcome.value)
+    response, problem = None, outcome.error or "llm failed"
+    if outcome.ok:
+        try:
+            response = LLM_RESPONSE.validate_python(outcome.value).model_dump()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            problem = f"invalid model response: {first['msg']}" + (f" at {where}" if where else "")
+    if response is not None:
+        tx.record_llm(w, response)
     else:
         del c.work[w.id]
-        error = outcome.error or "invalid model response"
+        error = problem
         tx.emit("llm.failed", call_id=w.id, head=w.head, error=error)
         tx.fire("llm.failed", c.turns[w.turn], [], call_id=w.id, error=error)
     return tx.finish()

@@ -31,6 +31,9 @@ class Work(BaseModel):
     status: Literal["new", "running", "deferred"] = "new"
     attempt: int = 0
     head: str | None = None
+    # llm: the trigger whose decision started the call, held again if a pause voids the call
+    # outside the pausing interrupt's own turn
+    origin: "QueuedTrigger | None" = None
 
 
 class Deciding(BaseModel):
@@ -57,6 +60,7 @@ class Interrupt(BaseModel):
     voided_llm: bool = False
     raised_at: int
     timeout_s: float | None = None
+    deadline: int | None = None
     default: Any = None
     resumable_by: list[str] | None = None
 
@@ -66,6 +70,7 @@ class Core(BaseModel):
     created_at: int
     head: str | None = None
     budget: dict[str, Any] | None = None
+    used: dict[str, int] = Field(default_factory=dict)
     metadata: dict[str, Any] | None = None
     seq: dict[str, int] = Field(default_factory=dict)
     work: dict[str, Work] = Field(default_factory=dict)
@@ -85,3 +90,6 @@ class SessionState(BaseModel):
     applied: dict[str, str] = Field(default_factory=dict)
     # the input's idempotency key was already used
     duplicate: bool = False
+
+
+Work.model_rebuild()

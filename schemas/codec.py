@@ -101,7 +101,7 @@ def decode_input_entry(fields: dict[Any, Any], limit: int | None = None) -> Inpu
     type_name = input_type if isinstance(input_type, str) else None
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise InputError(f"`input` is nested deeper than {MAX_DEPTH}", type_name, ids)
-    if input_type not in INPUT_TYPES:
+    if not isinstance(input_type, str) or input_type not in INPUT_TYPES:
         raise InputError(f"unknown input type {input_type!r}", type_name, ids)
     try:
         parsed = INPUT_ADAPTER.validate_python(value)

@@ -13,7 +13,8 @@ class WorkOutcome(BaseModel):
     session: str
     work: str
     attempt: int
-    kind: Literal["decide", "llm", "tool"]
+    # `deadline`: posted by a dispatcher when an interrupt's timeout_s has passed (`work` is its id)
+    kind: Literal["decide", "llm", "tool", "deadline"]
     ok: bool
     value: Any = None
     error: str | None = None

@@ -157,8 +157,9 @@ def test_missing_type_is_refused():
 
 
 def test_non_string_type_is_refused_without_type():
-    err = refused(entry({"type": ["message.create"]}))
-    assert err.input_type is None
+    err = refused(entry({"type": 5, "call_id": "call-1"}))
+    assert "unknown input type 5" in str(err)
+    assert err.input_type is None and err.ids == {"call_id": "call-1"}
 
 
 @pytest.mark.parametrize(("value", "field"), [

@@ -41,7 +41,7 @@ def edit_away(s: Sim) -> str:
 
 def test_I1_interrupt_action_opens_an_interrupt_with_reason_payload_and_minted_id():
     s = Sim()
-    turn, calls, iid = s.pause_on_tool("send_email", payload={"message": "Send?"})
+    _turn, calls, iid = s.pause_on_tool("send_email", payload={"message": "Send?"})
     assert iid == "int-1"
     assert s.types() == ["interrupt.raised"]
     assert s.ev("interrupt.raised") | {"at": 0} == {

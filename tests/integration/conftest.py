@@ -1,0 +1,94 @@
+"""Helpers for the integration tests: a Dispatcher driven by hand against the private Redis.
+
+The dispatcher's loop is never started here: a test builds a `Dispatcher`, sets its
+partition count and calls `tick()` (or `maintain_leases()` then `apply()` /
+`handle_input()`) itself, so every step is deterministic.
+"""
+
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from dispatcher.consume import Dispatcher
+from dispatcher.keys import Keys
+from dispatcher.machine import AppInfo, ToolInfo
+from schemas.results import WorkOutcome
+
+KEYS = Keys()
+INPUTS = "parley:inputs"
+RESULTS = "parley:results"
+
+# An app shape with no `decide`: every trigger takes `proposed` at once, so a message goes
+# straight to an LLM job and a tool call straight to a tool job.
+NO_DECIDE = AppInfo(has_decide=False, tools={
+    "lookup": ToolInfo(),
+    "slow": ToolInfo(timeout_s=1),
+    "add": ToolInfo(),
+    "later": ToolInfo(deferred=True),
+})
+
+MakeDispatcher = Callable[..., Dispatcher]
+
+
+@pytest.fixture
+def make_dispatcher(r: redis.Redis) -> MakeDispatcher:
+    """`make(app=NO_DECIDE, name=None, partitions=1, **kwargs)`: a Dispatcher on the test's Redis."""
+
+    def make(app: AppInfo = NO_DECIDE, name: str | None = None, partitions: int = 1,
+             **kwargs: Any) -> Dispatcher:
+        kwargs.setdefault("block_ms", 5)
+        d = Dispatcher(r, Keys(), app, name=name, **kwargs)
+        d.partitions = partitions
+        return d
+
+    return make
+
+
+@pytest.fixture
+def restore_signals() -> Iterator[None]:
+    """An in-process RQ worker installs SIGINT/SIGTERM handlers and resets SIGALRM: undo that."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def send(r: redis.Redis, session: str, value: dict[str, Any], stream: str = INPUTS,
+         **extra: Any) -> str:
+    """XADD one input like a producer; returns the entry id."""
+    entry = r.xadd(stream, {"session": session, "input": orjson.dumps(value), **extra})
+    return entry.decode()  # type: ignore[union-attr]
+
+
+def post_outcome(r: redis.Redis, stream: str = RESULTS, **fields: Any) -> str:
+    """XADD one work outcome like a worker; returns the entry id."""
+    outcome = WorkOutcome(**fields)
+    entry = r.xadd(stream, {"outcome": outcome.model_dump_json()})
+    return entry.decode()  # type: ignore[union-attr]
+
+
+def events(r: redis.Redis, session: str) -> list[dict[str, Any]]:
+    return [orjson.loads(f[b"event"]) for _id, f in r.xrange(KEYS.events(session))]
+
+
+def types(r: redis.Redis, session: str) -> list[str]:
+    return [e["type"] for e in events(r, session)]
+
+
+def tick(d: Dispatcher, n: int = 3) -> None:
+    for _ in range(n):
+        d.tick()
+
+
+def pending_count(r: redis.Redis, stream: str) -> int:
+    if not r.exists(stream):
+        return 0
+    return int(r.xpending(stream, Keys.GROUP)["pending"])
+
+
+def queue_ids(r: redis.Redis, kind: str) -> list[str]:
+    return [i.decode() for i in r.lrange(f"rq:queue:{kind}", 0, -1)]

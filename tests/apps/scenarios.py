@@ -1,7 +1,9 @@
 """The app the e2e tests run: the seed scenario plus knobs the tests turn by message text.
 
 - `call NAME {json}` lines in a user message make the scripted model ask for tool calls;
-- `[slow-llm]` in the last user message makes the model take 3 s;
+- `[slow-llm]` / `[llm-1s]` in the last user message make the model take 3 s / 1 s;
+- `[slow-decide]` makes decide take 3 s on that message;
+- `[deadline]` in send_email's arguments asks with `timeout_s: 1`, default not approved;
 - `[parallel]` makes decide answer message.created with an LLM call and a `lookup` tool
   call at once; `lookup` completing raises a `review` interrupt (so the branch parks while
   that LLM call is in flight: SPEC I4).
@@ -17,8 +19,11 @@ _model = ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_emai
 
 def llm(request: dict[str, Any]) -> dict[str, Any]:
     users = [m for m in request["messages"] if m["role"] == "user"]
-    if users and "[slow-llm]" in users[-1]["content"] and request["messages"][-1]["role"] == "user":
-        time.sleep(3)
+    if users and request["messages"][-1]["role"] == "user":
+        if "[slow-llm]" in users[-1]["content"]:
+            time.sleep(3)
+        elif "[llm-1s]" in users[-1]["content"]:
+            time.sleep(1)
     return _model(request)
 
 
@@ -27,9 +32,13 @@ def decide(trigger, proposed):
         raise RuntimeError("decide blew up")
     if trigger.type == "message.created" and "[decide-invalid]" in trigger.message["content"]:
         return {"actions": [{"type": "tool.result", "result": "no call to settle"}]}
+    if trigger.type == "message.created" and "[slow-decide]" in trigger.message["content"]:
+        time.sleep(3)
     if trigger.type == "tool.execute" and trigger.name == "send_email":
-        return {"actions": [{"type": "interrupt", "reason": "confirm",
-                             "payload": {"message": "Send the email?"}}]}
+        ask = {"type": "interrupt", "reason": "confirm", "payload": {"message": "Send the email?"}}
+        if "[deadline]" in str(trigger.arguments):
+            ask.update(timeout_s=1, default={"approved": False})
+        return {"actions": [ask]}
     if trigger.type == "message.created" and "[parallel]" in trigger.message["content"]:
         return {"actions": [{"type": "llm.call"},
                             {"type": "tool.execute", "name": "lookup", "arguments": {"q": "x"}}]}

@@ -26,12 +26,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dispatcher.enqueue import Outbox
-from dispatcher.keys import Keys, partition_of
 from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
 from dispatcher.state import SessionState
 from dispatcher.store import COMMITTED, CONFLICT, LEASE_LOST, Store
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
+from schemas.keys import Keys, partition_of
 from schemas.results import WorkOutcome
 
 log = logging.getLogger("parley.dispatcher")
@@ -45,6 +45,17 @@ if not score or tonumber(score) > tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('XADD', KEYS[2], '*', 'outcome', ARGV[3])
+return 1
+"""
+
+# A job whose worker died: post its loss exactly once, whichever dispatcher sees it first.
+# KEYS[1] running hash, KEYS[2] results stream; ARGV job id, the record read, outcome.
+SETTLE_LOST = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'outcome', ARGV[3])
 return 1
 """
@@ -116,7 +127,9 @@ class Dispatcher:
         self.on_transition = on_transition
         self._renew = redis.register_script(RENEW)
         self._fire_deadline = redis.register_script(FIRE_DEADLINE)
+        self._settle_lost = redis.register_script(SETTLE_LOST)
         self.deadlines_checked = 0.0
+        self.lost_checked = 0.0
         self.partitions = 0
 
     # ---- leases ---------------------------------------------------------------------------
@@ -206,9 +219,37 @@ class Dispatcher:
                                    args=[member, now_ms, outcome.model_dump_json()]):
                 log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
 
+    def find_lost_work(self) -> None:
+        """Jobs recorded as running on a worker whose heartbeat is gone: hand them back.
+
+        The machine retries decide and LLM jobs and idempotent tools, and settles other
+        tools as `worker_lost` (SPEC 6); a result that still arrives later is dropped.
+        """
+        now = time.monotonic()
+        if now - self.lost_checked < 1.0:
+            return
+        self.lost_checked = now
+        running: Any = self.redis.hgetall(self.keys.running)
+        if not running:
+            return
+        records = {job: (raw, orjson.loads(raw)) for job, raw in running.items()}
+        workers = sorted({rec["worker"] for _raw, rec in records.values()})
+        alive: Any = self.redis.mget([self.keys.worker_alive(w) for w in workers])
+        dead = {w for w, beat in zip(workers, alive, strict=True) if beat is None}
+        for job, (raw, rec) in records.items():
+            if rec["worker"] not in dead:
+                continue
+            outcome = WorkOutcome(session=rec["session"], work=rec["work"], attempt=rec["attempt"],
+                                  kind=rec["kind"], ok=False, error="worker_lost", lost=True)
+            if self._settle_lost(keys=[self.keys.running, rec["reply_to"]],
+                                 args=[job, raw, outcome.model_dump_json()]):
+                log.warning("worker lost holding a job", extra=kv(
+                    worker=rec["worker"], session=rec["session"], work=rec["work"], kind=rec["kind"]))
+
     def tick(self) -> None:
         self.maintain_leases()
         self.fire_deadlines()
+        self.find_lost_work()
         if not self.owned:
             time.sleep(self.block_ms / 1000)
             return

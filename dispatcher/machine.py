@@ -30,6 +30,8 @@ JOB_FUNCS = {
     "tools": "workers.jobs.run_tool",
 }
 WORK_ACTIONS = frozenset({"llm.call", "tool.execute"})
+# attempts of one job lost with its worker before it counts as failed
+MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,15 +437,19 @@ class _Tx:
                   params: dict[str, Any] | None = None, origin: QueuedTrigger | None = None) -> None:
         lid = self.mint("llm")
         self.use("llm_calls")
-        self.c.work[lid] = Work(id=lid, kind="llm", turn=turn.id, status="running", attempt=1,
-                                head=turn.tip, origin=origin)
+        extras = {k: v for k, v in (("model", model), ("params", params)) if v is not None}
+        w = Work(id=lid, kind="llm", turn=turn.id, status="running", attempt=0, head=turn.tip,
+                 origin=origin, arguments=extras)
+        self.c.work[lid] = w
         self.emit("llm.started", call_id=lid, head=turn.tip)
-        request: dict[str, Any] = {"messages": self.path(turn.tip)}
-        if model is not None:
-            request["model"] = model
-        if params is not None:
-            request["params"] = params
-        self.enqueue("llm", lid, 1, {"request": request}, self.ctx.limits.llm_timeout_s)
+        self.enqueue_llm(w)
+
+    def enqueue_llm(self, w: Work) -> None:
+        """(Re)send an LLM call: the branch root -> the head it was made at, never later messages."""
+        assert w.head is not None
+        w.attempt += 1
+        request: dict[str, Any] = {"messages": self.path(w.head), **(w.arguments or {})}
+        self.enqueue("llm", w.id, w.attempt, {"request": request}, self.ctx.limits.llm_timeout_s)
 
     def new_call(self, turn: Turn, name: str, arguments: dict[str, Any]) -> None:
         """A call the worker starts itself: its assistant message first, so transcripts stay valid."""
@@ -463,9 +469,12 @@ class _Tx:
             self.emit("tool.deferred", call_id=w.id, name=w.name, arguments=w.arguments or {})
             return
         w.status = "running"
-        w.attempt += 1
         self.use("tool_calls")
         self.emit("tool.started", call_id=w.id, name=w.name)
+        self.enqueue_tool(w, tool)
+
+    def enqueue_tool(self, w: Work, tool: ToolInfo) -> None:
+        w.attempt += 1
         self.enqueue("tools", w.id, w.attempt, {"name": w.name, "arguments": w.arguments or {}},
                      tool.timeout_s or self.ctx.limits.tool_timeout_s)
 
@@ -762,6 +771,14 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Tr
         if deciding is None or deciding.work != outcome.work or deciding.attempt != outcome.attempt:
             tx.out.dropped = "stale_decision"
             return tx.finish()
+        if outcome.lost and deciding.attempt < MAX_ATTEMPTS:
+            # decide has no side effects: run it again (SPEC 6)
+            tx.count("work_retried", "decide")
+            deciding.attempt += 1
+            tx.enqueue("decide", deciding.work, deciding.attempt,
+                       {"trigger": deciding.item.trigger, "proposed": {"actions": deciding.item.proposed}},
+                       ctx.limits.decide_timeout_s)
+            return tx.finish()
         c.deciding = None
         if not outcome.ok:
             tx.decision_failed(deciding.item, outcome.error or "decide failed")
@@ -780,6 +797,16 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Tr
         tx.out.dropped = "already_settled" if w is None else "stale_attempt"
         tx.count("result_dropped", tx.out.dropped)
         return tx.finish()
+    if outcome.lost:
+        tool = ctx.app.tools.get(w.name or "") if w.kind == "tool" else None
+        if w.attempt < MAX_ATTEMPTS and (w.kind == "llm" or (tool is not None and tool.idempotent)):
+            # LLM calls and idempotent tools are retried after a worker crash (SPEC 6)
+            tx.count("work_retried", w.kind)
+            if tool is not None:
+                tx.enqueue_tool(w, tool)
+            else:
+                tx.enqueue_llm(w)
+            return tx.finish()
     if w.kind == "tool":
         if outcome.ok:
             tx.settle(w, result=outcome.value)

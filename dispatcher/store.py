@@ -6,9 +6,9 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from dispatcher.keys import Keys
 from dispatcher.machine import Transition
 from dispatcher.state import Core, SessionState
+from schemas.keys import Keys
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 DEFAULT_EVENTS_MAXLEN = 10_000

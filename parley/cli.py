@@ -74,8 +74,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int) -> 
     current transition and exits 0.
     """
     from dispatcher.consume import Dispatcher
-    from dispatcher.keys import Keys
     from parley.appinfo import app_info
+    from schemas.keys import Keys
     from workers.app import AppError, load_app
 
     try:
@@ -104,10 +104,10 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
     """
-    from dispatcher.keys import Keys
+    from schemas.keys import Keys
     from workers.app import AppError, load_app
-    from workers.jobs import set_app
-    from workers.worker import make_worker
+    from workers.jobs import set_app, set_worker_id
+    from workers.worker import Heartbeat, make_worker, worker_id
 
     try:
         set_app(load_app(app))
@@ -115,9 +115,18 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
         raise click.ClickException(str(exc)) from None
     keys = Keys(ctx.obj["prefix"])
     names = [keys.queue(q.strip()) for q in queues.split(",") if q.strip()]
-    w = make_worker(names, _connect(ctx), name=name)
-    w.work(burst=burst, logging_level=logs.logging.getLevelName(logs.logging.getLogger().level),
-           with_scheduler=False)
+    connection = _connect(ctx)
+    ident = name or worker_id()
+    heartbeat = Heartbeat(connection, keys.worker_alive(ident))
+    heartbeat.beat()
+    heartbeat.start()
+    set_worker_id(ident)
+    w = make_worker(names, connection, name=ident)
+    try:
+        w.work(burst=burst, logging_level=logs.logging.getLevelName(logs.logging.getLogger().level),
+               with_scheduler=False)
+    finally:
+        heartbeat.stop()
 
 
 @cli.command()

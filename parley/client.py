@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from dispatcher.keys import Keys, partition_of
 from dispatcher.machine import show
 from dispatcher.store import Store
+from schemas.keys import Keys, partition_of
 
 
 class Client:

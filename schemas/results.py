@@ -18,3 +18,5 @@ class WorkOutcome(BaseModel):
     ok: bool
     value: Any = None
     error: str | None = None
+    # posted by a dispatcher for a job whose worker died holding it (error: worker_lost)
+    lost: bool = False

@@ -16,6 +16,7 @@ from rq.timeouts import JobTimeoutException
 
 from parley.logs import kv
 from schemas.actions import Decision, decision_from_app
+from schemas.keys import Keys
 from schemas.results import WorkOutcome
 from schemas.triggers import Trigger
 from workers.app import App
@@ -26,6 +27,26 @@ ALLOWED_FUNCS = frozenset({"workers.jobs.run_decide", "workers.jobs.run_llm", "w
 RESULTS_STREAM_RE = re.compile(r"^[A-Za-z0-9._-]+:results(:\d+)?$")
 
 _app: App | None = None
+# set by `parley worker`: the id under which this process heartbeats, so a dispatcher can tell
+# when the worker running a job has died
+_worker_id: str | None = None
+
+
+def set_worker_id(worker_id: str | None) -> None:
+    global _worker_id
+    _worker_id = worker_id
+
+
+def _claim(payload: dict[str, Any], kind: str) -> None:
+    """Record the job as running on this worker (cleared in the same MULTI that posts its outcome)."""
+    if _worker_id is None:
+        return
+    job = get_current_job()
+    assert job is not None
+    keys = Keys(Keys.prefix_of_results(payload["reply_to"]))
+    job.connection.hset(keys.running, job.id, orjson.dumps({
+        "worker": _worker_id, "session": payload["session"], "work": payload["work"],
+        "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]}))
 
 
 def set_app(app: App) -> None:
@@ -39,16 +60,22 @@ def current_app() -> App:
     return _app
 
 
+def _check_reply_to(payload: dict[str, Any]) -> None:
+    if not RESULTS_STREAM_RE.match(str(payload.get("reply_to"))):
+        raise ValueError(f"refusing a job whose reply_to {payload.get('reply_to')!r} is not a results stream")
+
+
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
           started: float | None = None) -> None:
     reply_to = payload["reply_to"]
-    if not RESULTS_STREAM_RE.match(reply_to):
-        raise ValueError(f"refusing to post a result to {reply_to!r}: not a results stream")
     outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
                           kind=kind, ok=ok, value=value, error=error)
     job = get_current_job()
     assert job is not None
-    job.connection.xadd(reply_to, {"outcome": outcome.model_dump_json()})
+    pipe = job.connection.pipeline(transaction=True)
+    pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
+    pipe.hdel(Keys(Keys.prefix_of_results(reply_to)).running, job.id)
+    pipe.execute()
     log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
                                   attempt=payload["attempt"], ok=ok,
                                   ms=round((time.monotonic() - (started or time.monotonic())) * 1000, 1)))
@@ -62,6 +89,8 @@ def _describe(exc: BaseException) -> str:
 
 def run_decide(payload: dict[str, Any]) -> None:
     started = time.monotonic()
+    _check_reply_to(payload)
+    _claim(payload, "decide")
     app = current_app()
     try:
         trigger = Trigger.model_validate(payload["trigger"])
@@ -99,6 +128,8 @@ def check_response(response: Any) -> dict[str, Any]:
 
 def run_llm(payload: dict[str, Any]) -> None:
     started = time.monotonic()
+    _check_reply_to(payload)
+    _claim(payload, "llm")
     app = current_app()
     try:
         if app.llm is None:
@@ -113,6 +144,8 @@ def run_llm(payload: dict[str, Any]) -> None:
 
 def run_tool(payload: dict[str, Any]) -> None:
     started = time.monotonic()
+    _check_reply_to(payload)
+    _claim(payload, "tool")
     app = current_app()
     fn = app.tools.get(payload["name"])
     if fn is None:

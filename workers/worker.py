@@ -7,6 +7,9 @@ voiding an LLM call is logical (its result is dropped on arrival), never a kill.
 """
 
 import logging
+import secrets
+import socket
+import threading
 
 from rq import Queue, SimpleWorker
 from rq.job import Job
@@ -36,6 +39,41 @@ class ParleyJob(Job):
 class ParleyWorker(SimpleWorker):
     job_class = ParleyJob
     queue_class = Queue
+
+
+class Heartbeat(threading.Thread):
+    """Keeps `parley:worker:<id>` alive while this process lives, so that a dispatcher
+    notices within seconds when a worker dies holding a job (RQ notices much later)."""
+
+    INTERVAL_S = 1.0
+    TTL_MS = 5000
+
+    def __init__(self, connection, key: str):  # type: ignore[no-untyped-def]
+        super().__init__(name="parley-heartbeat", daemon=True)
+        self.connection = connection
+        self.key = key
+        self.stopped = threading.Event()
+
+    def beat(self) -> None:
+        self.connection.set(self.key, 1, px=self.TTL_MS)
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.INTERVAL_S):
+            try:
+                self.beat()
+            except Exception as exc:  # Redis away: keep trying; the worker itself reconnects
+                log.warning("heartbeat failed", extra={"kv": {"error": repr(exc)}})
+
+    def stop(self) -> None:
+        self.stopped.set()
+        try:
+            self.connection.delete(self.key)
+        except Exception:
+            log.warning("could not clear the heartbeat on exit")
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}-{secrets.token_hex(4)}"
 
 
 def make_worker(queue_names: list[str], connection, name: str | None = None) -> ParleyWorker:  # type: ignore[no-untyped-def]

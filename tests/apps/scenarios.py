@@ -69,6 +69,15 @@ def slow(seconds: float) -> str:
     return f"slept {seconds}"
 
 
+def slow_idem(seconds: float) -> str:
+    """Sleep, then answer; safe to run twice."""
+    time.sleep(seconds)
+    return f"slept {seconds}"
+
+
+slow_idem.idempotent = True  # type: ignore[attr-defined]
+
+
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
@@ -86,4 +95,4 @@ def later(what: str) -> str:
 
 later.deferred = True  # type: ignore[attr-defined]
 
-tools = [send_email, lookup, slow, add, boom, later]
+tools = [send_email, lookup, slow, slow_idem, add, boom, later]

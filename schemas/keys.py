@@ -51,6 +51,19 @@ class Keys:
         """Sorted set of open interrupts with a timeout, scored by deadline (Unix ms)."""
         return f"{self.prefix}:deadlines"
 
+    @property
+    def running(self) -> str:
+        """Hash: RQ job id -> JSON record of the job a worker is running (for lost-work detection)."""
+        return f"{self.prefix}:running"
+
+    def worker_alive(self, worker: str) -> str:
+        """A worker's heartbeat: present while the worker process lives (short PX, renewed)."""
+        return f"{self.prefix}:worker:{worker}"
+
+    @staticmethod
+    def prefix_of_results(stream: str) -> str:
+        return stream.rsplit(":results", 1)[0]
+
     GROUP = "parley-dispatchers"
 
     def queue(self, kind: str) -> str:

@@ -1,0 +1,101 @@
+"""Crashes and restarts (SPEC 6, 7, I13): kill -9 of workers and dispatchers, Redis restarted from its AOF."""
+
+import time
+
+import orjson
+import pytest
+import redis
+
+from parley.client import Client
+from parley.procs import RedisServer
+from tests.conftest import Procs, all_events, of_type, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def send(r: redis.Redis, session: str, value: dict) -> None:
+    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value)})
+
+
+def kill(procs: Procs, proc) -> None:  # type: ignore[no-untyped-def]
+    proc.kill()
+    proc.wait()
+    procs.started = [p for p in procs.started if p[1] is not proc]
+
+
+@pytest.mark.parametrize(("tool", "expect"), [("slow", "worker_lost"), ("slow_idem", "slept 2")])
+def test_worker_killed_during_a_tool_job(procs: Procs, r: redis.Redis, client: Client, tool: str,
+                                         expect: str) -> None:
+    procs.dispatcher()
+    procs.worker("tests.apps.scenarios", "--queues", "decide,llm")
+    tools_worker = procs.worker("tests.apps.scenarios", "--queues", "tools")
+    send(r, "w1", {"type": "message.create", "content": f'call {tool} {{"seconds": 2}}'})
+    wait_for(client, "w1", lambda e: e["type"] == "tool.started")
+    time.sleep(0.5)
+    kill(procs, tools_worker)  # kill -9 mid-job
+    procs.worker("tests.apps.scenarios", "--queues", "tools")
+    events = wait_for(client, "w1", lambda e: e["type"] == "turn.completed", timeout=30)
+    completed = of_type(events, "tool.completed")
+    assert len(completed) == 1  # recorded once, never twice
+    tool_messages = [e["message"] for e in of_type(events, "message.created")
+                     if e["message"]["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == [expect]
+    assert (completed[0].get("error") == "worker_lost") is (tool == "slow")
+    assert r.hlen("parley:running") == 0
+
+
+def test_worker_killed_during_an_llm_job_is_retried(procs: Procs, r: redis.Redis, client: Client) -> None:
+    procs.dispatcher()
+    llm_worker = procs.worker("tests.apps.scenarios", "--queues", "llm")
+    procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
+    send(r, "w2", {"type": "message.create", "content": "[slow-llm] hello"})
+    wait_for(client, "w2", lambda e: e["type"] == "llm.started")
+    time.sleep(0.5)
+    kill(procs, llm_worker)
+    procs.worker("tests.apps.scenarios", "--queues", "llm")
+    events = wait_for(client, "w2", lambda e: e["type"] == "turn.completed", timeout=30)
+    replies = [e["message"]["content"] for e in of_type(events, "message.created")
+               if e["message"]["role"] == "assistant"]
+    assert replies == ["You said: [slow-llm] hello"]
+    assert len(of_type(events, "llm.started")) == 1 and len(of_type(events, "llm.completed")) == 1
+
+
+def test_dispatcher_killed_standby_takes_over_and_nothing_is_lost(procs: Procs, r: redis.Redis,
+                                                                  client: Client) -> None:
+    first = procs.dispatcher("tests.apps.scenarios", "--lease-ms", "2000")
+    time.sleep(1.0)  # the first holds the lease; the second stands by
+    procs.dispatcher("tests.apps.scenarios", "--lease-ms", "2000")
+    procs.worker()
+    send(r, "k1", {"type": "message.create", "content": "email bob: hi"})
+    wait_for(client, "k1", lambda e: e["type"] == "interrupt.raised")
+    kill(procs, first)
+    for n in range(5):  # written while nobody holds the lease: applied in order after takeover
+        send(r, f"k{n + 2}", {"type": "message.create", "content": f"m{n}"})
+    send(r, "k1", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
+    events = wait_for(client, "k1", lambda e: e["type"] == "turn.completed", timeout=30)
+    assert len(of_type(events, "interrupt.resumed")) == 1
+    for n in range(5):
+        done = wait_for(client, f"k{n + 2}", lambda e: e["type"] == "turn.completed")
+        assert of_type(done, "message.created")[-1]["message"]["content"] == f"You said: m{n}"
+
+
+@pytest.mark.parametrize("how", ["shutdown", "kill"])
+def test_I13_redis_restarted_from_its_aof_keeps_the_pause(procs: Procs, redis_server: RedisServer,
+                                                          client: Client, how: str) -> None:
+    procs.dispatcher()
+    procs.worker()
+    r = redis.Redis.from_url(redis_server.url)
+    send(r, "a1", {"type": "message.create", "content": "email bob: hi"})
+    wait_for(client, "a1", lambda e: e["type"] == "interrupt.raised")
+    time.sleep(0.3)
+    before = client.show("a1")
+    redis_server.stop(kill=how == "kill")
+    time.sleep(1.0)  # dispatcher and worker lose their connections meanwhile
+    redis_server.start()
+    assert client.show("a1") == before  # open interrupt, pending call, transcript: all there
+    assert [i["interrupt_id"] for i in client.interrupts()] == ["int-1"]
+    send(r, "a1", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
+    events = wait_for(client, "a1", lambda e: e["type"] == "turn.completed", timeout=30)
+    assert len(of_type(events, "interrupt.resumed")) == 1
+    assert of_type(events, "message.created")[-1]["message"]["content"] == "Done. send_email: sent"
+    assert len(of_type(all_events(client, "a1"), "interrupt.raised")) == 1

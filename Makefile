@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration test-e2e lint clean
+.PHONY: install demo test test-unit test-integration test-e2e lint chaos chaos-smoke clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server"; exit 1; }
@@ -31,6 +31,14 @@ test-integration: $(STAMP)
 
 test-e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
+
+# 200 seed sessions while dispatchers and workers are killed and Redis restarted (a few minutes).
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos.run_chaos --sessions 200 --spread 60
+
+# The bounded version CI runs (under a minute).
+chaos-smoke: $(STAMP)
+	$(BIN)/python -m tests.chaos.run_chaos --sessions 40 --spread 25 --timeout 120
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -28,7 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from dispatcher.enqueue import Outbox
 from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
 from dispatcher.state import SessionState
-from dispatcher.store import COMMITTED, CONFLICT, LEASE_LOST, Store
+from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
 from schemas.keys import Keys, partition_of
@@ -382,6 +382,10 @@ class Dispatcher:
                      "code": "invalid_input", "message": str(exc)}
             pipe.xadd(self.keys.events(session), {"event": orjson.dumps(event)},
                       maxlen=self.store.events_maxlen, approximate=True)
+            idem = fields.get(b"id", fields.get("id"))
+            if idem:  # SPEC 3.2: a key counts as used whatever became of its entry
+                key = idem.decode("utf-8", "replace") if isinstance(idem, bytes) else str(idem)
+                pipe.set(self.keys.idempotency(session, key), 1, ex=IDEMPOTENCY_TTL_S)
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
         pipe.execute()

@@ -248,6 +248,8 @@ class _Tx:
             self.c.queue.append(item)
 
     def hold(self, item: QueuedTrigger, turn: Turn) -> None:
+        if item.bypass:  # the I9 exception covers the fresh delivery only, never a later release
+            item = item.model_copy(update={"bypass": False})
         turn.held.append(item)
         self.emit("decision.held", trigger=self.trigger_ref(item), head=turn.tip)
 
@@ -312,7 +314,7 @@ class _Tx:
                 if cid is None:
                     raise InvalidDecision(f"{where}: no call to settle")
                 w = self.open_tool(cid)
-                if w is None or cid in settled:
+                if w is None or cid in settled | executed:
                     raise InvalidDecision(f"{where}: call {cid!r} is not open")
                 if w.turn != item.turn:
                     raise InvalidDecision(f"{where}: call {cid!r} belongs to another turn")
@@ -339,7 +341,7 @@ class _Tx:
             # some is dropped unapplied and its trigger held, to be decided again after resume.
             self.hold(item, turn)
             return
-        exceeded = self.over_budget(decision)
+        exceeded = self.over_budget(decision, default_call=self.default_call(item))
         if exceeded is not None:
             # I3: a spent budget pauses the whole session; the blocked decision comes back
             # as the resume's proposed actions.
@@ -370,19 +372,29 @@ class _Tx:
                 self.append(turn, {"role": "assistant", "content": action.content})
             elif action.type == "interrupt":
                 self.raise_interrupt(item, turn, action.model_dump(exclude_unset=True))
+        if item.trigger["type"] in ("tool.execute", "interrupt.resumed") and not any(
+                a.type == "interrupt" for a in decision.actions):
+            # A decision that neither runs, settles nor asks about its call would leave the
+            # turn waiting forever: the call is settled as the tool error `not_executed`.
+            w = self.open_tool(self.default_call(item))
+            if w is not None and w.status == "new" and w.turn == item.turn:
+                self.settle(w, error="not_executed")
         self.after_decision(item)
 
     # ---- budgets (SPEC I3) --------------------------------------------------------------------
 
     BUDGET_KINDS = ("llm_calls", "tool_calls", "tokens")
 
-    def over_budget(self, decision: Decision, extra: list[dict[str, Any]] | None = None) -> str | None:
+    def over_budget(self, decision: Decision, extra: list[dict[str, Any]] | None = None,
+                    default_call: str | None = None) -> str | None:
         """The first limit the decision's work would exceed (or that is already spent), if any."""
         limits = self.c.budget or {}
         if not limits:
             return None
-        types = [a.type for a in decision.actions] + [a.get("type", "") for a in extra or []]
-        wants = {"llm_calls": types.count("llm.call"), "tool_calls": types.count("tool.execute")}
+        actions = [a.model_dump(exclude_unset=True) | {"type": a.type} for a in decision.actions]
+        actions += extra or []
+        wants = {"llm_calls": sum(a.get("type") == "llm.call" for a in actions),
+                 "tool_calls": sum(self.would_run(a, default_call) for a in actions)}
         for kind in ("llm_calls", "tool_calls"):
             limit = limits.get(kind)
             if limit is not None and wants[kind] and self.c.used.get(kind, 0) + wants[kind] > limit:
@@ -392,6 +404,17 @@ class _Tx:
             return "tokens"
         return None
 
+    def would_run(self, action: dict[str, Any], default_call: str | None) -> bool:
+        """A tool.execute that will start a job (deferred and unknown tools spend no budget)."""
+        if action.get("type") != "tool.execute":
+            return False
+        name = action.get("name")
+        if name is None:
+            w = self.c.work.get(action.get("call_id") or default_call or "")
+            name = w.name if w is not None else None
+        tool = self.ctx.app.tools.get(name or "")
+        return tool is not None and not tool.deferred
+
     def tokens_spent(self) -> bool:
         limit = (self.c.budget or {}).get("tokens")
         return limit is not None and self.c.used.get("tokens", 0) >= limit
@@ -399,11 +422,12 @@ class _Tx:
     def use(self, kind: str, n: int = 1) -> None:
         self.c.used[kind] = self.c.used.get(kind, 0) + n
 
-    def raise_budget(self, exceeded: str, turn: Turn | None, origin: QueuedTrigger | None) -> None:
+    def raise_budget(self, exceeded: str, turn: Turn | None, origin: QueuedTrigger | None) -> Interrupt:
         payload = {"used": {k: self.c.used.get(k, 0) for k in self.BUDGET_KINDS},
                    "limit": {k: (self.c.budget or {}).get(k) for k in self.BUDGET_KINDS},
                    "exceeded": exceeded}
-        self.raise_interrupt(origin, turn, {"reason": "budget", "payload": payload}, anchored=False)
+        return self.raise_interrupt(origin, turn, {"reason": "budget", "payload": payload},
+                                    anchored=False, system=True)
 
     def after_decision(self, item: QueuedTrigger) -> None:
         if item.trigger["type"] == "interrupt.resumed":
@@ -516,10 +540,11 @@ class _Tx:
         m = self.append(turn, message)
         self.emit("llm.completed", call_id=w.id, head=w.head, message_id=m["id"])
         usage = response.get("usage") or {}
-        if isinstance(usage.get("tokens"), int):
-            self.use("tokens", usage["tokens"])
+        tokens = usage.get("tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+            self.use("tokens", tokens)
         if self.tokens_spent() and not any(
-                i.reason == "budget" and i.anchor is None for i in self.c.interrupts.values()):
+                i.system for i in self.c.interrupts.values()):
             # Tokens are counted after the reply: it stays, its follow-ons are held (I3, I6).
             self.raise_budget("tokens", turn, None)
         if calls:
@@ -532,7 +557,7 @@ class _Tx:
     # ---- interrupts (SPEC 5) ----------------------------------------------------------------
 
     def raise_interrupt(self, item: QueuedTrigger | None, turn: Turn | None, action: dict[str, Any],
-                        anchored: bool = True) -> None:
+                        anchored: bool = True, system: bool = False) -> Interrupt:
         iid = action.get("interrupt_id") or self.mint("int")  # I1
         anchor = turn.tip if turn is not None and anchored else None  # I2, I3
         timeout_s = action.get("timeout_s")
@@ -540,7 +565,8 @@ class _Tx:
                         anchor=anchor, turn=turn.id if turn else None, origin=item,
                         raised_at=self.ctx.now_ms, timeout_s=timeout_s,
                         deadline=self.ctx.now_ms + int(timeout_s * 1000) if timeout_s else None,
-                        default=action.get("default"), resumable_by=action.get("resumable_by"))
+                        default=action.get("default"), resumable_by=action.get("resumable_by"),
+                        system=system)
         self.c.interrupts[iid] = rec
         self.count("interrupt_raised", "global" if anchor is None else "anchored")
         self.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload,
@@ -548,6 +574,7 @@ class _Tx:
         self.effect(op="index_add", interrupt_id=iid, reason=rec.reason, anchor=anchor,
                     raised_at=rec.raised_at, deadline=rec.deadline)
         self.park(rec)
+        return rec
 
     def park(self, rec: Interrupt) -> None:
         """I4, I6a: void the branch's LLM calls and decide in flight; hold its queued triggers."""
@@ -557,11 +584,14 @@ class _Tx:
                 self.count("llm_voided", "park")
                 self.emit("llm.voided", call_id=w.id, interrupt_id=rec.id)
                 self.cancel("llm", w.id, w.attempt)
+                call = {"type": "llm.call", **(w.arguments or {})}
                 if w.turn == rec.turn or w.origin is None:
                     rec.voided_llm = True  # comes back as the resume's llm.call
+                    rec.voided_call = call
                 else:
-                    # Another turn's call (a global pause): its trigger is decided again later.
-                    self.hold(w.origin, self.c.turns[w.turn])
+                    # Another turn's call (a global pause): its trigger is decided again later,
+                    # proposing just that call (what its decision had already applied stays).
+                    self.hold(w.origin.model_copy(update={"proposed": [call]}), self.c.turns[w.turn])
         deciding = self.c.deciding
         if deciding is not None and deciding.item.turn is not None:
             turn = self.c.turns[deciding.item.turn]
@@ -588,22 +618,26 @@ class _Tx:
         held_llm = turn is not None and any(
             a.get("type") == "llm.call" for h in turn.held for a in h.proposed)
         if rec.voided_llm and not held_llm and not any(a.get("type") == "llm.call" for a in proposed):
-            proposed.append({"type": "llm.call"})  # "go on as if never paused": one call at most
-        if rec.reason == "budget" and rec.anchor is None and isinstance(payload, dict) \
-                and isinstance(payload.get("budget"), dict):
+            # "go on as if never paused": one call at most
+            proposed.append(dict(rec.voided_call or {"type": "llm.call"}))
+        if rec.system and isinstance(payload, dict) and isinstance(payload.get("budget"), dict):
             # I3: the resume's `budget` replaces the limits (absolute values).
             self.c.budget = {**(self.c.budget or {}), **{
                 k: v for k, v in payload["budget"].items()
                 if k in self.BUDGET_KINDS and (v is None or (isinstance(v, int) and v >= 0))}}
-        if rec.reason == "budget" and rec.anchor is None:
-            still = self.over_budget(Decision(), extra=proposed) or (
+        if rec.system:
+            origin_call = origin.trigger.get("call_id") if origin else None
+            still = self.over_budget(Decision(), extra=proposed, default_call=origin_call) or (
                 "tokens" if self.tokens_spent() else None)
             if still is not None:
                 # A resume that leaves a limit spent raises again at once.
                 self.emit("interrupt.resumed", interrupt_id=rec.id, payload=payload, delivered=False,
                           timed_out=timed_out, **({"principal": principal} if principal else {}))
                 self.count("interrupt_resumed", "not_delivered")
-                self.raise_budget(still, turn, origin)
+                again = origin.model_copy(update={"proposed": proposed}) if origin else None
+                new = self.raise_budget(still, turn, again)
+                if again is None and rec.voided_llm:
+                    new.voided_llm, new.voided_call = True, rec.voided_call
                 return
         delivered = rec.anchor is None or (turn is not None and self.is_active(turn))
         self.count("interrupt_resumed", "delivered" if delivered else "not_delivered")
@@ -729,7 +763,9 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
         rec = tx.c.interrupts.get(inp.interrupt_id)
         if rec is None:  # I11
             return ignore("already_resumed" if inp.interrupt_id in tx.c.resumed else "unknown_interrupt")
-        tx.resume(rec, inp.payload, False, entry.principal)
+        # `principal` is reported only once signatures are checked (SPEC 3.2: "when signed");
+        # an unsigned entry's claim is not an audit trail.
+        tx.resume(rec, inp.payload, False, None)
         return tx.finish()
 
     if isinstance(inp, ToolResultInput):

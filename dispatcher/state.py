@@ -58,6 +58,10 @@ class Interrupt(BaseModel):
     turn: str | None
     origin: QueuedTrigger | None
     voided_llm: bool = False
+    # the voided call's own action (model, params), proposed again on resume
+    voided_call: dict[str, Any] | None = None
+    # raised by the engine itself (a budget stop), not by an app's decision
+    system: bool = False
     raised_at: int
     timeout_s: float | None = None
     deadline: int | None = None

@@ -53,6 +53,11 @@ def load_app(spec: str | None) -> App:
     if decide is not None and not callable(decide):
         raise AppError(f"app {spec!r}: `decide` is not callable")
     decide_on = getattr(target, "decide_on", None)
+    if decide_on is not None and (isinstance(decide_on, str) or not isinstance(
+            decide_on, list | tuple | set | frozenset)
+            or not all(isinstance(t, str) for t in decide_on)):
+        raise AppError(f"app {spec!r}: `decide_on` must be a collection of trigger types, "
+                       f"e.g. {{\"tool.execute\"}}")
     llm = getattr(target, "llm", None)
     if llm is not None and not callable(llm):
         raise AppError(f"app {spec!r}: `llm` is not callable")
@@ -73,6 +78,8 @@ def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
         raise AppError(f"app {spec!r}: `tools` must be a dict or a list of functions")
     out: dict[str, Callable[..., Any]] = {}
     for name, fn in items:
+        if not isinstance(name, str):
+            raise AppError(f"app {spec!r}: tool names must be strings, got {name!r}")
         if not callable(fn):
             raise AppError(f"app {spec!r}: tool {name!r} is not callable")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
@@ -106,7 +113,11 @@ def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     summary, arg_docs = _doc_parts(fn)
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for pname, param in inspect.signature(fn).parameters.items():
+    try:
+        signature = inspect.signature(fn, eval_str=True)
+    except (NameError, TypeError):  # annotations that do not resolve: describe what we can
+        signature = inspect.signature(fn)
+    for pname, param in signature.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any

@@ -35,6 +35,28 @@ class ParleyJob(Job):
             raise RefusedJob(f"job {self.id} names {self.func_name!r}, which is not a Parley job")
         return super().func
 
+    # RQ also imports and calls the callbacks a job hash names. Parley's jobs never have any:
+    # a planted name is ignored, never imported.
+    def _refuse_callback(self, name: str | None) -> None:
+        if name:
+            log.error("ignored a callback named in a job hash",
+                      extra={"kv": {"job": self.id, "callback": name}})
+
+    @property
+    def success_callback(self):  # type: ignore[no-untyped-def]
+        self._refuse_callback(self._success_callback_name)
+        return None
+
+    @property
+    def failure_callback(self):  # type: ignore[no-untyped-def]
+        self._refuse_callback(self._failure_callback_name)
+        return None
+
+    @property
+    def stopped_callback(self):  # type: ignore[no-untyped-def]
+        self._refuse_callback(self._stopped_callback_name)
+        return None
+
 
 class ParleyWorker(SimpleWorker):
     job_class = ParleyJob

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from dispatcher.consume import Dispatcher
-from dispatcher.keys import Keys
 from dispatcher.machine import AppInfo, ToolInfo
+from schemas.keys import Keys
 from schemas.results import WorkOutcome
 
 KEYS = Keys()

@@ -334,3 +334,20 @@ class Sim:
         self.decide([{"type": "interrupt", "reason": reason, **interrupt}], expect="tool.execute")
         iid = self.ev("interrupt.raised")["interrupt_id"]
         return turn, calls, iid
+
+    # ---- budgets and deadlines ------------------------------------------------------------------
+
+    def open_session(self, budget: Any = OMIT, metadata: Any = OMIT) -> Transition:
+        """session.create, and its session.created trigger decided with what was proposed."""
+        tr = self.create(budget=budget, metadata=metadata)
+        self.decide(expect="session.created")
+        return tr
+
+    def deadline(self, interrupt_id: str, attempt: int = 0) -> Transition:
+        """What a dispatcher posts when an interrupt's timeout_s has passed (SPEC 4.2)."""
+        return self.outcome("deadline", interrupt_id, attempt, ok=True)
+
+    def index_adds(self, tr: Transition | None = None) -> list[dict[str, Any]]:
+        tr = tr or self.last
+        assert tr is not None
+        return [f for f in tr.effects if f["op"] == "index_add"]

@@ -726,7 +726,9 @@ def test_tool_outcome_after_the_call_was_settled_is_dropped():
     s.decide([{"type": "tool.result", "call_id": calls[0], "result": "by hand"}])
     tr = s.finish_tool(calls[0], result="late", attempt=1)
     assert tr.dropped == "already_settled" and tr.new_messages == []
-    assert [m["content"] for m in s.state.messages.values() if m["role"] == "tool"] == ["by hand"]
+    # call-2's own tool.execute decision neither ran nor settled it: settled `not_executed`
+    assert [m["content"] for m in s.state.messages.values() if m["role"] == "tool"] == [
+        "by hand", "not_executed"]
 
 
 def test_tool_outcome_for_a_call_not_running_is_dropped():

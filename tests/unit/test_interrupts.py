@@ -524,7 +524,7 @@ def test_I9_resume_of_the_active_turn_delivers_interrupt_resumed_at_once():
     assert s.types() == ["interrupt.resumed"]
     assert s.ev("interrupt.resumed") | {"at": 0} == {
         "type": "interrupt.resumed", "at": 0, "interrupt_id": "int-1", "payload": {"approved": True},
-        "delivered": True, "timed_out": False, "principal": "alice"}
+        "delivered": True, "timed_out": False}  # an unsigned principal is not reported
     assert [f["op"] for f in tr.effects] == ["index_remove", "enqueue"]
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
                          "interrupt_id": "int-1", "payload": {"approved": True}, "timed_out": False,

@@ -1,0 +1,192 @@
+"""Chaos: drive many sessions through the seed scenario while killing processes and Redis.
+
+    python -m tests.chaos.run_chaos --sessions 200      (make chaos)
+    python -m tests.chaos.run_chaos --sessions 40       (make chaos-smoke, in CI)
+
+Two dispatchers over two partitions and three workers run the seed app; every few
+seconds one of them is killed with SIGKILL and replaced; once, Redis itself is killed
+(`appendfsync always`) and restarted from its AOF. Each session parks on the interrupt,
+is resumed by this driver, and must finish. Then every session is checked: its input
+taken (no lost input), no duplicate message, exactly one delivered resume, nothing still
+parked, and the transcript complete. Prints the counts and exits 1 on any violation.
+"""
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+
+from parley.client import Client
+from parley.procs import RedisServer, start_parley, stop_process
+
+APP = "examples.seed_app"
+FINAL = "Done. send_email: sent"
+
+
+class Fleet:
+    def __init__(self, url: str, logdir: Path):
+        self.env = {"PARLEY_REDIS_URL": url, "PARLEY_APP": APP, "PARLEY_LOG_LEVEL": "WARNING"}
+        self.logdir = logdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.kills = 0
+        self.n = 0
+
+    def start(self, name: str) -> None:
+        kind = name.split("-")[0]
+        args = (["dispatcher", "--partitions", "2", "--lease-ms", "2000"] if kind == "dispatcher"
+                else ["worker"])
+        self.n += 1
+        self.procs[name] = start_parley(args, self.env, self.logdir / f"{name}-{self.n}.log")
+
+    def kill_one(self, rng: random.Random) -> str:
+        name = rng.choice(sorted(self.procs))
+        self.procs[name].kill()
+        self.procs[name].wait()
+        self.kills += 1
+        self.start(name)
+        return name
+
+    def stop(self) -> list[int]:
+        return [stop_process(p) for p in self.procs.values()]
+
+
+def retrying(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Redis is restarted once during the run: producers retry like a real client would."""
+    for _ in range(200):
+        try:
+            return fn(*args, **kwargs)
+        except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
+            time.sleep(0.1)
+    raise RuntimeError("redis stayed unavailable")
+
+
+def drive(client: Client, sessions: list[str], spread_s: float, deadline: float, stop: threading.Event,
+          rng: random.Random) -> dict[str, str]:
+    """Start the sessions spread over `spread_s` seconds (so kills land at every stage), resume
+    each interrupt a random moment after it is raised; return each session's state."""
+    state = {s: "new" for s in sessions}
+    cursors = {s: "0-0" for s in sessions}
+    t0 = time.monotonic()
+    starts = {s: t0 + spread_s * i / max(1, len(sessions)) for i, s in enumerate(sessions)}
+    resume_at: dict[str, tuple[float, str]] = {}
+    while time.monotonic() < deadline and any(v != "done" for v in state.values()):
+        now = time.monotonic()
+        for s in sessions:
+            if state[s] == "new" and now >= starts[s]:
+                retrying(client.send, s, {"type": "message.create",
+                                          "content": f"Email bob@example.com: note {s}"}, f"msg-{s}")
+                state[s] = "sent"
+            if s in resume_at and state[s] == "parked" and now >= resume_at[s][0]:
+                retrying(client.send, s, {"type": "interrupt.resume", "interrupt_id": resume_at[s][1],
+                                          "payload": {"approved": True}}, f"resume-{s}")
+                state[s] = "resumed"
+            if state[s] in ("done", "new"):
+                continue
+            try:
+                reply: Any = client.redis.xread({client.keys.events(s): cursors[s]}, count=100)
+            except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
+                time.sleep(0.1)
+                continue
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    cursors[s] = entry_id.decode()
+                    event = orjson.loads(fields[b"event"])
+                    if event["type"] == "interrupt.raised" and state[s] == "sent":
+                        resume_at[s] = (time.monotonic() + rng.uniform(0, 3), event["interrupt_id"])
+                        state[s] = "parked"
+                    elif event["type"] == "turn.completed" and state[s] == "resumed":
+                        state[s] = "done"
+        time.sleep(0.05)
+    stop.set()
+    return state
+
+
+def check(client: Client, session: str) -> list[str]:
+    problems = []
+    events = [e for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.2)]
+    created = [e["message"]["id"] for e in events if e["type"] == "message.created"]
+    if len(created) != len(set(created)):
+        problems.append(f"duplicate message ids {created}")
+    view = client.show(session)
+    if view is None:
+        return [*problems, "lost input: no session"]
+    users = [m for m in view["messages"] if m["role"] == "user"]
+    if len(users) != 1:
+        problems.append(f"lost or duplicated input: {len(users)} user messages")
+    delivered = [e for e in events if e["type"] == "interrupt.resumed" and e["delivered"]]
+    if len(delivered) != 1:
+        problems.append(f"{len(delivered)} delivered resumes")
+    if view["parked"] or view["interrupts"]:
+        problems.append("still parked")
+    contents = [m["content"] for m in view["messages"]]
+    if len(view["messages"]) != 4 or contents[-1] != FINAL or contents[2] != "sent":
+        problems.append(f"incomplete transcript {contents}")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills")
+    parser.add_argument("--spread", type=float, default=60.0, help="seconds over which sessions start")
+    parser.add_argument("--timeout", type=float, default=240.0)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    workdir = Path(tempfile.mkdtemp(prefix="parley-chaos-"))
+    server = RedisServer(workdir / "redis", appendonly=True, appendfsync="always").start()
+    fleet = Fleet(server.url, workdir)
+    for name in ("dispatcher-a", "dispatcher-b", "worker-a", "worker-b", "worker-c"):
+        fleet.start(name)
+    client = Client(redis.Redis.from_url(server.url, socket_timeout=5))
+    while client.redis.hget(client.keys.config, "partitions") is None:
+        time.sleep(0.05)  # producers hash sessions over the N the dispatchers publish
+    sessions = [f"chaos-{i}" for i in range(args.sessions)]
+    stop = threading.Event()
+    restarts = 0
+
+    def chaos() -> None:
+        nonlocal restarts
+        started = time.monotonic()
+        while not stop.wait(args.kill_every * rng.uniform(0.5, 1.5)):
+            if restarts == 0 and time.monotonic() - started > 6:
+                server.stop(kill=True)  # kill -9: appendfsync always keeps every ack
+                time.sleep(0.5)
+                server.start()
+                restarts += 1
+            else:
+                fleet.kill_one(rng)
+
+    chaos_thread = threading.Thread(target=chaos, daemon=True)
+    t0 = time.monotonic()
+    chaos_thread.start()
+    state = drive(client, sessions, args.spread, t0 + args.timeout, stop, rng)
+    chaos_thread.join()
+    elapsed = time.monotonic() - t0
+    violations = {}
+    for s in sessions:
+        problems = check(client, s) if state[s] == "done" else [f"did not finish (state {state[s]})"]
+        if problems:
+            violations[s] = problems
+    codes = fleet.stop()
+    server.stop()
+    print(f"chaos: sessions={len(sessions)} finished={sum(v == 'done' for v in state.values())} "
+          f"kills={fleet.kills} redis_restarts={restarts} violations={len(violations)} "
+          f"seconds={elapsed:.1f} exit_codes={codes}")
+    for s, problems in sorted(violations.items())[:20]:
+        print(f"  {s}: {'; '.join(problems)}")
+    if violations:
+        print(f"logs in {workdir}")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

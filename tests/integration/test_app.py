@@ -1,0 +1,123 @@
+"""workers.app (SPEC 4): loading an app by `module` or `module:attr`, its errors, tool schemas."""
+
+import pytest
+
+from parley.appinfo import app_info
+from tests.apps import integration_apps as apps
+from tests.apps import scenarios
+from workers.app import App, AppError, load_app, tool_schema
+
+MOD = "tests.apps.integration_apps"
+
+
+def test_load_a_module() -> None:
+    app = load_app("tests.apps.scenarios")
+    assert isinstance(app, App)
+    assert app.spec == "tests.apps.scenarios"
+    assert app.decide is scenarios.decide
+    assert app.llm is scenarios.llm
+    assert app.decide_on is None  # no decide_on: every trigger runs decide
+    assert list(app.tools) == [fn.__name__ for fn in scenarios.tools]  # a list: names from functions
+    assert {"send_email", "add", "later"} <= set(app.tools)
+    assert app.tools["add"] is scenarios.add
+    info = app_info(app)
+    assert info.has_decide is True
+    assert info.tools["later"].deferred is True and info.tools["add"].deferred is False
+
+
+def test_load_module_attr_with_a_tools_dict() -> None:
+    app = load_app(f"{MOD}:bundle")
+    assert app.spec == f"{MOD}:bundle"
+    assert app.tools == {"twice": apps.double, "loud": apps.shout}  # dict keys are the names
+    assert app.decide is apps.my_decide and app.llm is apps.my_llm
+    assert app.decide_on == frozenset({"tool.execute", "message.created"})
+    info = app_info(app)
+    assert info.needs_decide("tool.execute") and not info.needs_decide("llm.completed")
+
+
+def test_load_a_dotted_attribute_and_a_bare_namespace() -> None:
+    assert list(load_app(f"{MOD}:nested.inner").tools) == ["double"]
+    empty = load_app(f"{MOD}:empty")
+    assert (empty.decide, empty.decide_on, empty.tools, empty.llm) == (None, None, {}, None)
+    assert app_info(empty).has_decide is False
+
+
+def test_module_app_takes_tool_names_from_function_names() -> None:
+    app = load_app(MOD)
+    assert list(app.tools) == ["double", "shout", "describe"]
+    assert app.decide is None and app.llm is None  # module-level `my_decide` is not `decide`
+    assert [s["name"] for s in app.tool_schemas()] == ["double", "shout", "describe"]
+
+
+def test_app_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_APP", f"{MOD}:bundle")
+    assert load_app(None).spec == f"{MOD}:bundle"
+    assert load_app("").spec == f"{MOD}:bundle"
+    monkeypatch.delenv("PARLEY_APP")
+    with pytest.raises(AppError, match=r"no app given: pass --app module\[:attr\] or set PARLEY_APP"):
+        load_app(None)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("no_such_module_for_parley", "cannot import app module 'no_such_module_for_parley'"),
+    ("tests.apps.no_such_app:x", "cannot import app module 'tests.apps.no_such_app'"),
+    (f"{MOD}:missing", f"app '{MOD}:missing': {MOD} has no attribute 'missing'"),
+    (f"{MOD}:nested.nope", "has no attribute 'nested.nope'"),
+    (f"{MOD}:bad_tools_type", "`tools` must be a dict or a list of functions"),
+    (f"{MOD}:bad_tool_value", "tool 'double' is not callable"),
+    (f"{MOD}:bad_tool_name", "tool name 'no spaces allowed' is not a valid identifier"),
+    (f"{MOD}:bad_decide", f"app '{MOD}:bad_decide': `decide` is not callable"),
+    (f"{MOD}:bad_llm", "`llm` is not callable"),
+])
+def test_load_errors_are_app_errors_with_clear_messages(spec: str, message: str) -> None:
+    with pytest.raises(AppError) as info:
+        load_app(spec)
+    assert message in str(info.value)
+
+
+def test_tool_schema_from_signature_and_docstring() -> None:
+    schema = tool_schema("describe", apps.describe)
+    assert schema == {
+        "name": "describe",
+        "description": "Describe a delivery.",  # the first paragraph only
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "description": "the recipient address"},
+                "count": {"type": "integer", "description": "how many to send"},
+                "ratio": {"type": "number"},
+                "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+                "mode": {"enum": ["fast", "slow"], "type": "string", "description": "fast or slow"},
+                "urgent": {"type": "boolean"},
+            },
+            "required": ["to", "count"],  # *extra and **options are not parameters
+        },
+    }
+
+
+def test_tool_schema_without_annotations_or_docstring() -> None:
+    assert tool_schema("untyped", apps.untyped) == {
+        "name": "untyped", "description": "",
+        "parameters": {"type": "object", "properties": {"thing": {}, "other": {}},
+                       "required": ["thing"]}}
+
+
+def test_tool_schema_of_a_function_with_no_parameters_has_no_required() -> None:
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    assert tool_schema("ping", ping) == {"name": "ping", "description": "Ping.",
+                                         "parameters": {"type": "object", "properties": {}}}
+
+
+def test_app_tool_schemas_are_what_the_model_is_given() -> None:
+    schemas = {s["name"]: s for s in load_app("tests.apps.scenarios").tool_schemas()}
+    assert schemas["send_email"] == {
+        "name": "send_email", "description": "Send an email.",
+        "parameters": {"type": "object", "properties": {"to": {"type": "string"},
+                                                        "body": {"type": "string"}},
+                       "required": ["to", "body"]}}
+    assert schemas["add"]["parameters"]["properties"] == {"a": {"type": "integer"},
+                                                          "b": {"type": "integer"}}
+    assert schemas["slow"]["parameters"]["properties"] == {"seconds": {"type": "number"}}

@@ -1,0 +1,561 @@
+"""dispatcher.consume against a real Redis: apply, enqueue, replay, reclaim, reject, leases.
+
+SPEC 2 (dispatchers, partitions), 3.1/3.2 (inputs, bad entries, idempotency keys, trimming)
+and 7 (each input exactly once, in order; each result recorded once).
+"""
+
+import time
+import zlib
+
+import orjson
+import pytest
+import redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from dispatcher.consume import Dispatcher, get_partitions
+from dispatcher.machine import AppInfo, job_id
+from parley.appinfo import app_info
+from parley.client import Client
+from schemas.keys import Keys, partition_of
+from tests.integration.conftest import (
+    INPUTS,
+    KEYS,
+    RESULTS,
+    MakeDispatcher,
+    events,
+    pending_count,
+    post_outcome,
+    queue_ids,
+    send,
+    tick,
+    types,
+)
+from workers.app import load_app
+
+SCENARIOS = app_info(load_app("tests.apps.scenarios"))
+
+
+def fetch(r: redis.Redis, jid: str) -> Job:
+    return Job.fetch(jid, connection=r, serializer=JSONSerializer)
+
+
+# ---- one input, applied once -------------------------------------------------------------------
+
+
+def test_message_create_emits_events_and_enqueues_one_llm_job(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    entry = send(r, "s-1", {"type": "message.create", "content": "hello"})
+    tick(d)
+
+    evs = events(r, "s-1")
+    assert [e["type"] for e in evs] == ["session.created", "message.created", "llm.started"]
+    assert evs[1]["message"] == {"id": "msg-1", "parent_id": None, "role": "user", "content": "hello"}
+    assert (evs[2]["call_id"], evs[2]["head"]) == ("llm-1", "msg-1")
+    assert all(isinstance(e["at"], int) and e["at"] > 1_600_000_000_000 for e in evs)
+
+    jid = job_id("s-1", "llm-1", 1)
+    assert queue_ids(r, "llm") == [jid]
+    assert queue_ids(r, "decide") == [] and queue_ids(r, "tools") == []
+    job = fetch(r, jid)
+    assert job.id == jid and jid.startswith("parley-")
+    assert job.func_name == "workers.jobs.run_llm"
+    assert job.origin == "llm"
+    assert job.timeout == 120
+    assert job.args == [{"session": "s-1", "work": "llm-1", "attempt": 1, "reply_to": RESULTS,
+                         "request": {"messages": [evs[1]["message"]]}}]
+    # the job hash holds JSON (zlib-compressed by RQ), never pickle
+    raw = zlib.decompress(r.hget(f"rq:job:{jid}", "data"))
+    assert orjson.loads(raw)[0] == "workers.jobs.run_llm"
+
+    assert r.hlen(KEYS.outbox("s-1")) == 0  # flushed
+    meta = r.hgetall(KEYS.meta("s-1"))
+    assert meta[b"ver"] == b"1"
+    assert orjson.loads(meta[b"applied"]) == {INPUTS: entry}
+    assert d.stats.applied == 1 and d.stats.replays == 0
+    assert d.stats.counts[("input", "message.create")] == 1
+
+    tick(d)  # nothing new: nothing changes
+    assert len(events(r, "s-1")) == 3
+    assert queue_ids(r, "llm") == [jid]
+    assert d.stats.applied == 1
+
+
+def test_with_decide_one_decide_job_in_flight_per_session(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher(app=SCENARIOS)
+    send(r, "s-2", {"type": "message.create", "content": "hi"})
+    tick(d)
+    assert types(r, "s-2") == ["session.created", "message.created"]
+    # two triggers fired (session.created, message.created); only the first is being decided
+    jid = job_id("s-2", "dec-1", 1)
+    assert queue_ids(r, "decide") == [jid]
+    assert queue_ids(r, "llm") == []
+    job = fetch(r, jid)
+    assert job.func_name == "workers.jobs.run_decide"
+    payload = job.args[0]
+    assert payload["trigger"] == {"type": "session.created", "session": "s-2", "head": None,
+                                  "budget": None, "metadata": None}
+    assert payload["proposed"] == {"actions": []}
+    assert (payload["work"], payload["attempt"], payload["reply_to"]) == ("dec-1", 1, RESULTS)
+
+    # its outcome (posted like a worker would) is applied and the next trigger is decided
+    post_outcome(r, session="s-2", work="dec-1", attempt=1, kind="decide", ok=True,
+                 value={"actions": []})
+    tick(d)
+    assert queue_ids(r, "decide") == [jid, job_id("s-2", "dec-2", 1)]
+    assert fetch(r, job_id("s-2", "dec-2", 1)).args[0]["trigger"]["type"] == "message.created"
+    assert r.xlen(RESULTS) == 0
+
+
+def test_work_outcomes_from_the_results_stream_are_recorded_once(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """SPEC 7: a result of work is recorded exactly once; a late duplicate changes nothing."""
+    d = make_dispatcher()
+    send(r, "s-3", {"type": "message.create", "content": "look it up"})
+    tick(d)
+    post_outcome(r, session="s-3", work="llm-1", attempt=1, kind="llm", ok=True,
+                 value={"content": "", "tool_calls": [{"id": "x7", "name": "lookup",
+                                                        "arguments": {"q": "a"}}]})
+    tick(d)
+    assert types(r, "s-3")[3:] == ["message.created", "llm.completed", "tool.started"]
+    reply = events(r, "s-3")[3]["message"]
+    assert reply["tool_calls"] == [{"id": "call-1", "name": "lookup", "arguments": {"q": "a"}}]
+    tid = job_id("s-3", "call-1", 1)
+    assert queue_ids(r, "tools") == [tid]
+    job = fetch(r, tid)
+    assert job.func_name == "workers.jobs.run_tool"
+    assert job.args[0] == {"session": "s-3", "work": "call-1", "attempt": 1, "reply_to": RESULTS,
+                           "name": "lookup", "arguments": {"q": "a"}}
+    assert r.xlen(RESULTS) == 0 and pending_count(r, RESULTS) == 0
+
+    tool_result = {"session": "s-3", "work": "call-1", "attempt": 1, "kind": "tool", "ok": True,
+                   "value": "found a"}
+    post_outcome(r, **tool_result)
+    tick(d)
+    after_first = types(r, "s-3")
+    assert after_first[6:] == ["message.created", "tool.completed", "llm.started"]
+    assert queue_ids(r, "llm") == [job_id("s-3", "llm-1", 1), job_id("s-3", "llm-2", 1)]
+
+    post_outcome(r, **tool_result)  # the same result again (a retried job, say)
+    tick(d)
+    assert types(r, "s-3") == after_first
+    assert d.stats.dropped == 1
+    assert len(queue_ids(r, "llm")) == 2
+    assert r.xlen(RESULTS) == 0
+
+
+def test_inputs_of_one_session_apply_in_append_order(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher(batch=4)
+    for i in range(15):
+        send(r, "s-4", {"type": "message.create", "content": f"m{i}", "parent_id": None})
+    tick(d, 6)
+    created = [e["message"] for e in events(r, "s-4") if e["type"] == "message.created"]
+    assert [(m["id"], m["content"]) for m in created] == [(f"msg-{i + 1}", f"m{i}") for i in range(15)]
+    assert d.stats.applied == 15
+    assert r.xlen(INPUTS) == 0
+
+
+# ---- exactly once across crashes -----------------------------------------------------------------
+
+
+def test_applying_the_same_entry_twice_is_a_noop(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    d.maintain_leases()
+    p = d.owned[0]
+    entry = send(r, "s-5", {"type": "message.create", "content": "once"})
+    fields = r.xrange(INPUTS)[0][1]
+    d.handle_input(p, INPUTS, entry, fields)
+    before = events(r, "s-5")
+    assert [e["type"] for e in before] == ["session.created", "message.created", "llm.started"]
+
+    d.handle_input(p, INPUTS, entry, fields)
+    assert events(r, "s-5") == before
+    assert queue_ids(r, "llm") == [job_id("s-5", "llm-1", 1)]
+    assert (d.stats.applied, d.stats.replays) == (1, 1)
+    assert r.hget(KEYS.meta("s-5"), "ver") == b"1"
+
+    # an older entry of the same stream is a replay too (the marker is the last applied id)
+    ms, _, seq = entry.partition("-")
+    d.handle_input(p, INPUTS, f"{int(ms) - 1}-{seq}", fields)
+    assert d.stats.replays == 2
+    assert events(r, "s-5") == before
+
+
+def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    d1 = make_dispatcher(name="d1")
+
+    def crash(session: str, effects: list) -> None:
+        raise RuntimeError("killed between commit and flush")
+
+    monkeypatch.setattr(d1.outbox, "flush", crash)
+    send(r, "s-6", {"type": "message.create", "content": "crash me"})
+    with pytest.raises(RuntimeError, match="killed between commit and flush"):
+        tick(d1)
+    # committed (events, version), not flushed (no job, outbox full), not acknowledged
+    committed = events(r, "s-6")
+    assert [e["type"] for e in committed] == ["session.created", "message.created", "llm.started"]
+    assert r.hget(KEYS.meta("s-6"), "ver") == b"1"
+    assert queue_ids(r, "llm") == []
+    assert len(d1.store.pending_effects("s-6")) == 1
+    assert pending_count(r, INPUTS) == 1
+
+    r.delete(KEYS.lease(0))  # d1 is dead: its lease lapses
+    d2 = make_dispatcher(name="d2")
+    tick(d2)
+    assert d2.stats.replays == 1 and d2.stats.applied == 0
+    assert events(r, "s-6") == committed  # no duplicate events
+    assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]  # the left-over job, once
+    assert fetch(r, job_id("s-6", "llm-1", 1)).func_name == "workers.jobs.run_llm"
+    assert r.hlen(KEYS.outbox("s-6")) == 0
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+    assert r.hget(KEYS.meta("s-6"), "ver") == b"1"
+
+    # a further replay finds nothing left to flush
+    applied = orjson.loads(r.hget(KEYS.meta("s-6"), "applied"))[INPUTS]
+    d2.apply(d2.owned[0], INPUTS, applied, "s-6", None,
+             lambda state: pytest.fail("a replay must not compute a transition"))
+    assert d2.stats.replays == 2
+    assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]
+
+
+def test_entries_left_pending_by_a_dead_consumer_are_claimed_in_order(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    first = send(r, "s-7", {"type": "session.create", "metadata": {"n": 1}})
+    second = send(r, "s-7", {"type": "session.create", "metadata": {"n": 2}})
+    r.xgroup_create(INPUTS, Keys.GROUP, id="0")
+    got = r.xreadgroup(Keys.GROUP, "dead-consumer", {INPUTS: ">"}, count=2)
+    assert [e[0].decode() for e in got[0][1]] == [first, second]  # read, never acknowledged
+    third = send(r, "s-7", {"type": "message.create", "content": "after"})
+    assert pending_count(r, INPUTS) == 2
+
+    d = make_dispatcher(name="heir")
+    tick(d)
+    evs = events(r, "s-7")
+    assert [e["type"] for e in evs] == ["session.created", "input.ignored", "message.created",
+                                        "llm.started"]
+    assert evs[0]["metadata"] == {"n": 1}  # the older pending entry first
+    assert evs[1]["code"] == "session_exists" and evs[1]["input"]["entry"] == second
+    assert orjson.loads(r.hget(KEYS.meta("s-7"), "applied")) == {INPUTS: third}
+    assert d.stats.applied == 3 and d.stats.replays == 0
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+    consumers = {c["name"].decode(): c["pending"] for c in r.xinfo_consumers(INPUTS, Keys.GROUP)}
+    assert consumers.get("dead-consumer", 0) == 0
+
+
+def test_acknowledged_entries_are_deleted_from_both_streams(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    for i in range(5):
+        send(r, f"s-8-{i}", {"type": "session.create"})
+    tick(d)
+    assert r.xlen(INPUTS) == 0
+    assert pending_count(r, INPUTS) == 0
+    post_outcome(r, session="s-8-0", work="llm-9", attempt=1, kind="llm", ok=True, value={})
+    tick(d)
+    assert d.stats.dropped == 1  # unknown work: dropped, yet acknowledged and trimmed
+    assert r.xlen(RESULTS) == 0 and pending_count(r, RESULTS) == 0
+    group = r.xinfo_groups(INPUTS)[0]
+    assert group["name"] == Keys.GROUP.encode() and group["pending"] == 0
+
+
+# ---- bad entries ------------------------------------------------------------------------------
+
+
+def test_bad_entries_are_dead_lettered_reported_and_acknowledged(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    bad_json = r.xadd(INPUTS, {"session": "s-9", "input": b"{not json"}).decode()
+    unknown = send(r, "s-9", {"type": "nope", "call_id": "call-3"})
+    no_session = r.xadd(INPUTS, {"input": orjson.dumps({"type": "session.create"})}).decode()
+    spoof = r.xadd(INPUTS, {"session": "s-9", "input": orjson.dumps({"type": "message.create"}),
+                            "error": "forged", "source": "elsewhere", "entry": "0-1"}).decode()
+    good = send(r, "s-9", {"type": "message.create", "content": "still fine"})
+    tick(d)
+
+    rejected = [(i.decode(), {k.decode(): v.decode() for k, v in f.items()})
+                for i, f in r.xrange(KEYS.rejected)]
+    assert KEYS.rejected == "parley:inputs:rejected"
+    assert [f["entry"] for _i, f in rejected] == [bad_json, unknown, no_session, spoof]
+    assert all(f["source"] == INPUTS for _i, f in rejected)
+    by_entry = {f["entry"]: f for _i, f in rejected}
+    assert "not valid JSON" in by_entry[bad_json]["error"]
+    assert by_entry[bad_json]["input"] == "{not json" and by_entry[bad_json]["session"] == "s-9"
+    assert "unknown input type 'nope'" in by_entry[unknown]["error"]
+    assert "no `session` field" in by_entry[no_session]["error"]
+    assert "content" in by_entry[spoof]["error"]  # its own error, not the forged one
+    assert by_entry[spoof]["error"] != "forged"
+
+    evs = events(r, "s-9")
+    refused = [e for e in evs if e["type"] == "input.refused"]
+    assert [e["code"] for e in refused] == ["invalid_input"] * 3
+    assert [e["input"]["entry"] for e in refused] == [bad_json, unknown, spoof]
+    assert refused[0]["input"]["type"] is None
+    assert refused[1]["input"] == {"entry": unknown, "type": "nope", "call_id": "call-3"}
+    assert refused[2]["input"]["type"] == "message.create"
+    assert "not valid JSON" in refused[0]["message"]
+    # a bad entry blocks nothing after it
+    assert [e["type"] for e in evs if e["type"] != "input.refused"] == [
+        "session.created", "message.created", "llm.started"]
+    assert orjson.loads(r.hget(KEYS.meta("s-9"), "applied")) == {INPUTS: good}
+    assert d.stats.rejected == 4 and d.stats.applied == 1
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+
+
+def test_bad_work_outcome_is_dead_lettered_from_the_results_stream(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    entry = r.xadd(RESULTS, {"outcome": b'{"session": "s-10", "kind": "bogus"}'}).decode()
+    tick(d)
+    [(_rid, fields)] = r.xrange(KEYS.rejected)
+    assert fields[b"source"] == RESULTS.encode() and fields[b"entry"] == entry.encode()
+    assert b"invalid work outcome" in fields[b"error"]
+    assert r.xlen(RESULTS) == 0 and pending_count(r, RESULTS) == 0
+    assert d.stats.rejected == 1
+
+
+# ---- idempotency keys -------------------------------------------------------------------------
+
+
+def test_same_session_and_id_is_ignored_as_duplicate(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    send(r, "s-11", {"type": "message.create", "content": "one", "parent_id": None}, id="req-1")
+    dup = send(r, "s-11", {"type": "message.create", "content": "two", "parent_id": None}, id="req-1")
+    send(r, "s-12", {"type": "message.create", "content": "other session"}, id="req-1")
+    send(r, "s-11", {"type": "message.create", "content": "three", "parent_id": None}, id="req-2")
+    tick(d)
+    evs = events(r, "s-11")
+    contents = [e["message"]["content"] for e in evs if e["type"] == "message.created"]
+    assert contents == ["one", "three"]
+    ignored = [e for e in evs if e["type"] == "input.ignored"]
+    assert len(ignored) == 1
+    assert ignored[0]["code"] == "duplicate"
+    assert ignored[0]["input"] == {"entry": dup, "type": "message.create"}
+    assert "message.created" in types(r, "s-12")  # keys are per session
+    ttl = r.ttl(KEYS.idempotency("s-11", "req-1"))
+    assert 24 * 3600 - 60 <= ttl <= 24 * 3600
+
+
+def test_idempotency_key_is_used_even_when_the_input_was_refused(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """SPEC 3.2: an entry's idempotency key counts as used whatever became of the entry."""
+    d = make_dispatcher()
+    send(r, "s-13", {"type": "session.create"})
+    send(r, "s-13", {"type": "message.create", "content": "x", "parent_id": "msg-404"}, id="k")
+    send(r, "s-13", {"type": "message.create", "content": "y", "parent_id": None}, id="k")
+    tick(d)
+    evs = events(r, "s-13")
+    assert [(e["type"], e.get("code")) for e in evs] == [
+        ("session.created", None), ("input.refused", "unknown_parent"), ("input.ignored", "duplicate")]
+    assert r.exists(KEYS.idempotency("s-13", "k")) == 1
+
+
+# ---- leases and partitions ---------------------------------------------------------------------
+
+
+def test_only_one_dispatcher_holds_a_partition_and_a_second_takes_over(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d1 = make_dispatcher(name="d1")
+    d2 = make_dispatcher(name="d2")
+    d1.maintain_leases()
+    d2.maintain_leases()
+    assert list(d1.owned) == [0] and d2.owned == {}
+    assert r.get(KEYS.lease(0)).decode() == d1.owned[0].token
+    assert d1.owned[0].token.startswith("d1:")
+    pttl = r.pttl(KEYS.lease(0))
+    assert 0 < pttl <= 10_000
+
+    send(r, "s-14", {"type": "session.create"})
+    tick(d2, 2)  # a standby reads nothing
+    assert r.xlen(INPUTS) == 1 and events(r, "s-14") == []
+
+    r.delete(KEYS.lease(0))  # d1's lease is gone (expired)
+    d2.maintain_leases()
+    assert list(d2.owned) == [0]
+    # d1 has not noticed yet: it reads the entry but its commit is fenced off
+    tick(d1, 1)
+    assert d1.stats.applied == 0 and d1.owned == {}
+    assert events(r, "s-14") == []
+    assert pending_count(r, INPUTS) == 1  # left for the new owner
+
+    tick(d2)
+    assert types(r, "s-14") == ["session.created"]
+    assert d2.stats.applied == 1
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_holder_lets_go(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d1 = make_dispatcher(name="d1", lease_ms=300)
+    d2 = make_dispatcher(name="d2", lease_ms=300)
+    d1.maintain_leases()
+    d2.maintain_leases()
+    assert list(d1.owned) == [0] and d2.owned == {}
+    time.sleep(0.4)  # d1 stalls past its lease
+    assert r.exists(KEYS.lease(0)) == 0
+    d2.maintain_leases()
+    assert list(d2.owned) == [0]
+    d1.maintain_leases()  # its renewal fails: the token is no longer its own
+    assert d1.owned == {}
+    assert r.get(KEYS.lease(0)).decode() == d2.owned[0].token
+
+
+def test_a_held_lease_is_renewed(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher(lease_ms=10_000)
+    d.maintain_leases()
+    d.maintain_leases()  # fresh: not renewed yet
+    r.pexpire(KEYS.lease(0), 1000)  # as if 9 s had passed...
+    d.owned[0].renewed_at -= 9  # ...since the last renewal
+    assert not d.lease_fresh(d.owned[0])
+    d.maintain_leases()
+    assert r.pttl(KEYS.lease(0)) > 9000
+    assert d.lease_fresh(d.owned[0])
+    assert list(d.owned) == [0]
+    d.release_leases()
+    assert r.exists(KEYS.lease(0)) == 0 and d.owned == {}
+
+
+def test_release_does_not_delete_another_holders_lease(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    d.maintain_leases()
+    r.set(KEYS.lease(0), "someone-else")
+    d.release_leases()
+    assert r.get(KEYS.lease(0)) == b"someone-else"
+
+
+def test_partitioned_streams_are_read_and_results_routed_per_partition(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    r.hset(KEYS.config, "partitions", 2)
+    assert get_partitions(r, KEYS, default=1) == 2
+    sessions = {partition_of(f"p-{i}", 2): f"p-{i}" for i in range(20)}
+    assert set(sessions) == {0, 1}
+    c = Client(r)
+    for n, s in sessions.items():
+        assert c.stream_for(s) == f"parley:inputs:{n}"
+        c.send(s, {"type": "message.create", "content": f"to {n}"})
+    d = make_dispatcher(partitions=2)
+    tick(d)
+    assert sorted(d.owned) == [0, 1]
+    for n, s in sessions.items():
+        assert types(r, s) == ["session.created", "message.created", "llm.started"]
+        assert fetch(r, job_id(s, "llm-1", 1)).args[0]["reply_to"] == f"parley:results:{n}"
+        assert r.xlen(f"parley:inputs:{n}") == 0
+    assert r.exists(INPUTS) == 0  # nothing written to the unpartitioned stream
+
+    # a second dispatcher finds both partitions taken
+    other = make_dispatcher(name="other", partitions=2)
+    other.maintain_leases()
+    assert other.owned == {}
+
+
+def test_first_dispatcher_publishes_its_partition_count(r: redis.Redis) -> None:
+    assert get_partitions(r, KEYS, default=3) == 3
+    assert get_partitions(r, KEYS, default=5) == 3  # the published N wins
+    assert r.hget(KEYS.config, "partitions") == b"3"
+
+
+def test_version_conflict_is_retried_and_commits_once(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = make_dispatcher()
+    real_commit = d.store.commit
+    calls = []
+
+    def racing_commit(session, version, tr, lease_key, token):  # type: ignore[no-untyped-def]
+        calls.append(version)
+        if len(calls) == 1:  # another writer committed in between load and commit
+            r.hincrby(KEYS.meta(session), "ver", 1)
+        return real_commit(session, version, tr, lease_key, token)
+
+    monkeypatch.setattr(d.store, "commit", racing_commit)
+    send(r, "s-15", {"type": "message.create", "content": "race"})
+    tick(d)
+    assert calls == ["0", "1"]
+    assert d.stats.conflicts == 1 and d.stats.applied == 1
+    assert types(r, "s-15") == ["session.created", "message.created", "llm.started"]
+    assert queue_ids(r, "llm") == [job_id("s-15", "llm-1", 1)]
+    assert r.hget(KEYS.meta("s-15"), "ver") == b"2"
+
+
+def test_dispatcher_without_partitions_owns_nothing(r: redis.Redis) -> None:
+    d = Dispatcher(r, KEYS, AppInfo(), block_ms=1)
+    assert d.partitions == 0  # set by run() from parley:config
+    d.maintain_leases()
+    assert d.owned == {}
+
+
+# ---- lost work (SPEC 6: a job a dead worker held is retried or settled worker_lost) --------------
+
+
+def plant_running(r: redis.Redis, session: str, work: str, kind: str, worker: str,
+                  attempt: int = 1) -> str:
+    """What a worker records when it starts a job (workers.jobs._claim)."""
+    jid = job_id(session, work, attempt)
+    r.hset(KEYS.running, jid, orjson.dumps({"worker": worker, "session": session, "work": work,
+                                            "attempt": attempt, "kind": kind, "reply_to": RESULTS}))
+    return jid
+
+
+def test_llm_job_of_a_dead_worker_is_posted_lost_once_and_retried(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher(name="d1")
+    standby = make_dispatcher(name="d2")
+    send(r, "s-16", {"type": "message.create", "content": "hello"})
+    tick(d)
+    jid = plant_running(r, "s-16", "llm-1", "llm", worker="w-dead")  # no heartbeat key: dead
+    d.lost_checked = standby.lost_checked = 0.0
+    d.find_lost_work()
+    standby.find_lost_work()  # every dispatcher sweeps; the loss is posted once
+    [(_id, fields)] = r.xrange(RESULTS)
+    lost = orjson.loads(fields[b"outcome"])
+    assert lost == {**lost, "session": "s-16", "work": "llm-1", "attempt": 1, "kind": "llm",
+                    "ok": False, "error": "worker_lost", "lost": True}
+    assert r.hexists(KEYS.running, jid) == 0
+
+    before = types(r, "s-16")
+    tick(d)
+    assert types(r, "s-16") == before  # retried quietly: no llm.failed, no second llm.started
+    assert queue_ids(r, "llm") == [jid, job_id("s-16", "llm-1", 2)]
+    retry = fetch(r, job_id("s-16", "llm-1", 2))
+    assert retry.args[0]["attempt"] == 2 and retry.args[0]["work"] == "llm-1"
+    assert r.xlen(RESULTS) == 0
+
+    # the first attempt's result arriving late is dropped
+    post_outcome(r, session="s-16", work="llm-1", attempt=1, kind="llm", ok=True,
+                 value={"content": "late", "tool_calls": []})
+    tick(d)
+    assert types(r, "s-16") == before
+    assert d.stats.dropped == 1
+
+
+def test_tool_job_of_a_dead_worker_is_settled_worker_lost(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    send(r, "s-17", {"type": "message.create", "content": "go"})
+    tick(d)
+    post_outcome(r, session="s-17", work="llm-1", attempt=1, kind="llm", ok=True,
+                 value={"content": "", "tool_calls": [{"id": "a", "name": "lookup", "arguments": {}}]})
+    tick(d)
+    plant_running(r, "s-17", "call-1", "tool", worker="w-gone")
+    d.lost_checked = 0.0
+    tick(d)
+    tick(d)
+    completed = [e for e in events(r, "s-17") if e["type"] == "tool.completed"]
+    assert len(completed) == 1
+    assert (completed[0]["call_id"], completed[0]["error"]) == ("call-1", "worker_lost")
+    assert queue_ids(r, "tools") == [job_id("s-17", "call-1", 1)]  # not run again
+    assert r.hlen(KEYS.running) == 0
+
+
+def test_a_job_of_a_live_worker_is_left_alone(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    jid = plant_running(r, "s-18", "llm-1", "llm", worker="w-alive")
+    r.set(KEYS.worker_alive("w-alive"), 1, px=5000)
+    d.lost_checked = 0.0
+    d.find_lost_work()
+    assert r.hexists(KEYS.running, jid) == 1
+    assert r.exists(RESULTS) == 0

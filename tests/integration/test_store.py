@@ -1,0 +1,222 @@
+"""dispatcher.store against a real Redis: load, the atomic commit script, fencing, TTLs, trimming."""
+
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from dispatcher.machine import Transition
+from dispatcher.state import Core, SessionState
+from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
+from schemas.keys import Keys
+
+KEYS = Keys()
+S = "s-store"
+LEASE = KEYS.lease(0)
+TOKEN = "dispatcher-a:0001"
+
+
+@pytest.fixture
+def store(r: redis.Redis) -> Store:
+    r.set(LEASE, TOKEN)
+    return Store(r, KEYS)
+
+
+def msg(n: int, parent: int | None = None) -> dict[str, Any]:
+    return {"id": f"msg-{n}", "parent_id": f"msg-{parent}" if parent else None, "role": "user",
+            "content": f"text {n}", "turn": f"msg-{n}"}
+
+
+def event(kind: str, n: int) -> dict[str, Any]:
+    return {"type": kind, "at": 1000 + n, "n": n}
+
+
+def transition(entry: str, *, head: str | None = "msg-1", messages: list[dict[str, Any]] | None = None,
+               evs: list[dict[str, Any]] | None = None, effects: list[dict[str, Any]] | None = None,
+               idem: str | None = None, exists: bool = True, session: str = S) -> Transition:
+    core = Core(session=session, created_at=1000, head=head, seq={"msg": 1}) if exists else None
+    return Transition(state=SessionState(core=core, applied={"parley:inputs": entry}),
+                      new_messages=messages or [], events=evs or [], effects=effects or [],
+                      idempotency_key=idem)
+
+
+def snapshot(r: redis.Redis, session: str = S) -> dict[str, Any]:
+    """Everything the commit script can write for one session."""
+    return {
+        "meta": r.hgetall(KEYS.meta(session)),
+        "msgs": r.hgetall(KEYS.messages(session)),
+        "events": r.xrange(KEYS.events(session)),
+        "outbox": r.hgetall(KEYS.outbox(session)),
+        "idem": sorted(r.keys(f"parley:{{{session}}}:idem:*")),
+    }
+
+
+def test_load_of_a_missing_session(store: Store, r: redis.Redis) -> None:
+    state, version = store.load("nobody")
+    assert version == "0"
+    assert state.core is None
+    assert state.messages == {}
+    assert state.applied == {}
+    assert state.duplicate is False
+    state, version = store.load("nobody", idempotency_key="k-1")
+    assert (state.core, state.duplicate, version) == (None, False, "0")
+    assert r.keys("*") == [LEASE.encode()]  # loading writes nothing
+
+
+def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Store, r: redis.Redis) -> None:
+    effects = [{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"},
+               {"seq": 2, "op": "index_remove", "interrupt_id": "int-2"}]
+    tr = transition("5-0", messages=[msg(1)], evs=[event("session.created", 1), event("message.created", 2)],
+                    effects=effects)
+    assert store.commit(S, "0", tr, LEASE, TOKEN) == COMMITTED
+
+    meta = r.hgetall(KEYS.meta(S))
+    assert meta[b"ver"] == b"1"
+    assert Core.model_validate_json(meta[b"core"]) == tr.state.core
+    assert orjson.loads(meta[b"applied"]) == {"parley:inputs": "5-0"}
+    assert {k: orjson.loads(v) for k, v in r.hgetall(KEYS.messages(S)).items()} == {b"msg-1": msg(1)}
+    written = r.xrange(KEYS.events(S))
+    assert [list(fields) for _id, fields in written] == [[b"event"], [b"event"]]
+    assert [orjson.loads(f[b"event"]) for _id, f in written] == tr.events
+    assert {k: orjson.loads(v) for k, v in r.hgetall(KEYS.outbox(S)).items()} == {
+        b"1": effects[0], b"2": effects[1]}
+
+    state, version = store.load(S)
+    assert version == "1"
+    assert state.core == tr.state.core
+    assert state.messages == {"msg-1": msg(1)}
+    assert state.applied == {"parley:inputs": "5-0"}
+    assert store.pending_effects(S) == effects
+
+    # the next transition is computed from version 1 and leaves version 2
+    tr2 = transition("6-0", head="msg-2", messages=[msg(2, 1)], evs=[event("message.created", 3)])
+    assert store.commit(S, "1", tr2, LEASE, TOKEN) == COMMITTED
+    state, version = store.load(S)
+    assert version == "2"
+    assert state.core is not None and state.core.head == "msg-2"
+    assert set(state.messages) == {"msg-1", "msg-2"}  # messages are added, never replaced
+    assert r.xlen(KEYS.events(S)) == 3
+    assert state.applied == {"parley:inputs": "6-0"}
+
+
+def test_pending_effects_are_sorted_by_numeric_seq(store: Store) -> None:
+    effects = [{"seq": n, "op": "index_remove", "interrupt_id": f"int-{n}"} for n in (10, 2, 1)]
+    assert store.commit(S, "0", transition("1-0", effects=effects), LEASE, TOKEN) == COMMITTED
+    assert [fx["seq"] for fx in store.pending_effects(S)] == [1, 2, 10]
+
+
+def test_stale_version_is_a_conflict_and_writes_nothing(store: Store, r: redis.Redis) -> None:
+    first = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
+                       effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}])
+    assert store.commit(S, "0", first, LEASE, TOKEN) == COMMITTED
+    before = snapshot(r)
+
+    stale = transition("2-0", head="msg-2", messages=[msg(2, 1)],
+                       evs=[event("message.created", 2), event("llm.started", 3)],
+                       effects=[{"seq": 2, "op": "index_remove", "interrupt_id": "int-2"}],
+                       idem="req-2")
+    assert store.commit(S, "0", stale, LEASE, TOKEN) == CONFLICT  # computed from version 0
+    assert store.commit(S, "7", stale, LEASE, TOKEN) == CONFLICT  # a version from nowhere
+    after = snapshot(r)
+    assert after == before
+    assert r.xlen(KEYS.events(S)) == 1
+    assert list(after["msgs"]) == [b"msg-1"]
+    assert after["meta"][b"ver"] == b"1"
+    assert after["idem"] == []  # the key of an entry that did not commit is not used up
+    assert store.load(S, "req-2")[0].duplicate is False
+
+
+def test_wrong_lease_token_is_lease_lost_and_writes_nothing(store: Store, r: redis.Redis) -> None:
+    tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
+                    effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}], idem="req-1")
+    assert store.commit(S, "0", tr, LEASE, "dispatcher-b:9999") == LEASE_LOST
+    assert snapshot(r) == {"meta": {}, "msgs": {}, "events": [], "outbox": {}, "idem": []}
+
+    # fencing is checked before the version: a stale writer without the lease is told to stop
+    assert store.commit(S, "3", tr, LEASE, "dispatcher-b:9999") == LEASE_LOST
+
+    # an expired (absent) lease fences every token, the former holder's included
+    r.delete(LEASE)
+    assert store.commit(S, "0", tr, LEASE, TOKEN) == LEASE_LOST
+    assert r.exists(KEYS.meta(S), KEYS.messages(S), KEYS.events(S), KEYS.outbox(S)) == 0
+
+    r.set(LEASE, TOKEN)
+    assert store.commit(S, "0", tr, LEASE, TOKEN) == COMMITTED
+    assert r.hget(KEYS.meta(S), "ver") == b"1"
+
+
+def test_idempotency_key_is_written_with_a_24h_ttl(store: Store, r: redis.Redis) -> None:
+    assert IDEMPOTENCY_TTL_S == 24 * 3600
+    tr = transition("1-0", evs=[event("session.created", 1)], idem="req-7")
+    assert store.commit(S, "0", tr, LEASE, TOKEN) == COMMITTED
+    key = KEYS.idempotency(S, "req-7")
+    assert key == "parley:{s-store}:idem:req-7"
+    assert r.get(key) == b"1"
+    ttl = r.ttl(key)
+    assert 24 * 3600 - 60 <= ttl <= 24 * 3600
+    # the session's own keys never expire (KEYS[5] falls back to meta without a key: no TTL set)
+    assert r.ttl(KEYS.meta(S)) == -1
+    assert store.load(S, "req-7")[0].duplicate is True
+    assert store.load(S, "req-8")[0].duplicate is False
+
+
+def test_commit_without_idempotency_key_writes_no_key(store: Store, r: redis.Redis) -> None:
+    assert store.commit(S, "0", transition("1-0", evs=[event("session.created", 1)]), LEASE, TOKEN) == 1
+    assert r.keys("parley:{s-store}:idem:*") == []
+    assert r.ttl(KEYS.meta(S)) == -1
+
+
+def test_commit_of_a_session_that_still_does_not_exist_keeps_only_markers(
+        store: Store, r: redis.Redis) -> None:
+    """An input ignored for an unknown session still marks its entry applied (exactly once)."""
+    tr = transition("9-0", exists=False, evs=[event("input.ignored", 1)])
+    assert store.commit(S, "0", tr, LEASE, TOKEN) == COMMITTED
+    meta = r.hgetall(KEYS.meta(S))
+    assert set(meta) == {b"ver", b"applied"}
+    state, version = store.load(S)
+    assert (state.core, version, state.applied) == (None, "1", {"parley:inputs": "9-0"})
+    assert r.xlen(KEYS.events(S)) == 1
+
+
+def test_commit_without_fencing_token_skips_the_lease_check(store: Store, r: redis.Redis) -> None:
+    r.delete(LEASE)
+    assert store.commit(S, "0", transition("1-0"), LEASE, "") == COMMITTED
+    assert r.hget(KEYS.meta(S), "ver") == b"1"
+
+
+def test_events_stream_is_trimmed_near_events_maxlen(r: redis.Redis) -> None:
+    r.set(LEASE, TOKEN)
+    small = Store(r, KEYS, events_maxlen=10)
+    total = 0
+    for version in range(200):
+        evs = [event("message.created", total + j) for j in range(5)]
+        total += 5
+        assert small.commit(S, str(version), transition(f"{version + 1}-0", evs=evs), LEASE, TOKEN) == 1
+    assert total == 1000
+    length = r.xlen(KEYS.events(S))
+    assert 10 <= length < 200, length
+    last = orjson.loads(r.xrevrange(KEYS.events(S), count=1)[0][1][b"event"])
+    assert last["n"] == 999  # the newest events are the ones kept
+
+    # the default cap (10,000) keeps all of a small session's events
+    default = Store(r, KEYS)
+    assert default.events_maxlen == 10_000
+    other = "s-other"
+    for version in range(30):
+        tr = transition(f"{version + 1}-0", evs=[event("message.created", version)], session=other)
+        assert default.commit(other, str(version), tr, LEASE, TOKEN) == 1
+    assert r.xlen(KEYS.events(other)) == 30
+
+
+def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
+    keys = Keys("acme")
+    r.set(keys.lease(0), TOKEN)
+    store = Store(r, keys)
+    tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
+                    effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}], idem="k")
+    assert store.commit("s:1.x-y", "0", tr, keys.lease(0), TOKEN) == COMMITTED
+    written = sorted(k.decode() for k in r.keys("*") if k.decode() != keys.lease(0))
+    assert written == ["acme:{s:1.x-y}:events", "acme:{s:1.x-y}:idem:k", "acme:{s:1.x-y}:meta",
+                       "acme:{s:1.x-y}:msgs", "acme:{s:1.x-y}:outbox"]
+    assert store.load("s:1.x-y")[1] == "1"

@@ -1,0 +1,223 @@
+"""workers.worker and workers.jobs in-process against a real Redis: the allowlist, real jobs,
+outcomes on the results stream, timeouts, and a whole turn driven through dispatcher + worker.
+"""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry
+from rq.serializers import JSONSerializer
+
+from dispatcher.machine import job_id
+from parley.appinfo import app_info
+from schemas.results import WorkOutcome
+from tests.integration.conftest import RESULTS, MakeDispatcher, events, queue_ids, send, tick, types
+from workers import jobs
+from workers.app import App, load_app
+from workers.worker import ParleyJob, make_worker
+
+pytestmark = pytest.mark.usefixtures("restore_signals")
+
+
+@pytest.fixture
+def scenarios(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The worker's app for this test (restored afterwards)."""
+    monkeypatch.setattr(jobs, "_app", None)
+    jobs.set_app(load_app("tests.apps.scenarios"))
+    yield
+
+
+def run_burst(r: redis.Redis, *queues: str) -> None:
+    make_worker(list(queues or ("decide", "llm", "tools")), r).work(burst=True)
+
+
+def outcomes(r: redis.Redis, stream: str = RESULTS) -> list[WorkOutcome]:
+    return [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in r.xrange(stream)]
+
+
+def tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str = "call-1",
+             timeout: int = 30, reply_to: str = RESULTS, queue: str = "tools") -> Job:
+    payload = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
+               "arguments": arguments}
+    job = Job.create("workers.jobs.run_tool", args=[payload], id=job_id("s-w", work, 1), connection=r,
+                     serializer=JSONSerializer, timeout=timeout, result_ttl=0)
+    Queue(queue, connection=r, serializer=JSONSerializer).enqueue_job(job)
+    return job
+
+
+# ---- the allowlist (SPEC 2: a worker runs only Parley's own job functions) ---------------------
+
+
+@pytest.mark.parametrize(("func", "args"), [
+    ("os.system", lambda target: [f"touch {target}"]),
+    ("subprocess.call", lambda target: [["touch", str(target)]]),
+    ("pathlib.Path.touch", lambda target: [str(target)]),
+])
+def test_a_job_naming_a_foreign_function_is_refused(
+        r: redis.Redis, tmp_path: Path, scenarios: None, func: str, args: Any) -> None:
+    target = tmp_path / "pwned"
+    planted = Queue("decide", connection=r, serializer=JSONSerializer).enqueue_call(func, args=args(target))
+    run_burst(r, "decide")
+    assert not target.exists()
+    job = Job.fetch(planted.id, connection=r, serializer=JSONSerializer)
+    assert job.get_status() == JobStatus.FAILED
+    assert planted.id in FailedJobRegistry("decide", connection=r, serializer=JSONSerializer).get_job_ids()
+    result = job.latest_result()
+    assert result is not None and result.type == result.Type.FAILED
+    assert "RefusedJob" in (result.exc_string or "")
+    assert f"names {func!r}, which is not a Parley job" in (result.exc_string or "")
+    assert r.exists(RESULTS) == 0
+
+
+def test_parley_job_class_refuses_before_importing(r: redis.Redis) -> None:
+    job = ParleyJob.create("os.getcwd", connection=r, serializer=JSONSerializer)
+    with pytest.raises(Exception, match="not a Parley job"):
+        _ = job.func
+    allowed = ParleyJob.create("workers.jobs.run_tool", args=[{}], connection=r, serializer=JSONSerializer)
+    assert allowed.func is jobs.run_tool
+    assert frozenset({"workers.jobs.run_decide", "workers.jobs.run_llm", "workers.jobs.run_tool"}) \
+        == jobs.ALLOWED_FUNCS
+
+
+# ---- real jobs post WorkOutcomes ---------------------------------------------------------------
+
+
+def test_tool_job_posts_its_outcome_and_leaves_nothing_behind(r: redis.Redis, scenarios: None) -> None:
+    job = tool_job(r, "add", {"a": 2, "b": 40})
+    run_burst(r, "tools")
+    assert outcomes(r) == [WorkOutcome(session="s-w", work="call-1", attempt=1, kind="tool", ok=True,
+                                       value=42)]
+    assert r.exists(job.key) == 0  # finished jobs leave nothing behind (SPEC 3.2)
+    assert r.keys("rq:results:*") == []
+    assert queue_ids(r, "tools") == []
+
+
+def test_tool_errors_and_unknown_tools_are_outcomes(r: redis.Redis, scenarios: None) -> None:
+    tool_job(r, "boom", {}, work="call-1")
+    tool_job(r, "no_such_tool", {}, work="call-2")
+    tool_job(r, "add", {"a": 1}, work="call-3")  # missing argument
+    run_burst(r, "tools")
+    got = {o.work: o for o in outcomes(r)}
+    assert (got["call-1"].ok, got["call-1"].error) == (False, "RuntimeError: boom")
+    assert (got["call-2"].ok, got["call-2"].error) == (False, "unknown_tool")
+    assert got["call-3"].ok is False and got["call-3"].error.startswith("TypeError")
+    assert all(o.kind == "tool" and o.value is None for o in got.values())
+
+
+def test_a_job_cannot_post_outside_a_results_stream(r: redis.Redis, scenarios: None) -> None:
+    events_key = "parley:{s-w}:events"
+    job = tool_job(r, "add", {"a": 1, "b": 1}, reply_to=events_key)
+    run_burst(r, "tools")
+    assert r.exists(events_key) == 0
+    assert r.exists(RESULTS) == 0
+    assert Job.fetch(job.id, connection=r, serializer=JSONSerializer).get_status() == JobStatus.FAILED
+
+
+def test_llm_and_decide_jobs_post_outcomes(r: redis.Redis, scenarios: None) -> None:
+    base = {"session": "s-w", "attempt": 1, "reply_to": RESULTS}
+    llm = Job.create("workers.jobs.run_llm", args=[{**base, "work": "llm-1", "request": {
+        "messages": [{"id": "msg-1", "parent_id": None, "role": "user", "content": 'call add {"a": 1}'}]}}],
+        connection=r, serializer=JSONSerializer, result_ttl=0)
+    decide = Job.create("workers.jobs.run_decide", args=[{**base, "work": "dec-1", "trigger": {
+        "type": "tool.execute", "session": "s-w", "head": "msg-2", "call_id": "call-1", "name": "send_email",
+        "arguments": {"to": "a@b", "body": "hi"}}, "proposed": {"actions": [{"type": "tool.execute"}]}}],
+        connection=r, serializer=JSONSerializer, result_ttl=0)
+    Queue("llm", connection=r, serializer=JSONSerializer).enqueue_job(llm)
+    Queue("decide", connection=r, serializer=JSONSerializer).enqueue_job(decide)
+    run_burst(r, "decide", "llm")
+    got = {o.work: o for o in outcomes(r)}
+    assert got["llm-1"].kind == "llm" and got["llm-1"].ok
+    assert got["llm-1"].value["tool_calls"] == [{"id": "s1", "name": "add", "arguments": {"a": 1}}]
+    assert got["dec-1"].kind == "decide" and got["dec-1"].ok
+    assert got["dec-1"].value["actions"][0]["type"] == "interrupt"
+    assert got["dec-1"].value["actions"][0]["reason"] == "confirm"
+
+
+# ---- timeouts (SPEC 6): SimpleWorker's SIGALRM death penalty in the main thread ----------------
+
+
+def test_a_tool_over_its_time_limit_posts_a_timeout(r: redis.Redis, scenarios: None) -> None:
+    tool_job(r, "slow", {"seconds": 3}, timeout=1)
+    started = time.monotonic()
+    run_burst(r, "tools")
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, elapsed  # stopped at its limit, not after 3 s
+    assert outcomes(r) == [WorkOutcome(session="s-w", work="call-1", attempt=1, kind="tool", ok=False,
+                                       error="timeout")]
+
+
+def test_tool_timeout_from_the_app_reaches_the_job_and_the_session(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, scenarios: None) -> None:
+    """`fn.timeout_s` (here 1 s on `slow`) becomes the job's limit; running over it is a tool error."""
+    d = make_dispatcher()  # its app shape marks `slow` with timeout_s=1
+    send(r, "s-t", {"type": "message.create", "content": 'call slow {"seconds": 3}'})
+    tick(d)
+    run_burst(r, "llm")
+    tick(d)
+    tid = job_id("s-t", "call-1", 1)
+    assert queue_ids(r, "tools") == [tid]
+    assert Job.fetch(tid, connection=r, serializer=JSONSerializer).timeout == 1
+    run_burst(r, "tools")
+    tick(d)
+    completed = [e for e in events(r, "s-t") if e["type"] == "tool.completed"]
+    assert completed == [{**completed[0], "call_id": "call-1", "name": "slow", "error": "timeout"}]
+    tool_msg = [e["message"] for e in events(r, "s-t") if e["type"] == "message.created"][2]
+    assert tool_msg["role"] == "tool" and tool_msg["content"] == "timeout" and tool_msg["error"] is True
+
+
+# ---- a whole turn, dispatcher and worker in one process ---------------------------------------
+
+
+def test_a_turn_runs_through_the_outbox_workers_and_results(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, scenarios: None) -> None:
+    d = make_dispatcher(app=app_info(load_app("tests.apps.scenarios")))
+    send(r, "s-loop", {"type": "message.create",
+                       "content": 'call add {"a": 1, "b": 2}\ncall add {"a": 3, "b": 4}'})
+    for _ in range(20):
+        tick(d, 2)
+        if "turn.completed" in types(r, "s-loop"):
+            break
+        run_burst(r)
+    evs = events(r, "s-loop")
+    kinds = [e["type"] for e in evs]
+    assert kinds[-1] == "turn.completed", kinds
+    assert kinds.count("llm.started") == 2
+    assert sorted(e["call_id"] for e in evs if e["type"] == "tool.completed") == ["call-1", "call-2"]
+    msgs = [e["message"] for e in evs if e["type"] == "message.created"]
+    assert [m["content"] for m in msgs if m["role"] == "tool"] == ["3", "7"]
+    assert msgs[-1]["role"] == "assistant" and msgs[-1]["content"] == "Done. add: 3; add: 7"
+    # nothing is left anywhere: streams trimmed, queues drained, no job hashes
+    assert r.xlen("parley:inputs") == 0 and r.xlen(RESULTS) == 0
+    assert [k for k in r.keys("rq:job:*")] == []
+    assert all(queue_ids(r, q) == [] for q in ("decide", "llm", "tools"))
+    assert r.hlen("parley:{s-loop}:outbox") == 0
+    core = orjson.loads(r.hget("parley:{s-loop}:meta", "core"))
+    assert core["work"] == {} and core["deciding"] is None and core["queue"] == []
+
+
+def test_a_running_job_is_recorded_for_its_worker_and_cleared_with_its_outcome(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lost-work detection: while a job runs, `parley:running` names the worker running it."""
+    seen: list[Any] = []
+
+    def probe() -> str:
+        """Look at Redis while running."""
+        seen.append(orjson.loads(r.hget("parley:running", job_id("s-w", "call-1", 1)) or b"null"))
+        return "looked"
+
+    monkeypatch.setattr(jobs, "_app", App(spec="probe", tools={"probe": probe}))
+    monkeypatch.setattr(jobs, "_worker_id", None)
+    jobs.set_worker_id("w-7")
+    tool_job(r, "probe", {})
+    run_burst(r, "tools")
+    assert seen == [{"worker": "w-7", "session": "s-w", "work": "call-1", "attempt": 1, "kind": "tool",
+                     "reply_to": RESULTS}]
+    assert r.hlen("parley:running") == 0
+    assert [(o.work, o.ok, o.value) for o in outcomes(r)] == [("call-1", True, "looked")]

@@ -559,3 +559,14 @@ def test_a_job_of_a_live_worker_is_left_alone(r: redis.Redis, make_dispatcher: M
     d.find_lost_work()
     assert r.hexists(KEYS.running, jid) == 1
     assert r.exists(RESULTS) == 0
+
+
+def test_a_rejected_entry_uses_up_its_idempotency_key(r: redis.Redis,
+                                                      make_dispatcher: MakeDispatcher) -> None:
+    """SPEC 3.2: an entry's idempotency key counts as used whatever became of the entry."""
+    d = make_dispatcher()
+    r.xadd(INPUTS, {"session": "s-idem", "input": b"{bad json", "id": "k"})
+    send(r, "s-idem", {"type": "message.create", "content": "hi"}, id="k")
+    tick(d)
+    assert types(r, "s-idem") == ["input.refused", "input.ignored"]
+    assert events(r, "s-idem")[1]["code"] == "duplicate"

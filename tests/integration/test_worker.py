@@ -2,6 +2,7 @@
 outcomes on the results stream, timeouts, and a whole turn driven through dispatcher + worker.
 """
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,3 +222,15 @@ def test_a_running_job_is_recorded_for_its_worker_and_cleared_with_its_outcome(
                      "reply_to": RESULTS}]
     assert r.hlen("parley:running") == 0
     assert [(o.work, o.ok, o.value) for o in outcomes(r)] == [("call-1", True, "looked")]
+
+
+def test_callbacks_named_in_a_planted_job_hash_are_never_imported(r: redis.Redis) -> None:
+    """SPEC 2: the allowlist is the boundary; RQ callback names in a job hash are ignored too."""
+    queue = Queue("decide", connection=r, serializer=JSONSerializer)
+    job = queue.enqueue_call("os.getcwd")
+    r.hset(job.key, mapping={"failure_callback_name": "tests.apps.planted_callback.boom",
+                             "success_callback_name": "tests.apps.planted_callback.boom"})
+    make_worker(["decide"], r).work(burst=True)
+    assert r.get("planted-callback-ran") is None
+    assert "PARLEY_PLANTED_CALLBACK_IMPORTED" not in os.environ
+    assert Job.fetch(job.id, connection=r, serializer=JSONSerializer).get_status() == JobStatus.FAILED

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -72,6 +73,25 @@ class LeaseLost(Exception):
     pass
 
 
+class CrashPoint:
+    """Test hook: `PARLEY_CRASH_AT=<point>:<n>` makes this process SIGKILL itself at the n-th
+    transition reaching <point> (before_commit, after_commit, after_flush), so tests can
+    place a kill -9 exactly between read and commit, commit and enqueue, flush and ack."""
+
+    def __init__(self, spec: str | None):
+        point, _, n = (spec or "").partition(":")
+        self.point = point or None
+        self.remaining = int(n or 1)
+
+    def reached(self, point: str) -> None:
+        if point != self.point:
+            return
+        self.remaining -= 1
+        if self.remaining <= 0:
+            log.warning("crash point reached: killing this process", extra=kv(point=point))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def entry_key(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
@@ -130,6 +150,7 @@ class Dispatcher:
         self._settle_lost = redis.register_script(SETTLE_LOST)
         self.deadlines_checked = 0.0
         self.lost_checked = 0.0
+        self.crash = CrashPoint(os.environ.get("PARLEY_CRASH_AT"))
         self.partitions = 0
 
     # ---- leases ---------------------------------------------------------------------------
@@ -348,6 +369,7 @@ class Dispatcher:
                 return
             tr = transition(state)
             tr.state.applied[stream] = entry_id
+            self.crash.reached("before_commit")
             rc = self.store.commit(session, version, tr, self.keys.lease(p.n), p.token)
             if rc == COMMITTED:
                 break
@@ -361,7 +383,9 @@ class Dispatcher:
             log.info("outcome dropped", extra=kv(session=session, entry=entry_id, why=tr.dropped))
         for key, n in tr.counts.items():
             self.stats.counts[key] = self.stats.counts.get(key, 0) + n
+        self.crash.reached("after_commit")
         self.outbox.flush(session, tr.effects)
+        self.crash.reached("after_flush")
         if self.on_transition is not None:
             self.on_transition(tr)
         log.debug("applied", extra=kv(session=session, stream=stream, entry=entry_id,

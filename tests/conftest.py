@@ -57,14 +57,20 @@ class Procs:
         return {"PARLEY_REDIS_URL": self.url, "PARLEY_APP": app, "PYTHONPATH": path,
                 "PARLEY_LOG_LEVEL": "INFO"}
 
-    def start(self, kind: str, app: str = "tests.apps.scenarios", *args: str) -> subprocess.Popen[bytes]:
+    def start(self, kind: str, app: str = "tests.apps.scenarios", *args: str,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = self.logdir / f"{kind}-{len(self.started)}.log"
-        proc = start_parley([kind, *args], self.env(app), log)
+        proc = start_parley([kind, *args], {**self.env(app), **(env or {})}, log)
         self.started.append((kind, proc, log))
         return proc
 
-    def dispatcher(self, app: str = "tests.apps.scenarios", *args: str) -> subprocess.Popen[bytes]:
-        return self.start("dispatcher", app, *args)
+    def dispatcher(self, app: str = "tests.apps.scenarios", *args: str,
+                   env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self.start("dispatcher", app, *args, env=env)
+
+    def forget(self, proc: subprocess.Popen[bytes]) -> None:
+        """A process the test killed on purpose: not expected to exit 0 at teardown."""
+        self.started = [p for p in self.started if p[1] is not proc]
 
     def worker(self, app: str = "tests.apps.scenarios", *args: str) -> subprocess.Popen[bytes]:
         return self.start("worker", app, *args)

@@ -1,0 +1,53 @@
+"""kill -9 of a dispatcher at chosen points of a transition (SPEC 7): the session ends exactly as
+an undisturbed run does, and the resume is delivered exactly once."""
+
+import signal
+import time
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from parley.client import Client
+from tests.conftest import Procs, all_events, of_type, wait_for
+
+pytestmark = pytest.mark.e2e
+SEED = "Email bob@example.com: the launch moved to Friday."
+
+
+def run_seed(r: redis.Redis, client: Client, session: str) -> None:
+    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(
+        {"type": "message.create", "content": SEED})})
+    raised = wait_for(client, session, lambda e: e["type"] == "interrupt.raised", timeout=30)[-1]
+    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(
+        {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"], "payload": {"approved": True}})})
+    wait_for(client, session, lambda e: e["type"] == "turn.completed", timeout=30)
+
+
+def normalized(client: Client, session: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    time.sleep(0.3)
+    events = [{k: v for k, v in e.items() if k != "at"} for e in all_events(client, session)]
+    view = client.show(session)
+    assert view is not None
+    return events, {k: v for k, v in view.items() if k != "session"}
+
+
+@pytest.mark.parametrize("point", ["before_commit", "after_commit", "after_flush"])
+@pytest.mark.parametrize("nth", [2, 4])
+def test_dispatcher_killed_at_a_chosen_point_changes_nothing(procs: Procs, r: redis.Redis, client: Client,
+                                                             point: str, nth: int) -> None:
+    crashing = procs.dispatcher("examples.seed_app", "--lease-ms", "2000",
+                                env={"PARLEY_CRASH_AT": f"{point}:{nth}"})
+    time.sleep(0.8)  # it holds the lease; the next one stands by
+    procs.dispatcher("examples.seed_app", "--lease-ms", "2000")
+    procs.worker("examples.seed_app")
+    procs.worker("examples.seed_app")
+    run_seed(r, client, "crashed")
+    assert crashing.wait(5) == -signal.SIGKILL  # it really died at that point
+    procs.forget(crashing)
+    run_seed(r, client, "reference")  # the same scenario, undisturbed
+    crashed, reference = normalized(client, "crashed"), normalized(client, "reference")
+    assert crashed == reference
+    assert len(of_type(crashed[0], "interrupt.resumed")) == 1
+    assert r.hlen("parley:{crashed}:outbox") == 0 and r.xlen("parley:inputs") == 0

@@ -1,0 +1,41 @@
+"""Nothing grows without bound (SPEC 3.2): finished sessions leave only their own state."""
+
+import time
+
+import orjson
+import pytest
+import redis
+
+from parley.client import Client
+from tests.conftest import Procs, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redis, client: Client) -> None:
+    procs.dispatcher("examples.seed_app")
+    procs.worker("examples.seed_app")
+    procs.worker("examples.seed_app")
+    sessions = [f"f{i}" for i in range(30)]
+    for s in sessions:
+        r.xadd("parley:inputs", {"session": s, "id": f"m-{s}", "input": orjson.dumps(
+            {"type": "message.create", "content": "Email bob@example.com: hi"})})
+    for s in sessions:
+        raised = wait_for(client, s, lambda e: e["type"] == "interrupt.raised")[-1]
+        r.xadd("parley:inputs", {"session": s, "input": orjson.dumps(
+            {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"], "payload": {"approved": True}})})
+    for s in sessions:
+        wait_for(client, s, lambda e: e["type"] == "turn.completed")
+    time.sleep(0.5)
+    keys = {k.decode() for k in r.keys("*")}
+    per_session = {k for k in keys if "{" in k}
+    for s in sessions:  # meta, messages, events, and the idempotency key (expires after 24 h)
+        mine = {k for k in per_session if k.startswith(f"parley:{{{s}}}:")}
+        assert mine == {f"parley:{{{s}}}:meta", f"parley:{{{s}}}:msgs", f"parley:{{{s}}}:events",
+                        f"parley:{{{s}}}:idem:m-{s}"}
+    assert 0 < r.ttl(f"parley:{{{sessions[0]}}}:idem:m-{sessions[0]}") <= 24 * 3600
+    assert not [k for k in keys if k.startswith("rq:job:")]  # finished jobs leave nothing behind
+    assert r.xlen("parley:inputs") == 0 and r.xlen("parley:results") == 0  # acked entries trimmed
+    assert r.hlen("parley:running") == 0 and r.zcard("parley:interrupts") == 0
+    global_keys = keys - per_session
+    assert len(global_keys) < 20, sorted(global_keys)  # fixed bookkeeping, not per session

@@ -22,8 +22,9 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
             {"type": "message.create", "content": "Email bob@example.com: hi"})})
     for s in sessions:
         raised = wait_for(client, s, lambda e: e["type"] == "interrupt.raised")[-1]
-        r.xadd("parley:inputs", {"session": s, "input": orjson.dumps(
-            {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"], "payload": {"approved": True}})})
+        resume = {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
+                  "payload": {"approved": True}}
+        r.xadd("parley:inputs", {"session": s, "input": orjson.dumps(resume)})
     for s in sessions:
         wait_for(client, s, lambda e: e["type"] == "turn.completed")
     time.sleep(0.5)

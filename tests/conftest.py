@@ -109,3 +109,12 @@ def all_events(client: Client, session: str) -> list[dict[str, Any]]:
 
 def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == kind]
+
+
+def eventually(check: Callable[[], bool], timeout: float = 5) -> None:
+    """For effects that follow a commit (the outbox flush): poll until `check()` holds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still false after {timeout}s: {check}")
+        time.sleep(0.02)

@@ -11,7 +11,7 @@ import redis
 from rq.registry import StartedJobRegistry
 
 from parley.client import Client
-from tests.conftest import Procs, all_events, of_type, wait_for
+from tests.conftest import Procs, all_events, eventually, of_type, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +41,9 @@ def test_seed_scenario(procs: Procs, r: redis.Redis, client: Client, approved: b
     view = client.show("seed")
     assert view is not None and view["parked"] is True
     assert view["pending"] == [{"call_id": "call-1", "kind": "tool", "name": "send_email"}]
-    assert [(i["session"], i["interrupt_id"]) for i in client.interrupts()] == [("seed", "int-1")]
+    # the index is updated by the outbox flush right after the commit that emitted the event
+    eventually(lambda: [(i["session"], i["interrupt_id"]) for i in client.interrupts()]
+               == [("seed", "int-1")])
     resume(r, "seed", "int-1", {"approved": approved})
     events = wait_for(client, "seed", lambda e: e["type"] == "turn.completed")
     resumed = of_type(events, "interrupt.resumed")
@@ -50,7 +52,7 @@ def test_seed_scenario(procs: Procs, r: redis.Redis, client: Client, approved: b
     assert messages[2]["role"] == "tool" and messages[2]["content"] == tool_message
     assert messages[2]["tool_call_id"] == "call-1" and bool(messages[2].get("error")) is not approved
     assert messages[3]["content"] == final
-    assert client.interrupts() == []
+    eventually(lambda: client.interrupts() == [])
 
 
 def test_I4_llm_call_in_flight_is_voided_and_its_reply_never_appears(procs: Procs, r: redis.Redis,

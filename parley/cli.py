@@ -65,8 +65,16 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str) -> None
               help="Partitions to publish in parley:config when none is published yet.")
 @click.option("--lease-ms", type=click.IntRange(1000), default=10_000, show_default=True,
               help="How long a partition's lease lasts without renewal.")
+@click.option("--decide-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
+              help="Seconds a decide job may run before it fails as decision.failed (timeout).")
+@click.option("--llm-timeout", type=click.FloatRange(0.1), default=120, show_default=True,
+              help="Seconds an LLM job may run before it fails as llm.failed (timeout).")
+@click.option("--tool-timeout", type=click.FloatRange(0.1), default=300, show_default=True,
+              help="Seconds a tool job may run (unless the tool sets fn.timeout_s) before it "
+                   "fails as the tool error `timeout`.")
 @click.pass_context
-def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int) -> None:
+def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
+               llm_timeout: float, tool_timeout: float) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: each partition is read by one lease holder at a time; the others
@@ -74,6 +82,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int) -> 
     current transition and exits 0.
     """
     from dispatcher.consume import Dispatcher
+    from dispatcher.machine import Limits
     from parley.appinfo import app_info
     from schemas.keys import Keys
     from workers.app import AppError, load_app
@@ -83,8 +92,10 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int) -> 
     except AppError as exc:
         raise click.ClickException(str(exc)) from None
     stop = _stop_on_signals()
+    limits = Limits(decide_timeout_s=decide_timeout, llm_timeout_s=llm_timeout,
+                    tool_timeout_s=tool_timeout)
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
-                   lease_ms=lease_ms)
+                   lease_ms=lease_ms, limits=limits)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "

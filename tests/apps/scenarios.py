@@ -78,6 +78,15 @@ def slow_idem(seconds: float) -> str:
 slow_idem.idempotent = True  # type: ignore[attr-defined]
 
 
+def slow_limited(seconds: float) -> str:
+    """Sleep, but never longer than a second (fn.timeout_s)."""
+    time.sleep(seconds)
+    return "finished"
+
+
+slow_limited.timeout_s = 1  # type: ignore[attr-defined]
+
+
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
@@ -95,4 +104,4 @@ def later(what: str) -> str:
 
 later.deferred = True  # type: ignore[attr-defined]
 
-tools = [send_email, lookup, slow, slow_idem, add, boom, later]
+tools = [send_email, lookup, slow, slow_idem, slow_limited, add, boom, later]

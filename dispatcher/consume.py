@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -27,13 +27,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dispatcher.enqueue import Outbox
-from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
+from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome, entry_ids
 from dispatcher.state import SessionState
 from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
 from schemas.keys import Keys, partition_of
 from schemas.results import WorkOutcome
+from schemas.signing import Keyring, Unauthorized
 
 log = logging.getLogger("parley.dispatcher")
 
@@ -130,7 +131,8 @@ def get_partitions(redis: Redis, keys: Keys, default: int = 1) -> int:
 class Dispatcher:
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
-                 name: str | None = None, on_transition: Callable[[Transition], None] | None = None):
+                 name: str | None = None, on_transition: Callable[[Transition], None] | None = None,
+                 keyring: Keyring | None = None):
         self.redis = redis
         self.keys = keys
         self.app = app
@@ -145,6 +147,7 @@ class Dispatcher:
         self.owned: dict[int, Partition] = {}
         self.stats = Stats()
         self.on_transition = on_transition
+        self.keyring = keyring or Keyring({})
         self._renew = redis.register_script(RENEW)
         self._fire_deadline = redis.register_script(FIRE_DEADLINE)
         self._settle_lost = redis.register_script(SETTLE_LOST)
@@ -345,6 +348,16 @@ class Dispatcher:
         except InputError as exc:
             self.reject(stream, entry_id, fields, exc)
             return
+        try:
+            principal = self.keyring.verify(fields, int(time.time() * 1000))
+        except Unauthorized as exc:
+            # Refused before it touches the session: a forged entry must not even use up the
+            # idempotency key its `id` names.
+            value = entry.input.model_dump(mode="json", exclude_unset=True)
+            self.reject(stream, entry_id, fields, InputError(
+                f"unauthorized: {exc}", entry.input.type, entry_ids(value)), code="unauthorized")
+            return
+        entry = replace(entry, principal=principal)
         self.apply(p, stream, entry_id, entry.session, entry.idempotency_key,
                    lambda state: apply_input(state, entry, entry_id, self.context(p)))
 
@@ -391,7 +404,8 @@ class Dispatcher:
         log.debug("applied", extra=kv(session=session, stream=stream, entry=entry_id,
                                       events=len(tr.events), effects=len(tr.effects)))
 
-    def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], exc: InputError) -> None:
+    def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], exc: InputError,
+               code: str = "invalid_input") -> None:
         """Bad entries are never lost: copied with the error to the rejected stream, then acked."""
         self.stats.rejected += 1
         copy = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()
@@ -403,11 +417,12 @@ class Dispatcher:
         if session is not None:
             event = {"type": "input.refused", "at": int(time.time() * 1000),
                      "input": {"entry": entry_id, "type": exc.input_type, **exc.ids},
-                     "code": "invalid_input", "message": str(exc)}
+                     "code": code, "message": str(exc)}
             pipe.xadd(self.keys.events(session), {"event": orjson.dumps(event)},
                       maxlen=self.store.events_maxlen, approximate=True)
             idem = fields.get(b"id", fields.get("id"))
-            if idem:  # SPEC 3.2: a key counts as used whatever became of its entry
+            # SPEC 3.2: a key counts as used whatever became of its entry (not a forged one's)
+            if idem and code == "invalid_input":
                 key = idem.decode("utf-8", "replace") if isinstance(idem, bytes) else str(idem)
                 pipe.set(self.keys.idempotency(session, key), 1, ex=IDEMPOTENCY_TTL_S)
         pipe.xack(stream, self.keys.GROUP, entry_id)

@@ -763,9 +763,12 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
         rec = tx.c.interrupts.get(inp.interrupt_id)
         if rec is None:  # I11
             return ignore("already_resumed" if inp.interrupt_id in tx.c.resumed else "unknown_interrupt")
-        # `principal` is reported only once signatures are checked (SPEC 3.2: "when signed");
-        # an unsigned entry's claim is not an audit trail.
-        tx.resume(rec, inp.payload, False, None)
+        if rec.resumable_by is not None and entry.principal not in rec.resumable_by:
+            # SPEC 4.2: only a signed resume by one of them clears it (unsigned: no principal).
+            return refuse("forbidden", "this interrupt may be resumed only by "
+                          + ", ".join(rec.resumable_by))
+        # `principal` is the dispatcher-verified signer, or None for an unsigned entry.
+        tx.resume(rec, inp.payload, False, entry.principal)
         return tx.finish()
 
     if isinstance(inp, ToolResultInput):

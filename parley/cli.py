@@ -25,6 +25,10 @@ def _client(ctx: click.Context) -> Any:
     return Client(_connect(ctx), ctx.obj["prefix"])
 
 
+def _send(ctx: click.Context, session: str, value: dict[str, Any], idem: str | None = None) -> None:
+    click.echo(_client(ctx).send(session, value, idem, ctx.obj["principal"], ctx.obj["key"]))
+
+
 def _json_arg(text: str | None, what: str) -> Any:
     if text is None:
         return None
@@ -51,11 +55,18 @@ def _stop_on_signals() -> threading.Event:
 @click.option("--prefix", envvar="PARLEY_PREFIX", default="parley", show_default=True,
               help="Key prefix of every Parley key (env PARLEY_PREFIX).")
 @click.option("--log-level", envvar="PARLEY_LOG_LEVEL", default="INFO", show_default=True)
+@click.option("--principal", envvar="PARLEY_PRINCIPAL", default=None,
+              help="Sign inputs sent by send/resume/switch/input as this principal (env PARLEY_PRINCIPAL).")
+@click.option("--signing-key", envvar="PARLEY_SIGNING_KEY", default=None,
+              help="The principal's secret (env PARLEY_SIGNING_KEY; prefer the environment to argv).")
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str) -> None:
+def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, principal: str | None,
+        signing_key: str | None) -> None:
     """Parley: agent sessions on RQ worker fleets, with durable interrupts."""
     logs.setup(log_level)
-    ctx.obj = {"url": redis_url, "prefix": prefix}
+    if (principal is None) != (signing_key is None):
+        raise click.UsageError("--principal and --signing-key go together")
+    ctx.obj = {"url": redis_url, "prefix": prefix, "principal": principal, "key": signing_key}
 
 
 @cli.command()
@@ -72,9 +83,14 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str) -> None
 @click.option("--tool-timeout", type=click.FloatRange(0.1), default=300, show_default=True,
               help="Seconds a tool job may run (unless the tool sets fn.timeout_s) before it "
                    "fails as the tool error `timeout`.")
+@click.option("--keys-file", envvar="PARLEY_KEYS_FILE", default=None,
+              help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
+@click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
+              help="Refuse every unsigned input as `unauthorized` (env PARLEY_REQUIRE_SIGNING=1).")
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
-               llm_timeout: float, tool_timeout: float) -> None:
+               llm_timeout: float, tool_timeout: float, keys_file: str | None,
+               require_signing: bool) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: each partition is read by one lease holder at a time; the others
@@ -85,6 +101,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     from dispatcher.machine import Limits
     from parley.appinfo import app_info
     from schemas.keys import Keys
+    from schemas.signing import Keyring
     from workers.app import AppError, load_app
 
     try:
@@ -94,8 +111,12 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     stop = _stop_on_signals()
     limits = Limits(decide_timeout_s=decide_timeout, llm_timeout_s=llm_timeout,
                     tool_timeout_s=tool_timeout)
+    try:
+        keyring = Keyring.load(keys_file, require_signing)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"signing keys: {exc}") from None
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
-                   lease_ms=lease_ms, limits=limits)
+                   lease_ms=lease_ms, limits=limits, keyring=keyring)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "
@@ -158,7 +179,7 @@ def send(ctx: click.Context, session: str, text: str, parent: str | None, root: 
         value["parent_id"] = parent
     if message_id:
         value["message_id"] = message_id
-    click.echo(_client(ctx).send(session, value, idem))
+    _send(ctx, session, value, idem)
 
 
 @cli.command()
@@ -172,7 +193,7 @@ def resume(ctx: click.Context, session: str, interrupt_id: str, payload: str | N
     """Resume INTERRUPT_ID of SESSION with an optional JSON PAYLOAD."""
     value = {"type": "interrupt.resume", "interrupt_id": interrupt_id,
              "payload": _json_arg(payload, "PAYLOAD")}
-    click.echo(_client(ctx).send(session, value, idem))
+    _send(ctx, session, value, idem)
 
 
 @cli.command()
@@ -181,7 +202,7 @@ def resume(ctx: click.Context, session: str, interrupt_id: str, payload: str | N
 @click.pass_context
 def switch(ctx: click.Context, session: str, head: str) -> None:
     """Move SESSION's active head to message HEAD."""
-    click.echo(_client(ctx).send(session, {"type": "branch.switch", "head": head}))
+    _send(ctx, session, {"type": "branch.switch", "head": head})
 
 
 @cli.command("input")
@@ -194,7 +215,7 @@ def input_(ctx: click.Context, session: str, value: str, idem: str | None) -> No
     parsed = _json_arg(value, "VALUE")
     if not isinstance(parsed, dict):
         raise click.BadParameter("VALUE must be a JSON object")
-    click.echo(_client(ctx).send(session, parsed, idem))
+    _send(ctx, session, parsed, idem)
 
 
 @cli.command()

@@ -1,6 +1,7 @@
 """A producer's view of Parley: write inputs (partitioned), read events and sessions."""
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ from redis import Redis
 from dispatcher.machine import show
 from dispatcher.store import Store
 from schemas.keys import Keys, partition_of
+from schemas.signing import signed_fields
 
 
 class Client:
@@ -23,8 +25,14 @@ class Client:
         n = int(raw) if raw else 1
         return self.keys.inputs(partition_of(session, n), n)
 
-    def send(self, session: str, value: dict[str, Any], idempotency_key: str | None = None) -> str:
-        fields: dict[Any, Any] = {"session": session, "input": orjson.dumps(value)}
+    def send(self, session: str, value: dict[str, Any], idempotency_key: str | None = None,
+             principal: str | None = None, key: str | None = None) -> str:
+        """XADD one input; signed (SPEC 3.1) when given a principal and its key."""
+        raw = orjson.dumps(value)
+        fields: dict[Any, Any] = {"session": session, "input": raw}
+        if principal is not None and key is not None:
+            idempotency_key = idempotency_key or uuid.uuid4().hex  # a signed entry needs an id
+            fields.update(signed_fields(key, principal, session, idempotency_key, raw))
         if idempotency_key is not None:
             fields["id"] = idempotency_key
         entry: Any = self.redis.xadd(self.stream_for(session), fields)

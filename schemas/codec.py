@@ -112,5 +112,5 @@ def decode_input_entry(fields: dict[Any, Any], limit: int | None = None) -> Inpu
     idem = _text(fields, "id")
     if idem is not None and not (0 < len(idem) <= 256):
         raise InputError("`id` must be 1-256 characters", type_name, ids)
-    return InputEntry(session=session, input=parsed, idempotency_key=idem,
-                      principal=_text(fields, "principal"))
+    # `principal` is set by the dispatcher only once the entry's signature is verified.
+    return InputEntry(session=session, input=parsed, idempotency_key=idem)

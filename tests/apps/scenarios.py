@@ -38,6 +38,8 @@ def decide(trigger, proposed):
         ask = {"type": "interrupt", "reason": "confirm", "payload": {"message": "Send the email?"}}
         if "[deadline]" in str(trigger.arguments):
             ask.update(timeout_s=1, default={"approved": False})
+        if "[guarded]" in str(trigger.arguments):
+            ask.update(resumable_by=["alice"])
         return {"actions": [ask]}
     if trigger.type == "message.created" and "[parallel]" in trigger.message["content"]:
         return {"actions": [{"type": "llm.call"},

@@ -68,9 +68,9 @@ def test_decode_interrupt_resume_branch_switch_and_tool_result():
     assert isinstance(t, ToolResultInput) and t.error == "no"
 
 
-def test_decode_keeps_idempotency_key_and_principal():
+def test_decode_keeps_idempotency_key_but_never_trusts_a_claimed_principal():
     e = decode_input_entry(entry({"type": "session.create"}, id=b"key-1", principal=b"alice"))
-    assert e.idempotency_key == "key-1" and e.principal == "alice"
+    assert e.idempotency_key == "key-1" and e.principal is None  # set only after verification
 
 
 def test_decode_accepts_str_field_names_and_values():

@@ -1,0 +1,79 @@
+"""Signed inputs (SPEC 3.1): HMAC-SHA256 over `session\\nid\\nts\\ninput`, per principal.
+
+Keys come from a JSON file `{principal: secret}` named by the dispatcher's configuration;
+they are never logged and never appear in events.
+"""
+
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+WINDOW_MS = 24 * 3600 * 1000  # the idempotency window: older signed entries are replays
+
+
+def signature(key: str, session: str, entry_id: str, ts: str, input_json: bytes) -> str:
+    message = b"\n".join([session.encode(), entry_id.encode(), ts.encode(), input_json])
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def signed_fields(key: str, principal: str, session: str, entry_id: str, input_json: bytes,
+                  now_ms: int | None = None) -> dict[str, str]:
+    """The fields a producer adds to sign an entry."""
+    ts = str(now_ms if now_ms is not None else int(time.time() * 1000))
+    return {"principal": principal, "ts": ts,
+            "sig": signature(key, session, entry_id, ts, input_json)}
+
+
+class Unauthorized(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Keyring:
+    keys: dict[str, str]
+    required: bool = False
+
+    @classmethod
+    def load(cls, path: str | None, required: bool = False) -> "Keyring":
+        if not path:
+            if required:
+                raise ValueError("signing is required but no keys file is configured")
+            return cls({}, required)
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in data.items()):
+            raise ValueError(f"{path}: expected a JSON object {{principal: secret}}")
+        return cls(dict(data), required)
+
+    def __repr__(self) -> str:  # never print the secrets
+        return f"Keyring(principals={sorted(self.keys)}, required={self.required})"
+
+    def verify(self, fields: dict[bytes | str, bytes | str], now_ms: int) -> str | None:
+        """The verified principal of a signed entry; None for an unsigned one when allowed."""
+        def text(name: str) -> str | None:
+            raw = fields.get(name.encode(), fields.get(name))
+            return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+        sig, principal = text("sig"), text("principal")
+        if sig is None:
+            if self.required:
+                raise Unauthorized("signing is required: the entry has no `sig`")
+            return None
+        entry_id, ts, session = text("id"), text("ts"), text("session") or ""
+        raw_input = fields.get(b"input", fields.get("input")) or b""
+        input_json = raw_input if isinstance(raw_input, bytes) else raw_input.encode()
+        if not principal or principal not in self.keys:
+            raise Unauthorized("unknown principal")
+        if not entry_id:
+            raise Unauthorized("a signed entry needs an `id`")
+        if ts is None or not ts.isdigit():
+            raise Unauthorized("a signed entry needs `ts`, Unix milliseconds")
+        if abs(now_ms - int(ts)) > WINDOW_MS:
+            raise Unauthorized("the entry is older than the idempotency window (or from the future)")
+        expected = signature(self.keys[principal], session, entry_id, ts, input_json)
+        if not hmac.compare_digest(expected, sig):
+            raise Unauthorized("bad signature")
+        return principal

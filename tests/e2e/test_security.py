@@ -35,7 +35,8 @@ def test_forged_replayed_and_unpermitted_resumes_are_refused(procs: Procs, r: re
     raised = wait_for(client, "sec", lambda e: e["type"] == "interrupt.raised")[-1]
     time.sleep(0.3)
     before = decides(r, "sec")
-    resume = {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"], "payload": {"approved": True}}
+    resume = {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
+              "payload": {"approved": True}}
     raw = orjson.dumps(resume)
     # unsigned, forged (wrong key), stale (older than 24 h), and an unknown principal
     client.send("sec", resume, "r-unsigned")

@@ -1,5 +1,6 @@
 """Models an app can use as its `llm`: a deterministic scripted model, and adapters."""
 
+from workers.llm.openai_compat import LLMError, LLMTimeoutError, OpenAICompatible
 from workers.llm.scripted import ScriptedModel
 
-__all__ = ["ScriptedModel"]
+__all__ = ["LLMError", "LLMTimeoutError", "OpenAICompatible", "ScriptedModel"]

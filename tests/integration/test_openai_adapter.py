@@ -1,0 +1,336 @@
+"""OpenAICompatible against a real local HTTP server that speaks chat completions.
+
+The server (a ThreadingHTTPServer on 127.0.0.1, port 0) records every request it gets —
+path, headers, JSON body — and answers from a script the test sets: no mocked client.
+"""
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from workers.jobs import check_response
+from workers.llm import LLMError, LLMTimeoutError, OpenAICompatible
+from workers.llm.openai_compat import NO_RESULT
+
+API_KEY = "sk-test-secret-123"
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # a dict is sent as JSON, a str as is
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeServer:
+    """Replies pop from `script` in order; the last one repeats when the script runs out."""
+
+    def __init__(self) -> None:
+        self.script: list[Reply] = []
+        self.received: list[Received] = []
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                with fake.lock:
+                    fake.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()},
+                                                  body))
+                    reply = fake.script.pop(0) if len(fake.script) > 1 else fake.script[0]
+                if self.path != "/v1/chat/completions":
+                    reply = Reply(404, {"error": {"message": f"no route {self.path}"}})
+                if reply.delay:
+                    fake.stopping.wait(reply.delay)
+                payload = (reply.body if isinstance(reply.body, str)
+                           else json.dumps(reply.body)).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up (a timeout test)
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01},
+                                       daemon=True)
+
+    def reply(self, *replies: Reply) -> None:
+        self.script = list(replies)
+
+    def bodies(self) -> list[Any]:
+        return [r.body for r in self.received]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    fake = FakeServer()
+    fake.thread.start()
+    yield fake
+    fake.stopping.set()
+    fake.httpd.shutdown()
+    fake.httpd.server_close()
+
+
+def model(server: FakeServer, **kwargs: Any) -> OpenAICompatible:
+    kwargs.setdefault("model", "test-model")
+    kwargs.setdefault("api_key", API_KEY)
+    kwargs.setdefault("backoff_base", 0.001)
+    kwargs.setdefault("max_backoff", 0.01)
+    kwargs.setdefault("timeout", 5)
+    return OpenAICompatible(base_url=server.base_url, **kwargs)
+
+
+def completion(content: str | None = "ok", tool_calls: list[dict[str, Any]] | None = None,
+               usage: dict[str, int] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "test-model",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": usage if usage is not None else {"prompt_tokens": 10, "completion_tokens": 2,
+                                                      "total_tokens": 12}}
+
+
+def fn_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+SEND_EMAIL = {"name": "send_email", "description": "Send an email.",
+              "parameters": {"type": "object", "properties": {"to": {"type": "string"},
+                                                              "body": {"type": "string"}},
+                             "required": ["to", "body"]}}
+LOOKUP = {"name": "lookup", "description": "",
+          "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+
+# A branch as Parley sends it: the decision of call-1's tool.execute appended an assistant
+# `message` before the tool results came back, and call-2's result landed before call-1's.
+BRANCH: list[dict[str, Any]] = [
+    {"id": "msg-1", "parent_id": None, "role": "user", "content": "Email bob and look up Friday."},
+    {"id": "msg-2", "parent_id": "msg-1", "role": "assistant", "content": "",
+     "tool_calls": [{"id": "call-1", "name": "send_email", "arguments": {"to": "bob", "body": "hi"}},
+                    {"id": "call-2", "name": "lookup", "arguments": {"q": "Friday"}}]},
+    {"id": "msg-3", "parent_id": "msg-2", "role": "assistant", "content": "Asking for confirmation."},
+    {"id": "msg-4", "parent_id": "msg-3", "role": "tool", "tool_call_id": "call-2",
+     "content": "{\"date\":\"2024-05-03\"}"},
+    {"id": "msg-5", "parent_id": "msg-4", "role": "tool", "tool_call_id": "call-1",
+     "content": "declined", "error": True},
+    {"id": "msg-6", "parent_id": "msg-5", "role": "assistant", "content": "Not sent. Friday is May 3."},
+    {"id": "msg-7", "parent_id": "msg-6", "role": "user", "content": "Thanks"},
+]
+
+
+def test_request_body_and_headers(server: FakeServer) -> None:
+    server.reply(Reply(body=completion("You're welcome.")))
+    llm = model(server)
+    llm({"messages": BRANCH, "tools": [SEND_EMAIL, LOOKUP], "model": "override-model",
+         "params": {"temperature": 0.2, "max_tokens": 50}})
+
+    [got] = server.received
+    assert got.path == "/v1/chat/completions"
+    assert got.headers["authorization"] == f"Bearer {API_KEY}"
+    assert got.headers["content-type"] == "application/json"
+    body = got.body
+    assert body["model"] == "override-model"
+    assert body["temperature"] == 0.2 and body["max_tokens"] == 50
+    assert "stream" not in body
+    assert body["messages"] == [
+        {"role": "user", "content": "Email bob and look up Friday."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call-1", "type": "function",
+             "function": {"name": "send_email", "arguments": "{\"to\": \"bob\", \"body\": \"hi\"}"}},
+            {"id": "call-2", "type": "function",
+             "function": {"name": "lookup", "arguments": "{\"q\": \"Friday\"}"}}]},
+        # the tool messages directly after their assistant message, in the order of its calls
+        {"role": "tool", "tool_call_id": "call-1", "content": "Error: declined"},
+        {"role": "tool", "tool_call_id": "call-2", "content": "{\"date\":\"2024-05-03\"}"},
+        # then what sat between, in its order
+        {"role": "assistant", "content": "Asking for confirmation."},
+        {"role": "assistant", "content": "Not sent. Friday is May 3."},
+        {"role": "user", "content": "Thanks"},
+    ]
+    for call in body["messages"][1]["tool_calls"]:
+        json.loads(call["function"]["arguments"])
+    assert body["tools"] == [
+        {"type": "function", "function": SEND_EMAIL},
+        {"type": "function", "function": {"name": "lookup", "parameters": LOOKUP["parameters"]}},
+    ]
+
+
+def test_defaults_no_tools_key_and_model_from_constructor(server: FakeServer) -> None:
+    server.reply(Reply(body=completion()))
+    model(server)({"messages": [{"id": "msg-1", "parent_id": None, "role": "user", "content": "hi"}],
+                   "tools": []})
+    body = server.received[0].body
+    assert body == {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_config_from_environment(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_LLM_BASE_URL", server.base_url + "/")
+    monkeypatch.setenv("PARLEY_LLM_MODEL", "env-model")
+    monkeypatch.delenv("PARLEY_LLM_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fallback")
+    server.reply(Reply(body=completion()))
+    llm = OpenAICompatible()
+    assert llm.timeout == 60 and llm.max_retries == 4
+    llm({"messages": [], "tools": []})
+    assert server.received[0].body["model"] == "env-model"
+    assert server.received[0].headers["authorization"] == "Bearer sk-fallback"
+    assert "sk-fallback" not in repr(llm)
+
+    monkeypatch.setenv("PARLEY_LLM_API_KEY", "sk-parley")
+    OpenAICompatible()({"messages": [], "tools": []})
+    assert server.received[1].headers["authorization"] == "Bearer sk-parley"
+
+
+def test_no_model_anywhere_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PARLEY_LLM_MODEL", raising=False)
+    with pytest.raises(LLMError, match="no model"):
+        OpenAICompatible(base_url="http://127.0.0.1:9/v1")({"messages": [], "tools": []})
+
+
+def test_missing_tool_result_gets_a_placeholder(server: FakeServer) -> None:
+    server.reply(Reply(body=completion()))
+    messages = [BRANCH[0], BRANCH[1], BRANCH[4]]  # call-2's result is not in the branch
+    model(server)({"messages": messages, "tools": []})
+    sent = server.received[0].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "call-1", "content": "Error: declined"}
+    assert sent[3] == {"role": "tool", "tool_call_id": "call-2", "content": NO_RESULT}
+
+
+def test_response_mapping(server: FakeServer) -> None:
+    server.reply(Reply(body=completion(None, [fn_call("call_abc", "send_email",
+                                                      "{\"to\": \"bob@example.com\", \"body\": \"hi\"}"),
+                                              fn_call("call_def", "lookup", "")],
+                                       usage={"prompt_tokens": 30, "completion_tokens": 7,
+                                              "total_tokens": 37})))
+    response = model(server)({"messages": BRANCH[:1], "tools": [SEND_EMAIL, LOOKUP]})
+    assert response == {
+        "content": "",
+        "tool_calls": [{"id": "call_abc", "name": "send_email",
+                        "arguments": {"to": "bob@example.com", "body": "hi"}},
+                       {"id": "call_def", "name": "lookup", "arguments": {}}],
+        "usage": {"tokens": 37},
+    }
+    assert check_response(response) == response  # what Parley's LLM job accepts
+
+
+def test_plain_reply_and_usage_without_total(server: FakeServer) -> None:
+    server.reply(Reply(body=completion("Hello there.", usage={"prompt_tokens": 4, "completion_tokens": 3})))
+    assert model(server)({"messages": BRANCH[:1], "tools": []}) == {
+        "content": "Hello there.", "tool_calls": [], "usage": {"tokens": 7}}
+
+
+def test_invalid_tool_call_arguments_raise(server: FakeServer) -> None:
+    server.reply(Reply(body=completion(None, [fn_call("c1", "send_email", "{\"to\": \"bob\", ")])))
+    with pytest.raises(LLMError, match=r"tool call 'send_email': arguments are not valid JSON"):
+        model(server)({"messages": BRANCH[:1], "tools": [SEND_EMAIL]})
+    server.reply(Reply(body=completion(None, [fn_call("c1", "send_email", "[1, 2]")])))
+    with pytest.raises(LLMError, match="must be a JSON object"):
+        model(server)({"messages": BRANCH[:1], "tools": [SEND_EMAIL]})
+
+
+def test_retries_500_then_succeeds(server: FakeServer) -> None:
+    server.reply(Reply(500, {"error": {"message": "boom"}}), Reply(503, "unavailable"),
+                 Reply(body=completion("finally")))
+    assert model(server, max_retries=4)({"messages": BRANCH[:1], "tools": []})["content"] == "finally"
+    assert len(server.received) == 3
+    assert server.bodies()[0] == server.bodies()[2]  # the same request each time
+
+
+def test_retries_429_with_retry_after(server: FakeServer) -> None:
+    server.reply(Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "0"}),
+                 Reply(body=completion("ok")))
+    assert model(server)({"messages": BRANCH[:1], "tools": []})["content"] == "ok"
+    assert len(server.received) == 2
+
+
+def test_retry_after_is_capped(server: FakeServer) -> None:
+    server.reply(Reply(429, "{}", headers={"Retry-After": "120"}), Reply(body=completion("ok")))
+    started = time.monotonic()
+    assert model(server, max_backoff=0.05)({"messages": BRANCH[:1], "tools": []})["content"] == "ok"
+    assert time.monotonic() - started < 2
+
+
+def test_backoff_is_full_jitter_and_capped() -> None:
+    llm = OpenAICompatible(model="m", base_url="http://127.0.0.1:9/v1", backoff_base=0.5, max_backoff=3)
+    for attempt, ceiling in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 3.0), (10, 3.0)]:
+        delays = [llm.delay(attempt) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > ceiling / 2  # spread over the range, not a fixed step
+
+
+def test_gives_up_after_max_retries(server: FakeServer) -> None:
+    server.reply(Reply(502, "<html>Bad gateway</html>"))
+    with pytest.raises(LLMError, match=r"HTTP 502 after 3 attempt\(s\): <html>Bad gateway</html>") as info:
+        model(server, max_retries=2)({"messages": BRANCH[:1], "tools": []})
+    assert info.value.status == 502
+    assert len(server.received) == 3
+
+
+def test_400_is_not_retried_and_the_key_is_not_echoed(server: FakeServer) -> None:
+    server.reply(Reply(400, {"error": {"message": f"bad request from key {API_KEY}: messages invalid"}}))
+    with pytest.raises(LLMError, match="HTTP 400") as info:
+        model(server)({"messages": BRANCH[:1], "tools": []})
+    assert len(server.received) == 1
+    assert "messages invalid" in str(info.value)
+    assert API_KEY not in str(info.value) and API_KEY not in repr(model(server))
+
+
+def test_timeout_raises_after_retries(server: FakeServer) -> None:
+    server.reply(Reply(body=completion(), delay=2))
+    started = time.monotonic()
+    with pytest.raises(LLMTimeoutError, match=r"no answer within 0.2 s .*2 attempt\(s\)"):
+        model(server, timeout=0.2, max_retries=1)({"messages": BRANCH[:1], "tools": []})
+    assert time.monotonic() - started < 1.5
+    assert len(server.received) == 2
+
+
+def test_connection_refused_is_retried_then_raises() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    llm = OpenAICompatible(model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2,
+                           backoff_base=0.001, max_backoff=0.01)
+    with pytest.raises(LLMError, match=r"connection failed .*3 attempt\(s\)"):
+        llm({"messages": [], "tools": []})
+
+
+def test_a_body_that_is_not_a_completion_raises(server: FakeServer) -> None:
+    server.reply(Reply(200, "not json"))
+    with pytest.raises(LLMError, match="not JSON"):
+        model(server)({"messages": BRANCH[:1], "tools": []})
+    server.reply(Reply(200, {"error": {"message": "quota"}}))
+    with pytest.raises(LLMError, match=r"no choices.*quota"):
+        model(server)({"messages": BRANCH[:1], "tools": []})

@@ -30,6 +30,7 @@ from dispatcher.enqueue import Outbox
 from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome, entry_ids
 from dispatcher.state import SessionState
 from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
+from parley import metrics
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
 from schemas.keys import Keys, partition_of
@@ -148,6 +149,7 @@ class Dispatcher:
         self.stats = Stats()
         self.on_transition = on_transition
         self.keyring = keyring or Keyring({})
+        self.health: metrics.Health | None = None
         self._renew = redis.register_script(RENEW)
         self._fire_deadline = redis.register_script(FIRE_DEADLINE)
         self._settle_lost = redis.register_script(SETTLE_LOST)
@@ -267,10 +269,13 @@ class Dispatcher:
                                   kind=rec["kind"], ok=False, error="worker_lost", lost=True)
             if self._settle_lost(keys=[self.keys.running, rec["reply_to"]],
                                  args=[job, raw, outcome.model_dump_json()]):
+                metrics.WORK_LOST.labels(rec["kind"]).inc()
                 log.warning("worker lost holding a job", extra=kv(
                     worker=rec["worker"], session=rec["session"], work=rec["work"], kind=rec["kind"]))
 
     def tick(self) -> None:
+        if self.health is not None:
+            self.health.beat()
         self.maintain_leases()
         self.fire_deadlines()
         self.find_lost_work()
@@ -373,11 +378,13 @@ class Dispatcher:
 
     def apply(self, p: Partition, stream: str, entry_id: str, session: str, idem: str | None,
               transition: Callable[[SessionState], Transition]) -> None:
+        started = time.perf_counter()
         while True:
             state, version = self.store.load(session, idem)
             if already_applied(state.applied.get(stream), entry_id):
                 # A replay after a crash: committed before, maybe not flushed.
                 self.stats.replays += 1
+                metrics.REPLAYS.inc()
                 self.outbox.flush(session, self.store.pending_effects(session))
                 return
             tr = transition(state)
@@ -399,6 +406,7 @@ class Dispatcher:
         self.crash.reached("after_commit")
         self.outbox.flush(session, tr.effects)
         self.crash.reached("after_flush")
+        metrics.record_transition(tr, time.perf_counter() - started)
         if self.on_transition is not None:
             self.on_transition(tr)
         log.debug("applied", extra=kv(session=session, stream=stream, entry=entry_id,
@@ -408,6 +416,7 @@ class Dispatcher:
                code: str = "invalid_input") -> None:
         """Bad entries are never lost: copied with the error to the rejected stream, then acked."""
         self.stats.rejected += 1
+        metrics.INPUTS.labels(exc.input_type or "unknown", "rejected", code).inc()
         copy = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()
                 if (k.decode() if isinstance(k, bytes) else k) not in ("error", "source", "entry")}
         copy.update({"error": str(exc), "source": stream, "entry": entry_id})

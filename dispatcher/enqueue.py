@@ -70,6 +70,8 @@ class Outbox:
                 pipe.zrem(self.keys.interrupt_index, member)
                 pipe.hdel(self.keys.interrupt_info, member)
                 pipe.zrem(self.keys.deadlines, member)
+            elif op == "stat":
+                pipe.hincrby(self.keys.stats, fx["field"], fx["delta"])
             else:
                 raise ValueError(f"unknown outbox effect {op!r}")
         pipe.hdel(self.keys.outbox(session), *[fx["seq"] for fx in effects])

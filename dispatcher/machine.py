@@ -84,6 +84,10 @@ class Transition:
     dropped: str | None = None
     # counts for metrics: (kind, label) -> n
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    # the input's (type, outcome: applied/refused/ignored, code) for metrics
+    input_outcome: tuple[str, str, str] | None = None
+    # seconds from raise to resume of the interrupts this transition resumed
+    waits: list[float] = field(default_factory=list)
 
 
 def job_id(session: str, work: str, attempt: int) -> str:
@@ -135,6 +139,10 @@ class _Tx:
         self.added: dict[str, dict[str, Any]] = {}
         self.out = Transition(state=SessionState(
             core=None, messages={}, applied=dict(state.applied)))
+        self.held_before = self.held_count()
+
+    def held_count(self) -> int:
+        return sum(len(t.held) for t in self.core.turns.values()) if self.core else 0
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -609,6 +617,7 @@ class _Tx:
         self.c.queue = keep
 
     def resume(self, rec: Interrupt, payload: Any, timed_out: bool, principal: str | None) -> None:
+        self.out.waits.append(max(0, self.ctx.now_ms - rec.raised_at) / 1000)
         del self.c.interrupts[rec.id]
         self.c.resumed.append(rec.id)
         self.effect(op="index_remove", interrupt_id=rec.id)
@@ -674,6 +683,9 @@ class _Tx:
         if self.core is not None:
             self.pump()
             self.complete_turns()
+            delta = self.held_count() - self.held_before
+            if delta:  # the fleet-wide gauge of held decisions, kept exactly by the outbox
+                self.effect(op="stat", field="held", delta=delta)
         self.out.state.core = self.core
         return self.out
 
@@ -697,15 +709,15 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
     tx.out.idempotency_key = entry.idempotency_key
     inp = entry.input
     raw = inp.model_dump(mode="json", exclude_unset=True) | {"type": inp.type}
-    tx.count("input", inp.type)
+    tx.out.input_outcome = (inp.type, "applied", "")
 
     def refuse(code: str, message: str, **extra: Any) -> Transition:
-        tx.count("refused", code)
+        tx.out.input_outcome = (inp.type, "refused", code)
         tx.emit("input.refused", input=_input_ref(entry_id, raw), code=code, message=message, **extra)
         return tx.finish()
 
     def ignore(code: str) -> Transition:
-        tx.count("ignored", code)
+        tx.out.input_outcome = (inp.type, "ignored", code)
         tx.emit("input.ignored", input=_input_ref(entry_id, raw), code=code)
         return tx.finish()
 

@@ -49,6 +49,21 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+METRICS_PORT = click.option(
+    "--metrics-port", envvar="PARLEY_METRICS_PORT", type=click.IntRange(1, 65535), default=None,
+    help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
+
+
+def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis) -> Any:
+    from parley.metrics import Health, serve
+    from schemas.keys import Keys
+
+    health = Health(connection)
+    if port is not None:
+        serve(port, connection, Keys(ctx.obj["prefix"]), health)
+    return health
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--redis-url", envvar="PARLEY_REDIS_URL", default=DEFAULT_URL, show_default=True,
               help="Redis to use (env PARLEY_REDIS_URL); credentials go in the URL.")
@@ -87,10 +102,11 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
               help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
 @click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
               help="Refuse every unsigned input as `unauthorized` (env PARLEY_REQUIRE_SIGNING=1).")
+@METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, keys_file: str | None,
-               require_signing: bool) -> None:
+               require_signing: bool, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: each partition is read by one lease holder at a time; the others
@@ -117,6 +133,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
         raise click.ClickException(f"signing keys: {exc}") from None
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring)
+    d.health = _serve_metrics(ctx, metrics_port, d.redis)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "
@@ -130,8 +147,10 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
               help="Comma-separated queues to serve, in priority order.")
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
+@METRICS_PORT
 @click.pass_context
-def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool) -> None:
+def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool,
+           metrics_port: int | None) -> None:
     """Run a worker: execute decide, LLM and tool jobs of the app, post their outcomes.
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
@@ -149,7 +168,7 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     names = [keys.queue(q.strip()) for q in queues.split(",") if q.strip()]
     connection = _connect(ctx)
     ident = name or worker_id()
-    heartbeat = Heartbeat(connection, keys.worker_alive(ident))
+    heartbeat = Heartbeat(connection, keys.worker_alive(ident), _serve_metrics(ctx, metrics_port, connection))
     heartbeat.beat()
     heartbeat.start()
     set_worker_id(ident)

@@ -64,6 +64,11 @@ class Keys:
     def prefix_of_results(stream: str) -> str:
         return stream.rsplit(":results", 1)[0]
 
+    @property
+    def stats(self) -> str:
+        """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions)."""
+        return f"{self.prefix}:stats"
+
     GROUP = "parley-dispatchers"
 
     def queue(self, kind: str) -> str:

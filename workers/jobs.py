@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
+from parley import metrics
 from parley.logs import kv
 from schemas.actions import Decision, decision_from_app
 from schemas.keys import Keys
@@ -76,6 +77,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
     pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
     pipe.hdel(Keys(Keys.prefix_of_results(reply_to)).running, job.id)
     pipe.execute()
+    metrics.timed(kind)(time.monotonic() - (started or time.monotonic()), ok)
     log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
                                   attempt=payload["attempt"], ok=ok,
                                   ms=round((time.monotonic() - (started or time.monotonic())) * 1000, 1)))

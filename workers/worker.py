@@ -15,6 +15,7 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from parley.metrics import JOBS_REFUSED, Health
 from workers.jobs import ALLOWED_FUNCS
 
 log = logging.getLogger("parley.worker")
@@ -32,6 +33,7 @@ class ParleyJob(Job):
         if self.func_name not in ALLOWED_FUNCS:
             log.error("refused a job naming a function outside Parley's own",
                       extra={"kv": {"job": self.id, "func": self.func_name}})
+            JOBS_REFUSED.inc()
             raise RefusedJob(f"job {self.id} names {self.func_name!r}, which is not a Parley job")
         return super().func
 
@@ -70,14 +72,17 @@ class Heartbeat(threading.Thread):
     INTERVAL_S = 1.0
     TTL_MS = 5000
 
-    def __init__(self, connection, key: str):  # type: ignore[no-untyped-def]
+    def __init__(self, connection, key: str, health: Health | None = None):  # type: ignore[no-untyped-def]
         super().__init__(name="parley-heartbeat", daemon=True)
         self.connection = connection
         self.key = key
+        self.health = health
         self.stopped = threading.Event()
 
     def beat(self) -> None:
         self.connection.set(self.key, 1, px=self.TTL_MS)
+        if self.health is not None:
+            self.health.beat()
 
     def run(self) -> None:
         while not self.stopped.wait(self.INTERVAL_S):

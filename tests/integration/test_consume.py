@@ -74,7 +74,7 @@ def test_message_create_emits_events_and_enqueues_one_llm_job(
     assert meta[b"ver"] == b"1"
     assert orjson.loads(meta[b"applied"]) == {INPUTS: entry}
     assert d.stats.applied == 1 and d.stats.replays == 0
-    assert d.stats.counts[("input", "message.create")] == 1
+    assert d.stats.counts[("trigger", "message.created")] == 1
 
     tick(d)  # nothing new: nothing changes
     assert len(events(r, "s-1")) == 3

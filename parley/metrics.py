@@ -1,0 +1,197 @@
+"""Prometheus metrics (SPEC 9) and health endpoints, served by every dispatcher and worker.
+
+Counters and histograms count what this process did. Gauges that describe Redis state
+(open interrupts, parked branches, held decisions, stream lag, queue depths) are read
+from Redis at scrape time by `RedisStateCollector`, so every process reports the same
+fleet-wide truth and nothing is summed across processes by hand.
+
+Workers are non-forking (docs/design.md), so one process holds its own counters: no
+prometheus-client multiprocess mode is needed.
+"""
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from redis import Redis
+
+from schemas.keys import Keys
+
+REGISTRY = CollectorRegistry()
+
+INPUTS = Counter("parley_inputs_total", "Inputs by type and outcome (applied, refused, ignored, rejected)",
+                 ["type", "outcome", "code"], registry=REGISTRY)
+TRIGGERS = Counter("parley_triggers_total", "Triggers fired, by type", ["type"], registry=REGISTRY)
+ACTIONS = Counter("parley_actions_total", "Actions applied, by type", ["type"], registry=REGISTRY)
+INTERRUPTS_RAISED = Counter("parley_interrupts_raised_total", "Interrupts raised", ["scope"],
+                            registry=REGISTRY)
+INTERRUPTS_RESUMED = Counter("parley_interrupts_resumed_total", "Interrupts resumed, by whether decide "
+                             "got the trigger", ["delivered"], registry=REGISTRY)
+LLM_VOIDED = Counter("parley_llm_voided_total", "LLM calls voided by a park", registry=REGISTRY)
+RESULTS_DROPPED = Counter("parley_results_dropped_total", "Work outcomes dropped (late, stale, voided)",
+                          ["reason"], registry=REGISTRY)
+WORK_RETRIED = Counter("parley_work_retried_total", "Jobs retried after their worker was lost", ["kind"],
+                       registry=REGISTRY)
+WORK_LOST = Counter("parley_work_lost_total", "Jobs found held by a dead worker", ["kind"],
+                    registry=REGISTRY)
+TRANSITIONS = Counter("parley_transitions_total", "Transitions committed (replays excluded)",
+                      registry=REGISTRY)
+REPLAYS = Counter("parley_replays_total", "Entries found already applied (after a crash)", registry=REGISTRY)
+TRANSITION_SECONDS = Histogram("parley_transition_seconds", "Load, apply, commit and flush of one entry",
+                               buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1),
+                               registry=REGISTRY)
+RESUME_WAIT = Histogram("parley_interrupt_wait_seconds", "Time from raise to resume",
+                        buckets=(1, 5, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600),
+                        registry=REGISTRY)
+JOB_SECONDS = Histogram("parley_job_seconds", "Duration of decide, LLM and tool jobs on a worker",
+                        ["kind"], buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 600),
+                        registry=REGISTRY)
+JOBS = Counter("parley_jobs_total", "Jobs a worker ran, by kind and outcome (ok, error)",
+               ["kind", "outcome"], registry=REGISTRY)
+JOBS_REFUSED = Counter("parley_jobs_refused_total", "Job hashes naming a function outside Parley's own",
+                       registry=REGISTRY)
+
+
+def record_transition(tr: Any, seconds: float) -> None:
+    """Count what one committed transition did (`dispatcher.machine.Transition`)."""
+    TRANSITIONS.inc()
+    TRANSITION_SECONDS.observe(seconds)
+    if tr.input_outcome is not None:
+        INPUTS.labels(*tr.input_outcome).inc()
+    for (kind, label), n in tr.counts.items():
+        if kind == "trigger":
+            TRIGGERS.labels(label).inc(n)
+        elif kind == "action":
+            ACTIONS.labels(label).inc(n)
+        elif kind == "interrupt_raised":
+            INTERRUPTS_RAISED.labels(label).inc(n)
+        elif kind == "interrupt_resumed":
+            INTERRUPTS_RESUMED.labels("true" if label == "delivered" else "false").inc(n)
+        elif kind == "llm_voided":
+            LLM_VOIDED.inc(n)
+        elif kind == "result_dropped":
+            RESULTS_DROPPED.labels(label).inc(n)
+        elif kind == "work_retried":
+            WORK_RETRIED.labels(label).inc(n)
+    for wait in tr.waits:
+        RESUME_WAIT.observe(wait)
+
+
+class RedisStateCollector(Collector):
+    """Gauges read from Redis when scraped: O(open interrupts + streams + queues)."""
+
+    def __init__(self, redis: Redis, keys: Keys):
+        self.redis = redis
+        self.keys = keys
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        k = self.keys
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zcard(k.interrupt_index)
+            pipe.hvals(k.interrupt_info)
+            pipe.hget(k.stats, "held")
+            pipe.hget(k.config, "partitions")
+            for q in ("decide", "llm", "tools"):
+                pipe.llen(f"rq:queue:{k.queue(q)}")
+            replies: Any = pipe.execute()
+        except Exception:
+            return  # Redis away: the process metrics still answer; readiness says the rest
+        open_interrupts, infos, held, partitions = replies[0], replies[1], replies[2], replies[3]
+        import orjson
+
+        branches = set()
+        for raw in infos:
+            info = orjson.loads(raw)
+            # a global interrupt parks its session's every branch: counted once per session
+            branches.add((info["session"], info["anchor"]))
+        yield GaugeMetricFamily("parley_open_interrupts", "Open interrupts across sessions",
+                                value=open_interrupts)
+        yield GaugeMetricFamily("parley_parked_branches", "Distinct parked anchors (global: one per "
+                                "session)", value=len(branches))
+        yield GaugeMetricFamily("parley_held_decisions", "Triggers held until their branch is active "
+                                "and unparked", value=int(held or 0))
+        depth = GaugeMetricFamily("parley_queue_depth", "Jobs waiting in each RQ queue", labels=["queue"])
+        for q, n in zip(("decide", "llm", "tools"), replies[4:], strict=True):
+            depth.add_metric([q], n)
+        yield depth
+        n = int(partitions or 1)
+        pending = GaugeMetricFamily("parley_stream_pending", "Entries read but not yet acknowledged",
+                                    labels=["stream"])
+        lag = GaugeMetricFamily("parley_stream_lag", "Entries not yet read by the dispatchers",
+                                labels=["stream"])
+        for stream in [k.inputs(p, n) for p in range(n)] + [k.results(p, n) for p in range(n)]:
+            try:
+                groups: Any = self.redis.xinfo_groups(stream)
+            except Exception:
+                continue
+            for g in groups:
+                name = g.get("name")
+                if (name.decode() if isinstance(name, bytes) else name) != k.GROUP:
+                    continue
+                pending.add_metric([stream], g.get("pending") or 0)
+                lag.add_metric([stream], g.get("lag") or 0)
+        yield pending
+        yield lag
+
+
+class Health:
+    """Liveness: the process answers. Readiness: Redis answers and the main loop is turning."""
+
+    def __init__(self, redis: Redis, stale_after_s: float = 30):
+        self.redis = redis
+        self.stale_after_s = stale_after_s
+        self.last_beat = time.monotonic()
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            self.redis.ping()
+        except Exception as exc:
+            return False, f"redis: {exc}"
+        if time.monotonic() - self.last_beat > self.stale_after_s:
+            return False, "main loop stalled"
+        return True, "ok"
+
+
+def serve(port: int, redis: Redis, keys: Keys, health: Health) -> ThreadingHTTPServer:
+    """`/metrics`, `/healthz` and `/readyz` on `port`, in a daemon thread."""
+    REGISTRY.register(RedisStateCollector(redis, keys))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body, ctype = 404, b"not found\n", "text/plain"
+            if self.path == "/metrics":
+                status, body, ctype = 200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+            elif self.path == "/healthz":
+                status, body = 200, b"ok\n"
+            elif self.path == "/readyz":
+                ok, why = health.ready()
+                status, body = (200 if ok else 503), (why + "\n").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, name="parley-metrics", daemon=True).start()
+    return server
+
+
+def timed(kind: str) -> Callable[[float, bool], None]:
+    """For job functions: record one job's duration and outcome."""
+    def done(seconds: float, ok: bool) -> None:
+        JOB_SECONDS.labels(kind).observe(seconds)
+        JOBS.labels(kind, "ok" if ok else "error").inc()
+    return done

@@ -1,0 +1,72 @@
+"""Prometheus metrics and health endpoints of real processes (SPEC 9)."""
+
+import time
+import urllib.request
+
+import orjson
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from parley.client import Client
+from parley.procs import free_port
+from tests.conftest import Procs, eventually, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def get(port: int, path: str) -> int:
+    return int(urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).status)
+
+
+def test_counters_move_by_the_right_amounts(procs: Procs, r: redis.Redis, client: Client) -> None:
+    dport, wport = free_port(), free_port()
+    procs.dispatcher("examples.seed_app", "--metrics-port", str(dport))
+    procs.worker("examples.seed_app", "--metrics-port", str(wport))
+    eventually(lambda: _up(dport) and _up(wport), timeout=10)
+    assert get(dport, "/healthz") == 200 and get(dport, "/readyz") == 200 and get(wport, "/readyz") == 200
+    r.xadd("parley:inputs", {"session": "m1", "input": orjson.dumps(
+        {"type": "message.create", "content": "Email bob@example.com: hi"})})
+    wait_for(client, "m1", lambda e: e["type"] == "interrupt.raised")
+    eventually(lambda: scrape(dport).get(("parley_open_interrupts", ())) == 1)
+    m = scrape(dport)
+    assert m[("parley_parked_branches", ())] == 1
+    assert m[("parley_interrupts_raised_total", (("scope", "anchored"),))] == 1
+    assert m[("parley_inputs_total", (("code", ""), ("outcome", "applied"), ("type", "message.create")))] == 1
+    r.xadd("parley:inputs", {"session": "m1", "input": orjson.dumps(
+        {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})})
+    r.xadd("parley:inputs", {"session": "m1", "input": orjson.dumps(
+        {"type": "interrupt.resume", "interrupt_id": "int-1"})})
+    r.xadd("parley:inputs", {"session": "m1", "input": b"{oops"})
+    wait_for(client, "m1", lambda e: e["type"] == "turn.completed")
+    time.sleep(0.3)
+    m = scrape(dport)
+    assert m[("parley_interrupts_resumed_total", (("delivered", "true"),))] == 1
+    assert m[("parley_inputs_total", (("code", "already_resumed"), ("outcome", "ignored"),
+                                      ("type", "interrupt.resume")))] == 1
+    assert m[("parley_inputs_total", (("code", "invalid_input"), ("outcome", "rejected"),
+                                      ("type", "unknown")))] == 1
+    assert m[("parley_open_interrupts", ())] == 0 and m[("parley_held_decisions", ())] == 0
+    assert m[("parley_triggers_total", (("type", "tool.execute"),))] == 1
+    assert m[("parley_actions_total", (("type", "interrupt"),))] == 1
+    assert m[("parley_interrupt_wait_seconds_count", ())] == 1
+    assert m[("parley_stream_pending", (("stream", "parley:inputs"),))] == 0
+    assert m[("parley_queue_depth", (("queue", "decide"),))] == 0
+    w = scrape(wport)
+    # seed_app decides tool.execute and interrupt.resumed only (decide_on): 2 decide jobs, 2 LLM jobs
+    assert w[("parley_jobs_total", (("kind", "decide"), ("outcome", "ok")))] == 2
+    assert w[("parley_jobs_total", (("kind", "llm"), ("outcome", "ok")))] == 2
+    assert w[("parley_job_seconds_count", (("kind", "llm"),))] == 2
+
+
+def _up(port: int) -> bool:
+    try:
+        return get(port, "/healthz") == 200
+    except OSError:
+        return False

@@ -297,16 +297,27 @@ def watch(ctx: click.Context, session: str, after: str, until_type: str | None,
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON array.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
+@click.option("--session-prefix", default=None, help="Only sessions whose id starts with this.")
+@click.option("--reason", default=None, help="Only interrupts raised with this reason.")
+@click.option("--older-than", type=click.FloatRange(0), default=None,
+              help="Only interrupts open for more than this many seconds.")
 @click.pass_context
-def interrupts(ctx: click.Context, as_json: bool) -> None:
-    """List open interrupts across all sessions (from the index, not a key scan)."""
-    rows = _client(ctx).interrupts()
+def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, reason: str | None,
+               older_than: float | None) -> None:
+    """List open interrupts across all sessions, oldest first (from the index, not a key scan)."""
+    now_ms = time.time() * 1000
+    rows = [r for r in _client(ctx).interrupts()
+            if (session_prefix is None or r["session"].startswith(session_prefix))
+            and (reason is None or r["reason"] == reason)
+            and (older_than is None or now_ms - r["raised_at"] > older_than * 1000)]
     if as_json:
         click.echo(orjson.dumps(rows).decode())
         return
     for r in rows:
-        click.echo(f"{r['session']}\t{r['interrupt_id']}\t{r['reason']}\tanchor={r['anchor']}")
+        age = (now_ms - r["raised_at"]) / 1000
+        click.echo(f"{r['session']}\t{r['interrupt_id']}\t{r['reason']}\tanchor={r['anchor']}\t"
+                   f"open {age:.0f}s")
 
 
 @cli.command()

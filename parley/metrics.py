@@ -97,12 +97,13 @@ class RedisStateCollector(Collector):
             pipe.hvals(k.interrupt_info)
             pipe.hget(k.stats, "held")
             pipe.hget(k.config, "partitions")
+            pipe.zrange(k.interrupt_index, 0, 0, withscores=True)
             for q in ("decide", "llm", "tools"):
                 pipe.llen(f"rq:queue:{k.queue(q)}")
             replies: Any = pipe.execute()
         except Exception:
             return  # Redis away: the process metrics still answer; readiness says the rest
-        open_interrupts, infos, held, partitions = replies[0], replies[1], replies[2], replies[3]
+        open_interrupts, infos, held, partitions, oldest = replies[:5]
         import orjson
 
         branches = set()
@@ -114,10 +115,13 @@ class RedisStateCollector(Collector):
                                 value=open_interrupts)
         yield GaugeMetricFamily("parley_parked_branches", "Distinct parked anchors (global: one per "
                                 "session)", value=len(branches))
+        age = max(0.0, time.time() - oldest[0][1] / 1000) if oldest else 0.0
+        yield GaugeMetricFamily("parley_oldest_open_interrupt_age_seconds", "Age of the oldest open "
+                                "interrupt (0 when none is open)", value=age)
         yield GaugeMetricFamily("parley_held_decisions", "Triggers held until their branch is active "
                                 "and unparked", value=int(held or 0))
         depth = GaugeMetricFamily("parley_queue_depth", "Jobs waiting in each RQ queue", labels=["queue"])
-        for q, n in zip(("decide", "llm", "tools"), replies[4:], strict=True):
+        for q, n in zip(("decide", "llm", "tools"), replies[5:], strict=True):
             depth.add_metric([q], n)
         yield depth
         n = int(partitions or 1)

@@ -70,3 +70,29 @@ def _up(port: int) -> bool:
         return get(port, "/healthz") == 200
     except OSError:
         return False
+
+
+def test_interrupts_command_filters_for_scripts(procs: Procs, r: redis.Redis, client: Client) -> None:
+    import json
+    import subprocess
+    import sys
+
+    procs.dispatcher("examples.seed_app")
+    procs.worker("examples.seed_app")
+    for s in ("team-a-1", "team-a-2", "team-b-1"):
+        r.xadd("parley:inputs", {"session": s, "input": orjson.dumps(
+            {"type": "message.create", "content": "Email bob@example.com: hi"})})
+    for s in ("team-a-1", "team-a-2", "team-b-1"):
+        wait_for(client, s, lambda e: e["type"] == "interrupt.raised")
+    eventually(lambda: len(client.interrupts()) == 3)
+
+    def run(*args: str) -> list[dict]:
+        out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "interrupts",
+                              "--json", *args], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+
+    assert sorted(row["session"] for row in run("--session-prefix", "team-a-")) == ["team-a-1", "team-a-2"]
+    assert len(run("--reason", "confirm")) == 3 and run("--reason", "budget") == []
+    assert run("--older-than", "3600") == []
+    time.sleep(1.1)
+    assert len(run("--older-than", "1")) == 3

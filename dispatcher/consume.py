@@ -133,7 +133,7 @@ class Dispatcher:
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
                  name: str | None = None, on_transition: Callable[[Transition], None] | None = None,
-                 keyring: Keyring | None = None):
+                 keyring: Keyring | None = None, agents: dict[str, AppInfo] | None = None):
         self.redis = redis
         self.keys = keys
         self.app = app
@@ -149,6 +149,7 @@ class Dispatcher:
         self.stats = Stats()
         self.on_transition = on_transition
         self.keyring = keyring or Keyring({})
+        self.agents = agents or {}
         self.health: metrics.Health | None = None
         self._renew = redis.register_script(RENEW)
         self._fire_deadline = redis.register_script(FIRE_DEADLINE)
@@ -345,7 +346,7 @@ class Dispatcher:
 
     def context(self, p: Partition) -> Context:
         return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=p.streams[1],
-                       limits=self.limits)
+                       limits=self.limits, agents=self.agents)
 
     def handle_input(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
         try:

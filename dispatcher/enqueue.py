@@ -14,7 +14,7 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from schemas.keys import Keys
+from schemas.keys import Keys, partition_of
 
 # Finished jobs leave nothing behind (SPEC 3.2): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -26,6 +26,7 @@ class Outbox:
         self.redis = redis
         self.keys = keys
         self._queues: dict[str, Queue] = {}
+        self._partitions: int | None = None
 
     def queue(self, kind: str) -> Queue:
         q = self._queues.get(kind)
@@ -33,6 +34,12 @@ class Outbox:
             q = Queue(self.keys.queue(kind), connection=self.redis, serializer=JSONSerializer)
             self._queues[kind] = q
         return q
+
+    def input_stream(self, session: str) -> str:
+        if self._partitions is None:
+            raw = self.redis.hget(self.keys.config, "partitions")
+            self._partitions = int(raw) if raw else 1
+        return self.keys.inputs(partition_of(session, self._partitions), self._partitions)
 
     def flush(self, session: str, effects: list[dict[str, Any]]) -> None:
         if not effects:
@@ -62,7 +69,7 @@ class Outbox:
                 pipe.zadd(self.keys.interrupt_index, {member: fx["raised_at"]})
                 pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
                     "session": session, "interrupt_id": fx["interrupt_id"], "reason": fx["reason"],
-                    "anchor": fx["anchor"], "raised_at": fx["raised_at"]}))
+                    "anchor": fx["anchor"], "raised_at": fx["raised_at"], "parent": fx.get("parent")}))
                 if fx.get("deadline") is not None:
                     pipe.zadd(self.keys.deadlines, {member: fx["deadline"]})
             elif op == "index_remove":
@@ -70,6 +77,16 @@ class Outbox:
                 pipe.zrem(self.keys.interrupt_index, member)
                 pipe.hdel(self.keys.interrupt_info, member)
                 pipe.zrem(self.keys.deadlines, member)
+            elif op == "spawn":
+                # The child's first inputs, as a client would send them; their idempotency
+                # keys make a second flush (after a crash) a no-op.
+                stream = self.input_stream(fx["child"])
+                pipe.xadd(stream, {"session": fx["child"], "id": "parley-spawn", "input": orjson.dumps(
+                    {"type": "session.create", "parent": fx["parent"]})})
+                pipe.xadd(stream, {"session": fx["child"], "id": "parley-task", "input": orjson.dumps(
+                    {"type": "message.create", "content": fx["content"]})})
+            elif op == "report":
+                pipe.xadd(fx["stream"], {"outcome": orjson.dumps(fx["outcome"])})
             elif op == "stat":
                 pipe.hincrby(self.keys.stats, fx["field"], fx["delta"])
             else:

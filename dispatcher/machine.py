@@ -69,6 +69,8 @@ class Context:
     app: AppInfo
     results_stream: str = "parley:results"
     limits: Limits = Limits()
+    # sub-agent apps by their spec (`fn.agent`), for child sessions
+    agents: dict[str, AppInfo] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -151,6 +153,13 @@ class _Tx:
         assert self.core is not None
         return self.core
 
+    @property
+    def app(self) -> AppInfo:
+        """The session's own app: a child session runs its sub-agent's app."""
+        if self.core is not None and self.core.app is not None:
+            return self.ctx.agents.get(self.core.app, AppInfo())
+        return self.ctx.app
+
     def emit(self, event_type: str, **fields: Any) -> None:
         self.out.events.append({"type": event_type, "at": self.ctx.now_ms, **fields})
 
@@ -225,7 +234,7 @@ class _Tx:
         self.effect(op="enqueue", queue=queue, func=JOB_FUNCS[queue],
                     job_id=job_id(self.session, work, attempt), timeout=timeout_s,
                     payload={"session": self.session, "work": work, "attempt": attempt,
-                             "reply_to": self.ctx.results_stream, **payload})
+                             "reply_to": self.ctx.results_stream, "app": self.c.app, **payload})
 
     def cancel(self, queue: str, work: str, attempt: int) -> None:
         self.effect(op="cancel", queue=queue, job_id=job_id(self.session, work, attempt))
@@ -277,7 +286,7 @@ class _Tx:
             if turn is not None and not item.bypass and (turn.held or self.parking(turn.tip)):
                 self.hold(item, turn)
                 continue
-            if self.ctx.app.needs_decide(item.trigger["type"]):
+            if self.app.needs_decide(item.trigger["type"]):
                 work = self.mint("dec")
                 self.c.deciding = Deciding(work=work, attempt=1, item=item)
                 self.enqueue("decide", work, 1, {"trigger": item.trigger,
@@ -420,7 +429,7 @@ class _Tx:
         if name is None:
             w = self.c.work.get(action.get("call_id") or default_call or "")
             name = w.name if w is not None else None
-        tool = self.ctx.app.tools.get(name or "")
+        tool = self.app.tools.get(name or "")
         return tool is not None and not tool.deferred
 
     def tokens_spent(self) -> bool:
@@ -492,9 +501,12 @@ class _Tx:
         self.run_call(self.c.work[cid])
 
     def run_call(self, w: Work) -> None:
-        tool = self.ctx.app.tools.get(w.name or "")
+        tool = self.app.tools.get(w.name or "")
         if tool is None:
             self.settle(w, error="unknown_tool")
+            return
+        if tool.agent:
+            self.spawn(w, tool.agent)
             return
         if tool.deferred:
             w.status = "deferred"
@@ -504,6 +516,34 @@ class _Tx:
         self.use("tool_calls")
         self.emit("tool.started", call_id=w.id, name=w.name)
         self.enqueue_tool(w, tool)
+
+    def spawn(self, w: Work, agent: str) -> None:
+        """SPEC 6: a sub-agent is a child session `S:sub-N` whose first message is the call's
+        arguments; its final reply settles this call (see `report`)."""
+        child = f"{self.session}:{self.mint('sub')}"
+        w.status = "running"
+        w.attempt += 1
+        w.child = child
+        self.use("tool_calls")
+        self.c.children.append(child)
+        self.emit("tool.started", call_id=w.id, name=w.name, child_session=child)
+        self.effect(op="spawn", child=child, content=orjson.dumps(w.arguments or {}).decode(),
+                    parent={"session": self.session, "call_id": w.id, "attempt": w.attempt,
+                            "app": agent, "reply_to": self.ctx.results_stream})
+
+    def report(self, turn: Turn) -> None:
+        """A child's first turn is over: settle the parent's call with its reply, once."""
+        parent = self.c.parent
+        if parent is None or self.c.reported:
+            return
+        self.c.reported = True
+        tip = self.msg(turn.tip) or {}
+        ok = turn.replied and tip.get("role") == "assistant"
+        outcome = WorkOutcome(session=parent["session"], work=parent["call_id"], attempt=parent["attempt"],
+                              kind="tool", ok=ok, value=tip.get("content") if ok else None,
+                              error=None if ok else "subagent_failed", source=self.session,
+                              usage=dict(self.c.used))
+        self.effect(op="report", stream=parent["reply_to"], outcome=outcome.model_dump(mode="json"))
 
     def enqueue_tool(self, w: Work, tool: ToolInfo) -> None:
         w.attempt += 1
@@ -524,6 +564,7 @@ class _Tx:
         if error is not None:
             message["error"] = True
         m = self.append(turn, message)
+        turn.replied = False
         completed: dict[str, Any] = {"call_id": w.id, "name": w.name, "message_id": m["id"]}
         if error is not None:
             completed["error"] = error
@@ -561,6 +602,7 @@ class _Tx:
                           name=call["name"], arguments=call["arguments"])
         else:
             self.fire("llm.completed", turn, [], message=public_message(m))
+        turn.replied = not calls
 
     # ---- interrupts (SPEC 5) ----------------------------------------------------------------
 
@@ -580,7 +622,8 @@ class _Tx:
         self.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload,
                   anchor=anchor)
         self.effect(op="index_add", interrupt_id=iid, reason=rec.reason, anchor=anchor,
-                    raised_at=rec.raised_at, deadline=rec.deadline)
+                    raised_at=rec.raised_at, deadline=rec.deadline,
+                    parent=self.c.parent["session"] if self.c.parent else None)
         self.park(rec)
         return rec
 
@@ -678,6 +721,7 @@ class _Tx:
             if turn.id not in busy and not turn.held:
                 del self.c.turns[turn.id]
                 self.emit("turn.completed", head=turn.tip)
+                self.report(turn)
 
     def finish(self) -> Transition:
         if self.core is not None:
@@ -697,8 +741,10 @@ def _input_ref(entry_id: str, value: dict[str, Any]) -> dict[str, Any]:
     return {"entry": entry_id, "type": value.get("type"), **entry_ids(value)}
 
 
-def _create(tx: _Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | None) -> None:
-    tx.core = Core(session=tx.session, created_at=tx.ctx.now_ms, budget=budget, metadata=metadata)
+def _create(tx: _Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | None,
+            parent: dict[str, Any] | None = None) -> None:
+    tx.core = Core(session=tx.session, created_at=tx.ctx.now_ms, budget=budget, metadata=metadata,
+                   parent=parent, app=parent["app"] if parent else None)
     tx.emit("session.created", budget=budget, metadata=metadata)
     tx.fire("session.created", None, [], budget=budget, metadata=metadata)
 
@@ -727,7 +773,8 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
     if isinstance(inp, SessionCreate):
         if tx.core is not None:
             return ignore("session_exists")
-        _create(tx, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata)
+        _create(tx, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
+                inp.parent.model_dump() if inp.parent else None)
         return tx.finish()
 
     if isinstance(inp, MessageCreate):
@@ -843,13 +890,19 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Tr
         return tx.finish()
 
     w = c.work.get(outcome.work)
+    if w is not None and w.child != outcome.source:
+        # an agent call is settled only by its own child's report, and a tool job's result
+        # never claims to come from a child
+        tx.out.dropped = "wrong_source"
+        tx.count("result_dropped", tx.out.dropped)
+        return tx.finish()
     if w is None or w.attempt != outcome.attempt or w.status != "running" or (
             w.kind == "llm") != (outcome.kind == "llm"):
         tx.out.dropped = "already_settled" if w is None else "stale_attempt"
         tx.count("result_dropped", tx.out.dropped)
         return tx.finish()
     if outcome.lost:
-        tool = ctx.app.tools.get(w.name or "") if w.kind == "tool" else None
+        tool = tx.app.tools.get(w.name or "") if w.kind == "tool" else None
         if w.attempt < MAX_ATTEMPTS and (w.kind == "llm" or (tool is not None and tool.idempotent)):
             # LLM calls and idempotent tools are retried after a worker crash (SPEC 6)
             tx.count("work_retried", w.kind)
@@ -859,6 +912,9 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Tr
                 tx.enqueue_llm(w)
             return tx.finish()
     if w.kind == "tool":
+        if w.child is not None and outcome.usage:
+            for kind in ("llm_calls", "tool_calls", "tokens"):  # the parent's budget counts it
+                tx.use(kind, max(0, int(outcome.usage.get(kind, 0))))
         if outcome.ok:
             tx.settle(w, result=outcome.value)
         else:
@@ -897,6 +953,8 @@ def show(state: SessionState) -> dict[str, Any]:
         "interrupts": [{"interrupt_id": i.id, "reason": i.reason, "payload": i.payload,
                         "anchor": i.anchor, "status": "open"} for i in core.interrupts.values()],
         "pending": [{"call_id": w.id, "kind": w.kind, "name": w.name} for w in core.work.values()],
+        "children": list(core.children),
+        "parent": core.parent["session"] if core.parent else None,
     }
 
 

@@ -31,6 +31,8 @@ class Work(BaseModel):
     status: Literal["new", "running", "deferred"] = "new"
     attempt: int = 0
     head: str | None = None
+    # a sub-agent call: the child session running it
+    child: str | None = None
     # llm: the trigger whose decision started the call, held again if a pause voids the call
     # outside the pausing interrupt's own turn
     origin: "QueuedTrigger | None" = None
@@ -48,6 +50,8 @@ class Turn(BaseModel):
     id: str
     tip: str
     held: list[QueuedTrigger] = Field(default_factory=list)
+    # the tip is a model reply without tool calls (what a sub-agent reports to its parent)
+    replied: bool = False
 
 
 class Interrupt(BaseModel):
@@ -83,6 +87,11 @@ class Core(BaseModel):
     resumed: list[str] = Field(default_factory=list)
     queue: list[QueuedTrigger] = Field(default_factory=list)
     deciding: Deciding | None = None
+    # sub-agents (SPEC 6): this session's app when it is a child, its parent call, its children
+    app: str | None = None
+    parent: dict[str, Any] | None = None
+    reported: bool = False
+    children: list[str] = Field(default_factory=list)
 
 
 class SessionState(BaseModel):

@@ -118,10 +118,11 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     from parley.appinfo import app_info
     from schemas.keys import Keys
     from schemas.signing import Keyring
-    from workers.app import AppError, load_app
+    from workers.app import AppError, load_agents, load_app
 
     try:
         loaded = load_app(app)
+        agents = {spec: app_info(a) for spec, a in load_agents(loaded).items()}
     except AppError as exc:
         raise click.ClickException(str(exc)) from None
     stop = _stop_on_signals()
@@ -132,7 +133,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
-                   lease_ms=lease_ms, limits=limits, keyring=keyring)
+                   lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents)
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
@@ -156,12 +157,13 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
     """
     from schemas.keys import Keys
-    from workers.app import AppError, load_app
+    from workers.app import AppError, load_agents, load_app
     from workers.jobs import set_app, set_worker_id
     from workers.worker import Heartbeat, make_worker, worker_id
 
     try:
-        set_app(load_app(app))
+        main_app = load_app(app)
+        set_app(main_app, load_agents(main_app))
     except AppError as exc:
         raise click.ClickException(str(exc)) from None
     keys = Keys(ctx.obj["prefix"])

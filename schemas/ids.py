@@ -9,7 +9,11 @@ PRODUCER_SESSION_MAX = 128
 NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+# Ids the engine makes for sub-agents: the parent's id and `:sub-N` (SPEC 1: up to 256).
+CHILD_SUFFIX_RE = re.compile(r":sub-\d+$")
+
+
 def is_session_id(value: object, *, producer: bool = True) -> bool:
     if not isinstance(value, str) or not SESSION_ID_RE.match(value):
         return False
-    return not producer or len(value) <= PRODUCER_SESSION_MAX
+    return not producer or len(value) <= PRODUCER_SESSION_MAX or bool(CHILD_SUFFIX_RE.search(value))

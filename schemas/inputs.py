@@ -19,10 +19,25 @@ class Budget(BaseModel):
     tokens: int | None = Field(default=None, ge=0)
 
 
+class ParentLink(BaseModel):
+    """A sub-agent's parent call (SPEC 6), written by the parent's dispatcher when it spawns
+    the child. The parent checks it again when the child reports (the call, attempt and
+    child must all match), so a forged link settles nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,256}$")]
+    call_id: Name
+    attempt: int
+    app: Annotated[str, Field(min_length=1, max_length=256)]
+    reply_to: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+:results(:\d+)?$")]
+
+
 class SessionCreate(_Input):
     type: Literal["session.create"]
     budget: Budget | None = None
     metadata: dict[str, Any] | None = None
+    parent: ParentLink | None = None
 
 
 class MessageCreate(_Input):

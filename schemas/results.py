@@ -20,3 +20,6 @@ class WorkOutcome(BaseModel):
     error: str | None = None
     # posted by a dispatcher for a job whose worker died holding it (error: worker_lost)
     lost: bool = False
+    # a sub-agent's report: the child session it comes from, and the work the child used
+    source: str | None = None
+    usage: dict[str, int] | None = None

@@ -66,6 +66,28 @@ def load_app(spec: str | None) -> App:
                tools=_tools(spec, getattr(target, "tools", None)), llm=llm)
 
 
+def load_agents(app: App) -> dict[str, App]:
+    """Every sub-agent app reachable from `app` through tools' `fn.agent` (SPEC 6), by spec.
+
+    Workers run jobs only for these apps: a job payload naming any other app is refused, so
+    the payload cannot make a worker import arbitrary modules.
+    """
+    found: dict[str, App] = {}
+    todo = [app]
+    while todo:
+        current = todo.pop()
+        for name, fn in current.tools.items():
+            spec = getattr(fn, "agent", None)
+            if spec is None:
+                continue
+            if not isinstance(spec, str) or not spec:
+                raise AppError(f"app {current.spec!r}: tool {name!r} has a non-string `agent`")
+            if spec not in found:
+                found[spec] = load_app(spec)
+                todo.append(found[spec])
+    return found
+
+
 def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
     if tools is None:
         return {}

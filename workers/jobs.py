@@ -50,15 +50,24 @@ def _claim(payload: dict[str, Any], kind: str) -> None:
         "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]}))
 
 
-def set_app(app: App) -> None:
-    global _app
+_agents: dict[str, App] = {}
+
+
+def set_app(app: App, agents: dict[str, App] | None = None) -> None:
+    global _app, _agents
     _app = app
+    _agents = dict(agents or {})
 
 
-def current_app() -> App:
+def current_app(spec: str | None = None) -> App:
+    """The app of a job's session: the worker's own, or one of its sub-agents' apps."""
     if _app is None:
         raise RuntimeError("no app loaded in this worker (start it with `parley worker --app ...`)")
-    return _app
+    if spec is None:
+        return _app
+    if spec not in _agents:
+        raise ValueError(f"app {spec!r} is not a sub-agent of this worker's app")
+    return _agents[spec]
 
 
 def _check_reply_to(payload: dict[str, Any]) -> None:
@@ -93,8 +102,8 @@ def run_decide(payload: dict[str, Any]) -> None:
     started = time.monotonic()
     _check_reply_to(payload)
     _claim(payload, "decide")
-    app = current_app()
     try:
+        app = current_app(payload.get("app"))
         trigger = Trigger.model_validate(payload["trigger"])
         proposed = Decision.model_validate(payload["proposed"])
         decision = decision_from_app(app.decide(trigger, proposed) if app.decide else proposed)
@@ -132,8 +141,8 @@ def run_llm(payload: dict[str, Any]) -> None:
     started = time.monotonic()
     _check_reply_to(payload)
     _claim(payload, "llm")
-    app = current_app()
     try:
+        app = current_app(payload.get("app"))
         if app.llm is None:
             raise ValueError("the app has no `llm`")
         request = {**payload["request"], "tools": app.tool_schemas()}
@@ -148,7 +157,11 @@ def run_tool(payload: dict[str, Any]) -> None:
     started = time.monotonic()
     _check_reply_to(payload)
     _claim(payload, "tool")
-    app = current_app()
+    try:
+        app = current_app(payload.get("app"))
+    except ValueError as exc:
+        _post(payload, "tool", False, error=str(exc), started=started)
+        return
     fn = app.tools.get(payload["name"])
     if fn is None:
         _post(payload, "tool", False, error="unknown_tool", started=started)

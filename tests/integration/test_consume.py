@@ -63,7 +63,7 @@ def test_message_create_emits_events_and_enqueues_one_llm_job(
     assert job.func_name == "workers.jobs.run_llm"
     assert job.origin == "llm"
     assert job.timeout == 120
-    assert job.args == [{"session": "s-1", "work": "llm-1", "attempt": 1, "reply_to": RESULTS,
+    assert job.args == [{"session": "s-1", "work": "llm-1", "attempt": 1, "reply_to": RESULTS, "app": None,
                          "request": {"messages": [evs[1]["message"]]}}]
     # the job hash holds JSON (zlib-compressed by RQ), never pickle
     raw = zlib.decompress(r.hget(f"rq:job:{jid}", "data"))
@@ -126,7 +126,7 @@ def test_work_outcomes_from_the_results_stream_are_recorded_once(
     assert queue_ids(r, "tools") == [tid]
     job = fetch(r, tid)
     assert job.func_name == "workers.jobs.run_tool"
-    assert job.args[0] == {"session": "s-3", "work": "call-1", "attempt": 1, "reply_to": RESULTS,
+    assert job.args[0] == {"session": "s-3", "work": "call-1", "attempt": 1, "reply_to": RESULTS, "app": None,
                            "name": "lookup", "arguments": {"q": "a"}}
     assert r.xlen(RESULTS) == 0 and pending_count(r, RESULTS) == 0
 

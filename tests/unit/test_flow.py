@@ -26,7 +26,7 @@ def test_session_create_fires_session_created_event_and_trigger():
     s.decide()
     assert s.types() == [] and s.deciding is None
     assert s.show() == {"session": "s1", "head": None, "parked": False, "messages": [],
-                        "interrupts": [], "pending": []}
+                        "interrupts": [], "pending": [], "children": [], "parent": None}
 
 
 def test_session_create_on_existing_session_is_ignored_session_exists():

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -118,3 +119,9 @@ def eventually(check: Callable[[], bool], timeout: float = 5) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"still false after {timeout}s: {check}")
         time.sleep(0.02)
+
+
+def send(r: redis.Redis, session: str, value: dict[str, Any], **fields: str) -> str:
+    """XADD one input to `parley:inputs`, exactly as an outside producer would."""
+    entry: Any = r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value), **fields})
+    return str(entry.decode())

@@ -7,6 +7,7 @@ payload, where the dispatcher applies it (or drops it, when it is late or voided
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -98,22 +99,36 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def run_decide(payload: dict[str, Any]) -> None:
+class JobFailure(Exception):
+    """A failure whose message is the error to report as is (no exception-type prefix)."""
+
+
+def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None:
+    """Claim the job, run `body` with the session's app, post exactly one outcome."""
     started = time.monotonic()
     _check_reply_to(payload)
-    _claim(payload, "decide")
+    _claim(payload, kind)
     try:
-        app = current_app(payload.get("app"))
+        value = body(current_app(payload.get("app")))
+    except JobFailure as exc:
+        _post(payload, kind, False, error=str(exc), started=started)
+    except Exception as exc:
+        _post(payload, kind, False, error=_describe(exc), started=started)
+    else:
+        _post(payload, kind, True, value=value, started=started)
+
+
+def run_decide(payload: dict[str, Any]) -> None:
+    def decide(app: App) -> Any:
         trigger = Trigger.model_validate(payload["trigger"])
         proposed = Decision.model_validate(payload["proposed"])
-        decision = decision_from_app(app.decide(trigger, proposed) if app.decide else proposed)
-    except (ValidationError, ValueError) as exc:
-        _post(payload, "decide", False, error=f"invalid decision: {exc}", started=started)
-        return
-    except Exception as exc:
-        _post(payload, "decide", False, error=_describe(exc), started=started)
-        return
-    _post(payload, "decide", True, value=decision.to_wire(), started=started)
+        returned = app.decide(trigger, proposed) if app.decide else proposed
+        try:
+            return decision_from_app(returned).to_wire()
+        except (ValidationError, ValueError) as exc:
+            raise JobFailure(f"invalid decision: {exc}") from None
+
+    _run(payload, "decide", decide)
 
 
 def check_response(response: Any) -> dict[str, Any]:
@@ -138,38 +153,21 @@ def check_response(response: Any) -> dict[str, Any]:
 
 
 def run_llm(payload: dict[str, Any]) -> None:
-    started = time.monotonic()
-    _check_reply_to(payload)
-    _claim(payload, "llm")
-    try:
-        app = current_app(payload.get("app"))
+    def call(app: App) -> Any:
         if app.llm is None:
-            raise ValueError("the app has no `llm`")
-        request = {**payload["request"], "tools": app.tool_schemas()}
-        response = check_response(app.llm(request))
-    except Exception as exc:
-        _post(payload, "llm", False, error=_describe(exc), started=started)
-        return
-    _post(payload, "llm", True, value=response, started=started)
+            raise JobFailure("the app has no `llm`")
+        return check_response(app.llm({**payload["request"], "tools": app.tool_schemas()}))
+
+    _run(payload, "llm", call)
 
 
 def run_tool(payload: dict[str, Any]) -> None:
-    started = time.monotonic()
-    _check_reply_to(payload)
-    _claim(payload, "tool")
-    try:
-        app = current_app(payload.get("app"))
-    except ValueError as exc:
-        _post(payload, "tool", False, error=str(exc), started=started)
-        return
-    fn = app.tools.get(payload["name"])
-    if fn is None:
-        _post(payload, "tool", False, error="unknown_tool", started=started)
-        return
-    try:
+    def run(app: App) -> Any:
+        fn = app.tools.get(payload["name"])
+        if fn is None:
+            raise JobFailure("unknown_tool")
         result = fn(**payload["arguments"])
         orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
-    except Exception as exc:
-        _post(payload, "tool", False, error=_describe(exc), started=started)
-        return
-    _post(payload, "tool", True, value=result, started=started)
+        return result
+
+    _run(payload, "tool", run)

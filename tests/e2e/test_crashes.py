@@ -2,19 +2,14 @@
 
 import time
 
-import orjson
 import pytest
 import redis
 
 from parley.client import Client
 from parley.procs import RedisServer
-from tests.conftest import Procs, all_events, of_type, wait_for
+from tests.conftest import Procs, all_events, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def send(r: redis.Redis, session: str, value: dict) -> None:
-    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value)})
 
 
 def kill(procs: Procs, proc) -> None:  # type: ignore[no-untyped-def]

@@ -11,15 +11,11 @@ import redis
 from rq.registry import StartedJobRegistry
 
 from parley.client import Client
-from tests.conftest import Procs, all_events, eventually, of_type, wait_for
+from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e
 
 SEED = "Email bob@example.com: the launch moved to Friday."
-
-
-def send(r: redis.Redis, session: str, value: dict) -> None:
-    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value)})
 
 
 def resume(r: redis.Redis, session: str, iid: str, payload: object) -> None:

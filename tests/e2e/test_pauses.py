@@ -2,18 +2,13 @@
 
 import time
 
-import orjson
 import pytest
 import redis
 
 from parley.client import Client
-from tests.conftest import Procs, all_events, of_type, wait_for
+from tests.conftest import Procs, all_events, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def send(r: redis.Redis, session: str, value: dict) -> None:
-    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value)})
 
 
 def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher_limit(

@@ -5,14 +5,10 @@ import pytest
 import redis
 
 from parley.client import Client
-from tests.conftest import Procs, eventually, of_type, wait_for
+from tests.conftest import Procs, eventually, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e
 APP = "tests.apps.agents"
-
-
-def send(r: redis.Redis, session: str, value: dict) -> None:
-    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value)})
 
 
 def test_child_interrupt_answered_by_a_human_then_the_parent_finishes(procs: Procs, r: redis.Redis,

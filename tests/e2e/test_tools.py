@@ -1,17 +1,12 @@
 """Tools in practice: deferred tools settled from outside, and time limits (SPEC 4, 6)."""
 
-import orjson
 import pytest
 import redis
 
 from parley.client import Client
-from tests.conftest import Procs, of_type, wait_for
+from tests.conftest import Procs, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def send(r: redis.Redis, session: str, value: dict) -> None:
-    r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(value)})
 
 
 def test_I6_deferred_call_settled_while_the_branch_is_parked_by_another_interrupt(

@@ -266,6 +266,13 @@ class Dispatcher:
         for job, (raw, rec) in records.items():
             if rec["worker"] not in dead:
                 continue
+            expected = self.keys.results(partition_of(rec["session"], self.partitions), self.partitions)
+            if rec.get("reply_to") != expected:
+                # Workers may write this hash; a record naming any other stream is not ours
+                # to act on (it could aim our XADD at a session's events).
+                log.error("ignored a running-job record with a foreign reply_to",
+                          extra=kv(job=job, session=rec.get("session")))
+                continue
             outcome = WorkOutcome(session=rec["session"], work=rec["work"], attempt=rec["attempt"],
                                   kind=rec["kind"], ok=False, error="worker_lost", lost=True)
             if self._settle_lost(keys=[self.keys.running, rec["reply_to"]],

@@ -570,3 +570,16 @@ def test_a_rejected_entry_uses_up_its_idempotency_key(r: redis.Redis,
     tick(d)
     assert types(r, "s-idem") == ["input.refused", "input.ignored"]
     assert events(r, "s-idem")[1]["code"] == "duplicate"
+
+
+def test_a_planted_running_record_cannot_aim_the_lost_work_post_elsewhere(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """A worker may write parley:running; a record naming another stream is ignored."""
+    d = make_dispatcher()
+    d.partitions = 1
+    r.hset(KEYS.running, "planted", orjson.dumps({
+        "worker": "ghost", "session": "victim", "work": "llm-1", "attempt": 1, "kind": "llm",
+        "reply_to": KEYS.events("victim")}))
+    d.lost_checked = 0.0
+    d.find_lost_work()
+    assert r.xlen(KEYS.events("victim")) == 0

@@ -1,0 +1,608 @@
+"""deploy/redis/users.acl on a real redis-server: each Parley user can do its job, and is refused
+the rest (SPEC 2: producers write inputs, workers post results and never write session state,
+dispatchers are the only writers of session state).
+
+Every connection is made with `redis.Redis.from_url("redis://user:password@host:port/0")`, as the
+CLI, dispatchers and workers do with `--redis-url` / PARLEY_REDIS_URL. The server loads a temp
+copy of the file plus one test-only admin user, used to set the stage and to read `ACL LOG`: the
+happy paths must leave the log empty, because RQ swallows some refusals (INFO, CLIENT SETNAME)
+and would otherwise degrade silently.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
+from redis.retry import Retry
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from dispatcher.consume import Dispatcher, get_partitions
+from dispatcher.enqueue import Outbox
+from dispatcher.machine import job_id
+from parley.appinfo import app_info
+from parley.client import Client
+from parley.metrics import Health, RedisStateCollector
+from parley.procs import free_port, parley_command, start_parley, stop_process
+from schemas.keys import Keys, partition_of
+from schemas.results import WorkOutcome
+from workers import jobs
+from workers.app import load_app
+from workers.worker import Heartbeat, make_worker
+
+pytestmark = pytest.mark.usefixtures("restore_signals")
+
+ROOT = Path(__file__).resolve().parents[2]
+ACL_FILE = ROOT / "deploy" / "redis" / "users.acl"
+KEYS = Keys()
+SCENARIOS = "tests.apps.scenarios"
+SEED = "Email bob@example.com: the launch moved to Friday."
+
+PRODUCER, WORKER = "parley-producer", "parley-worker"
+DISPATCHER, READER = "parley-dispatcher", "parley-reader"
+# the placeholders shipped in the file (deploy/README.md: replace them before deploying)
+PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
+             DISPATCHER: "change-me-dispatcher", READER: "change-me-reader"}
+ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class AclRedis:
+    """A private redis-server started with `--aclfile` (a temp copy of deploy/redis/users.acl)."""
+
+    def __init__(self, directory: Path):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.acl = directory / "users.acl"
+        self.acl.write_text(ACL_FILE.read_text()
+                            + f"user {ADMIN} on >{ADMIN_PASSWORD} ~* &* +@all\n")
+        self.port = free_port()
+        self.log = directory / "redis.log"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(directory),
+             "--save", "", "--appendonly", "no", "--aclfile", str(self.acl), "--logfile", str(self.log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.clients: list[redis.Redis] = []
+        self.admin = self.connect(ADMIN, ADMIN_PASSWORD)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.admin.ping()
+                break
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.log.read_text()[-2000:] if self.log.exists() else ""
+                    raise RuntimeError(f"redis-server did not start with the ACL file:\n{log}") from None
+                time.sleep(0.02)
+
+    def url(self, user: str, password: str | None = None) -> str:
+        return f"redis://{user}:{password or PASSWORDS[user]}@127.0.0.1:{self.port}/0"
+
+    def connect(self, user: str, password: str | None = None) -> redis.Redis:
+        client = redis.Redis.from_url(self.url(user, password))
+        self.clients.append(client)
+        return client
+
+    def denials(self) -> list[tuple[str, str, str]]:
+        """(user, reason, object) of every refusal since the last reset."""
+        return [(text(e["username"]), text(e["reason"]), text(e["object"])) for e in self.admin.acl_log()]
+
+    def reset_denials(self) -> None:
+        self.admin.acl_log_reset()
+
+    def stop(self) -> None:
+        for client in self.clients:
+            client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def acl(tmp_path: Path) -> Iterator[AclRedis]:
+    server = AclRedis(tmp_path / "redis")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def producer(acl: AclRedis) -> redis.Redis:
+    return acl.connect(PRODUCER)
+
+
+@pytest.fixture
+def worker(acl: AclRedis) -> redis.Redis:
+    return acl.connect(WORKER)
+
+
+@pytest.fixture
+def dispatcher(acl: AclRedis) -> redis.Redis:
+    return acl.connect(DISPATCHER)
+
+
+@pytest.fixture
+def reader(acl: AclRedis) -> redis.Redis:
+    return acl.connect(READER)
+
+
+@pytest.fixture
+def worker_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process worker's app and heartbeat id (so jobs record themselves in parley:running)."""
+    monkeypatch.setattr(jobs, "_app", load_app(SCENARIOS))
+    monkeypatch.setattr(jobs, "_worker_id", "acl-worker")
+
+
+def make_dispatcher(conn: redis.Redis) -> Dispatcher:
+    d = Dispatcher(conn, Keys(), app_info(load_app(SCENARIOS)), block_ms=5)
+    d.partitions = get_partitions(conn, KEYS)
+    return d
+
+
+def run_worker(conn: redis.Redis, *queues: str, name: str = "acl-worker", **work: Any) -> None:
+    """One in-process RQ worker run, as `parley worker` does it: heartbeat, then `work()`."""
+    heartbeat = Heartbeat(conn, KEYS.worker_alive(name))
+    heartbeat.beat()
+    try:
+        make_worker(list(queues or ("decide", "llm", "tools")), conn, name=name).work(
+            **({"burst": True} | work), with_scheduler=False)
+    finally:
+        heartbeat.stop()
+
+
+def types(client: Client, session: str) -> list[str]:
+    return [e["type"] for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.05)]
+
+
+def drive(d: Dispatcher, worker_conn: redis.Redis, client: Client, session: str, until: str,
+          rounds: int = 12) -> list[str]:
+    """Dispatcher ticks and worker bursts, in turn, until the producer sees an `until` event."""
+    for _ in range(rounds):
+        for _ in range(3):
+            d.tick()
+        seen = types(client, session)
+        if until in seen:
+            return seen
+        run_worker(worker_conn)
+    raise AssertionError(f"no {until} event; saw {types(client, session)}")
+
+
+def enqueue_tool(conn: redis.Redis, session: str, work: str, arguments: dict[str, Any],
+                 reply_to: str = "parley:results", queue: str = "tools", seq: int = 1) -> str:
+    """An RQ job enqueued exactly as the dispatcher's outbox flush does it."""
+    jid = job_id(session, work, 1)
+    payload = {"session": session, "work": work, "attempt": 1, "reply_to": reply_to, "name": "add",
+               "arguments": arguments}
+    Outbox(conn, KEYS).flush(session, [{"seq": seq, "op": "enqueue", "queue": queue,
+                                        "func": "workers.jobs.run_tool", "job_id": jid, "timeout": 30,
+                                        "payload": payload}])
+    return jid
+
+
+def outcomes(admin: redis.Redis, stream: str = "parley:results") -> list[WorkOutcome]:
+    entries: Any = admin.xrange(stream)
+    return [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in entries]
+
+
+REFUSAL = re.compile(r"no permissions|user executing the script can't (access|run)")
+
+
+def refused(call: Callable[[], Any]) -> None:
+    """`call` is refused by the ACL: NOPERM (inside a script, Redis words it differently)."""
+    with pytest.raises(ResponseError) as info:
+        call()
+    assert isinstance(info.value, NoPermissionError) or REFUSAL.search(str(info.value)), repr(info.value)
+
+
+# ---- the file itself ---------------------------------------------------------------------------
+
+
+def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
+    users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
+    assert set(users) == {"default", PRODUCER, WORKER, DISPATCHER, READER, ADMIN}
+    assert " off " in users["default"] and "nopass" not in users["default"]
+    for user in (PRODUCER, WORKER, DISPATCHER, READER):
+        assert " on " in users[user]
+        assert "~*" not in users[user] and "&*" not in users[user] and "+@all" not in users[user]
+    # ACL files accept no comments: the operator's notes live in deploy/README.md
+    assert all(line.startswith("user ") for line in ACL_FILE.read_text().splitlines())
+
+
+def raw(port: int, *commands: bytes) -> list[bytes]:
+    """The first reply line to each command, on one plain RESP2 connection (no HELLO, no AUTH)."""
+    replies = []
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, sock.makefile("rb") as out:
+        for command in commands:
+            sock.sendall(command + b"\r\n")
+            replies.append(out.readline().rstrip())
+    return replies
+
+
+def test_nobody_gets_in_without_credentials(acl: AclRedis) -> None:
+    # `default` is off: an unauthenticated connection can run nothing at all
+    replies = raw(acl.port, b"PING", b"XADD parley:inputs * session s input {}", b"HGET parley:config x",
+                  b"AUTH default anything", b"AUTH parley-producer wrong", b"PING")
+    assert [r.split()[0] for r in replies] == [b"-NOAUTH", b"-NOAUTH", b"-NOAUTH", b"-WRONGPASS",
+                                               b"-WRONGPASS", b"-NOAUTH"]
+    no_retry = Retry(NoBackoff(), 0)
+    with pytest.raises(AuthenticationError):
+        redis.Redis(host="127.0.0.1", port=acl.port, retry=no_retry).ping()
+    with pytest.raises(AuthenticationError):
+        redis.Redis(host="127.0.0.1", port=acl.port, username="default", password="", retry=no_retry).ping()
+    with pytest.raises(AuthenticationError):
+        redis.Redis.from_url(acl.url(PRODUCER, "not-the-password"), retry=no_retry).ping()
+    assert acl.admin.exists("parley:inputs") == 0
+
+
+# ---- a whole turn, each part under its own user -------------------------------------------------
+
+
+def test_a_whole_turn_runs_under_the_three_users(acl: AclRedis, producer: redis.Redis,
+                                                  worker: redis.Redis, dispatcher: redis.Redis,
+                                                  reader: redis.Redis, worker_app: None) -> None:
+    client = Client(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("acl-1", {"type": "message.create", "content": SEED})
+    seen = drive(d, worker, client, "acl-1", "interrupt.raised")
+    assert "llm.completed" in seen and seen[-1] == "interrupt.raised"  # decide, LLM, decide jobs ran
+    assert [(i["session"], i["interrupt_id"]) for i in Client(reader).interrupts()] == [("acl-1", "int-1")]
+    view = Client(reader).show("acl-1")
+    assert view is not None and view["parked"] is True
+
+    client.send("acl-1", {"type": "interrupt.resume", "interrupt_id": "int-1",
+                          "payload": {"approved": True}})
+    seen = drive(d, worker, client, "acl-1", "turn.completed")
+    assert {"interrupt.resumed", "tool.completed"} <= set(seen) and seen[-1] == "turn.completed"
+    view = Client(reader).show("acl-1")
+    assert view is not None and view["parked"] is False and view["interrupts"] == []
+    assert [m["content"] for m in view["messages"]][-1] == "Done. send_email: sent"
+    assert Client(reader).interrupts() == []
+    # RQ's own bookkeeping went through too: nothing queued, nothing running, nothing failed
+    assert acl.admin.llen("rq:queue:decide") == acl.admin.llen("rq:queue:llm") == 0
+    assert acl.admin.hlen("parley:running") == 0
+    assert acl.admin.zcard("rq:failed:tools") == acl.admin.zcard("rq:failed:decide") == 0
+    assert acl.denials() == []
+
+
+# ---- the producer -------------------------------------------------------------------------------
+
+
+def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.Redis,
+                                                 dispatcher: redis.Redis) -> None:
+    client = Client(producer)
+    assert client.send("acl-p", {"type": "session.create"}, idempotency_key="k-1")
+    d = make_dispatcher(dispatcher)
+    for _ in range(3):
+        d.tick()
+    assert types(client, "acl-p") == ["session.created"]
+    assert producer.xrange(KEYS.events("acl-p"))  # XRANGE and XREVRANGE too, for catching up
+    assert producer.xrevrange(KEYS.events("acl-p"), count=1)
+
+    # with N partitions published, the producer writes parley:inputs:<crc32 mod N>
+    acl.admin.hset(KEYS.config, "partitions", 4)
+    client.send("acl-q", {"type": "session.create"})
+    n = partition_of("acl-q", 4)
+    assert acl.admin.xlen(f"parley:inputs:{n}") == 1
+    producer.xadd("parley:inputs:1023", {"session": "s", "input": "{}"})  # the widest the CLI allows
+    assert acl.denials() == []
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: Client(r).show("acl-p"), id="show-reads-session-state"),
+    pytest.param(lambda r: r.hgetall(KEYS.meta("acl-p")), id="read-meta"),
+    pytest.param(lambda r: r.hget(KEYS.meta("acl-p"), "core"), id="hget-meta"),
+    pytest.param(lambda r: r.hset(KEYS.meta("acl-p"), "ver", 99), id="write-meta"),
+    pytest.param(lambda r: r.delete(KEYS.meta("acl-p")), id="delete-meta"),
+    pytest.param(lambda r: r.hset(KEYS.messages("acl-p"), "msg-9", "{}"), id="write-msgs"),
+    pytest.param(lambda r: r.xadd(KEYS.events("acl-p"), {"event": "{}"}), id="forge-an-event"),
+    pytest.param(lambda r: r.xadd("parley:results", {"outcome": "{}"}), id="post-a-result"),
+    pytest.param(lambda r: r.xadd("parley:results:0", {"outcome": "{}"}), id="post-a-result-partition"),
+    pytest.param(lambda r: r.xadd("parley:inputs:rejected", {"x": "1"}), id="write-rejected"),
+    pytest.param(lambda r: r.xadd("parley:inputs:x", {"x": "1"}), id="non-partition-stream"),
+    pytest.param(lambda r: r.xadd("parley:inputs:10000", {"x": "1"}), id="partition-out-of-range"),
+    pytest.param(lambda r: r.xrange("parley:inputs"), id="read-others-inputs"),
+    pytest.param(lambda r: r.xreadgroup(Keys.GROUP, "c", {"parley:inputs": ">"}), id="consume-inputs"),
+    pytest.param(lambda r: r.xdel("parley:inputs", "0-1"), id="delete-inputs"),
+    pytest.param(lambda r: r.delete("parley:inputs"), id="drop-the-stream"),
+    pytest.param(lambda r: r.hset(KEYS.config, "partitions", 8), id="change-partitions"),
+    pytest.param(lambda r: r.zrange(KEYS.interrupt_index, 0, -1), id="read-interrupt-index"),
+    pytest.param(lambda r: Queue("tools", connection=r, serializer=JSONSerializer).enqueue_job(
+        Job.create("workers.jobs.run_tool", args=[{}], id="parley-p", connection=r,
+                   serializer=JSONSerializer)), id="enqueue-an-rq-job"),
+    pytest.param(lambda r: r.rpush("rq:queue:tools", "x"), id="push-to-a-queue"),
+    pytest.param(lambda r: r.publish("rq:pubsub:w", "{}"), id="command-a-worker"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.scan(0), id="scan"),
+    pytest.param(lambda r: r.flushall(), id="flushall"),
+    pytest.param(lambda r: r.config_get("*"), id="config"),
+])
+def test_producer_is_refused_the_rest(acl: AclRedis, producer: redis.Redis,
+                                      attempt: Callable[[redis.Redis], Any]) -> None:
+    acl.admin.hset(KEYS.meta("acl-p"), "ver", 1)
+    refused(lambda: attempt(producer))
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {PRODUCER}
+
+
+# ---- the worker ---------------------------------------------------------------------------------
+
+
+def test_worker_runs_jobs_and_posts_to_the_results_stream(acl: AclRedis, worker: redis.Redis,
+                                                          dispatcher: redis.Redis, worker_app: None) -> None:
+    jid = enqueue_tool(dispatcher, "acl-w", "call-1", {"a": 2, "b": 40})
+    jid3 = enqueue_tool(dispatcher, "acl-w", "call-2", {"a": 1, "b": 2}, reply_to="parley:results:3", seq=2)
+    run_worker(worker, "tools")
+    assert outcomes(acl.admin) == [WorkOutcome(session="acl-w", work="call-1", attempt=1, kind="tool",
+                                               ok=True, value=42)]
+    assert [o.value for o in outcomes(acl.admin, "parley:results:3")] == [3]
+    assert acl.admin.exists(Job.key_for(jid), Job.key_for(jid3)) == 0  # nothing left behind
+    assert acl.admin.hlen("parley:running") == 0 and acl.admin.exists(KEYS.worker_alive("acl-worker")) == 0
+
+    # the same worker name again within a minute (a restart): RQ checks the old one's death
+    enqueue_tool(dispatcher, "acl-w", "call-3", {"a": 0, "b": 0}, queue="decide", seq=3)
+    # not burst: one queue uses BLMOVE through RQ's intermediate list, several use BLPOP
+    run_worker(worker, "decide", burst=False, max_jobs=1)
+    enqueue_tool(dispatcher, "acl-w", "call-4", {"a": 0, "b": 1}, queue="llm", seq=4)
+    run_worker(worker, "decide", "llm", "tools", burst=False, max_jobs=1)
+    assert [o.work for o in outcomes(acl.admin)] == ["call-1", "call-3", "call-4"]
+    assert acl.denials() == []
+
+
+def test_worker_failure_and_recovery_paths(acl: AclRedis, worker: redis.Redis, dispatcher: redis.Redis,
+                                           worker_app: None) -> None:
+    # a job hash naming a foreign function: refused by the allowlist, recorded as failed by RQ
+    planted = Queue("decide", connection=dispatcher, serializer=JSONSerializer).enqueue_call("os.getcwd")
+    # a job abandoned by a dead worker (RQ's started registry, expired) ...
+    ghost = Job.create("workers.jobs.run_tool", args=[{}], id="parley-ghost", connection=acl.admin,
+                       serializer=JSONSerializer)
+    ghost.set_status(JobStatus.STARTED)
+    ghost.save()
+    acl.admin.zadd("rq:wip:decide", {"parley-ghost:dead-execution": 1})
+    # ... and one stuck in RQ's intermediate list for over a minute (popped, never started)
+    stuck = Job.create("workers.jobs.run_tool", args=[{}], id="parley-stuck", connection=acl.admin,
+                       serializer=JSONSerializer, origin="decide")
+    stuck.save()
+    acl.admin.rpush("rq:queue:decide:intermediate", "parley-stuck")
+    acl.admin.set("rq:queue:decide:intermediate:first_seen:parley-stuck", time.time() - 120)
+
+    run_worker(worker, "decide")
+    fetch = lambda jid: Job.fetch(jid, connection=acl.admin, serializer=JSONSerializer)  # noqa: E731
+    assert fetch(planted.id).get_status() == JobStatus.FAILED
+    assert fetch("parley-ghost").get_status() == JobStatus.FAILED
+    assert fetch("parley-stuck").get_status() == JobStatus.FAILED
+    assert acl.admin.llen("rq:queue:decide:intermediate") == 0
+    assert acl.admin.exists("parley:results") == 0
+    assert acl.denials() == []
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.hset(KEYS.meta("acl-w"), "ver", 99), id="write-meta"),
+    pytest.param(lambda r: r.hget(KEYS.meta("acl-w"), "core"), id="read-meta"),
+    pytest.param(lambda r: r.hgetall(KEYS.messages("acl-w")), id="read-msgs"),
+    pytest.param(lambda r: r.hset(KEYS.messages("acl-w"), "msg-9", "{}"), id="write-msgs"),
+    pytest.param(lambda r: r.hset(KEYS.outbox("acl-w"), "1", "{}"), id="write-outbox"),
+    pytest.param(lambda r: r.xadd(KEYS.events("acl-w"), {"event": "{}"}), id="forge-an-event"),
+    pytest.param(lambda r: r.xread({KEYS.events("acl-w"): "0-0"}), id="read-events"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
+    pytest.param(lambda r: r.xadd("parley:inputs:0", {"session": "s", "input": "{}"}), id="write-partition"),
+    pytest.param(lambda r: r.xadd("parley:inputs:rejected", {"x": "1"}), id="write-rejected"),
+    pytest.param(lambda r: r.xrange("parley:results"), id="read-results"),
+    pytest.param(lambda r: r.xreadgroup(Keys.GROUP, "c", {"parley:results": ">"}), id="consume-results"),
+    pytest.param(lambda r: r.xack("parley:results", Keys.GROUP, "0-1"), id="ack-results"),
+    pytest.param(lambda r: r.hgetall(KEYS.running), id="read-running"),
+    pytest.param(lambda r: r.get(KEYS.worker_alive("other")), id="read-heartbeats"),
+    pytest.param(lambda r: r.set(KEYS.lease(0), "stolen"), id="take-a-lease"),
+    pytest.param(lambda r: r.zadd(KEYS.deadlines, {"s\x1fint-1": 0}), id="plant-a-deadline"),
+    pytest.param(lambda r: r.zadd(KEYS.interrupt_index, {"s\x1fint-1": 0}), id="write-interrupt-index"),
+    pytest.param(lambda r: r.hset(KEYS.config, "partitions", 8), id="change-partitions"),
+    pytest.param(lambda r: r.publish("rq:pubsub:other", "{}"), id="command-a-worker"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.scan(0), id="scan"),
+    pytest.param(lambda r: r.set("other:key", 1), id="key-outside-its-patterns"),
+    pytest.param(lambda r: r.flushall(), id="flushall"),
+    pytest.param(lambda r: r.config_set("appendonly", "no"), id="config-set"),
+    pytest.param(lambda r: r.client_list(), id="client-list"),
+])
+def test_worker_is_refused_the_rest(acl: AclRedis, worker: redis.Redis,
+                                    attempt: Callable[[redis.Redis], Any]) -> None:
+    acl.admin.hset(KEYS.meta("acl-w"), "ver", 1)
+    refused(lambda: attempt(worker))
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {WORKER}
+
+
+# ---- the dispatcher -----------------------------------------------------------------------------
+
+
+def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.Redis,
+                                                dispatcher: redis.Redis) -> None:
+    client = Client(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("acl-d", {"type": "message.create", "content": "hello"})
+    for _ in range(3):
+        d.tick()
+    assert acl.admin.hget(KEYS.meta("acl-d"), "ver") == b"1"  # session state written
+    queued = {q: text(j) for q in ("decide", "llm") for j in acl.admin.lrange(f"rq:queue:{q}", 0, -1)}
+    assert len(queued) == 1  # and its first job enqueued
+    [(queue, jid)] = queued.items()
+    assert acl.admin.exists(Job.key_for(jid))
+    assert "message.created" in types(client, "acl-d")
+
+    # a bad entry: copied to parley:inputs:rejected, reported on the session, its key kept
+    producer.xadd("parley:inputs", {"session": "acl-d", "input": "{not json", "id": "bad-1"})
+    for _ in range(3):
+        d.tick()
+    assert acl.admin.xlen("parley:inputs:rejected") == 1
+    assert types(client, "acl-d")[-1] == "input.refused"
+    assert acl.admin.exists(KEYS.idempotency("acl-d", "bad-1"))
+
+    # a cancel (voided work): the queued job is removed
+    Outbox(dispatcher, KEYS).flush("acl-d", [{"seq": 99, "op": "cancel", "queue": queue, "job_id": jid}])
+    assert acl.admin.exists(Job.key_for(jid)) == 0 and acl.admin.llen(f"rq:queue:{queue}") == 0
+    # the fleet-wide gauges kept through the outbox (held decisions)
+    Outbox(dispatcher, KEYS).flush("acl-d", [{"seq": 100, "op": "stat", "field": "held", "delta": 1}])
+    assert acl.admin.hget(KEYS.stats, "held") == b"1"
+
+    # a due deadline is handed to the results stream; a dead worker's job is posted as lost
+    dispatcher.zadd(KEYS.deadlines, {KEYS.index_member("acl-x", "int-1"): 1})
+    dispatcher.hset(KEYS.running, "parley-lost", orjson.dumps({
+        "worker": "dead-worker", "session": "acl-y", "work": "call-1", "attempt": 1, "kind": "tool",
+        "reply_to": "parley:results"}))
+    d.deadlines_checked = d.lost_checked = 0.0
+    d.fire_deadlines()
+    d.find_lost_work()
+    posted = outcomes(acl.admin)
+    assert [(o.session, o.kind) for o in posted] == [("acl-x", "deadline"), ("acl-y", "tool")]
+    assert posted[1].lost is True and acl.admin.hlen(KEYS.running) == 0
+    for _ in range(3):
+        d.tick()  # applies them (both are for sessions that do not exist: dropped)
+    assert acl.admin.xlen("parley:results") == 0
+
+    d.release_leases()
+    assert acl.admin.exists(KEYS.lease(0)) == 0
+    assert acl.denials() == []
+
+
+def test_metrics_and_health_read_what_they_need(acl: AclRedis, worker: redis.Redis,
+                                                dispatcher: redis.Redis) -> None:
+    make_dispatcher(dispatcher).maintain_leases()  # creates the streams' consumer groups
+    for conn in (worker, dispatcher):
+        families = {m.name: m for m in RedisStateCollector(conn, KEYS).collect()}
+        assert {"parley_open_interrupts", "parley_queue_depth", "parley_stream_lag"} <= set(families)
+        assert families["parley_stream_lag"].samples  # XINFO GROUPS on the streams answered
+        assert Health(conn).ready() == (True, "ok")
+    assert acl.denials() == []
+
+
+SCRIPT_ELSEWHERE = "return redis.call('SET', KEYS[1], '1')"
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.set("other:key", 1), id="write-outside-its-patterns"),
+    pytest.param(lambda r: r.get("session:42"), id="read-outside-its-patterns"),
+    pytest.param(lambda r: r.hset("rq:worker:w1", "state", "dead"), id="rq-worker-registrations"),
+    pytest.param(lambda r: r.delete("rq:wip:tools"), id="rq-registries"),
+    pytest.param(lambda r: r.eval(SCRIPT_ELSEWHERE, 1, "other:key"), id="script-outside-its-patterns"),
+    pytest.param(lambda r: r.eval("return redis.call('FLUSHALL')", 0), id="script-flushall"),
+    pytest.param(lambda r: r.flushall(), id="flushall"),
+    pytest.param(lambda r: r.flushdb(), id="flushdb"),
+    pytest.param(lambda r: r.config_set("appendonly", "no"), id="config-set"),
+    pytest.param(lambda r: r.config_get("requirepass"), id="config-get"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.scan(0), id="scan"),
+    pytest.param(lambda r: r.script_flush(), id="script-flush"),
+    pytest.param(lambda r: r.acl_setuser("mallory", enabled=True), id="acl-setuser"),
+    pytest.param(lambda r: r.acl_list(), id="acl-list"),
+    pytest.param(lambda r: r.client_kill_filter(user=WORKER), id="client-kill"),
+    pytest.param(lambda r: r.shutdown(nosave=True), id="shutdown"),
+    pytest.param(lambda r: r.bgrewriteaof(), id="bgrewriteaof"),
+    pytest.param(lambda r: r.publish("rq:pubsub:w", "{}"), id="publish"),
+    pytest.param(lambda r: r.swapdb(0, 1), id="swapdb"),
+    pytest.param(lambda r: r.execute_command("MONITOR"), id="monitor"),
+])
+def test_dispatcher_is_refused_the_rest(acl: AclRedis, dispatcher: redis.Redis,
+                                        attempt: Callable[[redis.Redis], Any]) -> None:
+    refused(lambda: attempt(dispatcher))
+    assert acl.admin.ping() and acl.admin.exists("other:key") == 0
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {DISPATCHER}
+
+
+# ---- the reader (parley show / watch / interrupts) ----------------------------------------------
+
+
+def test_reader_reads_sessions(acl: AclRedis, reader: redis.Redis, producer: redis.Redis,
+                               dispatcher: redis.Redis) -> None:
+    Client(producer).send("acl-r", {"type": "message.create", "content": "hi"})
+    for _ in range(3):
+        make_dispatcher(dispatcher).tick()
+    view = Client(reader).show("acl-r")
+    assert view is not None and view["messages"][0]["content"] == "hi"
+    assert "message.created" in types(Client(reader), "acl-r")
+    assert Client(reader).interrupts() == []
+    assert acl.denials() == []
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
+    pytest.param(lambda r: r.hset(KEYS.meta("acl-r"), "ver", 9), id="write-meta"),
+    pytest.param(lambda r: r.hgetall(KEYS.outbox("acl-r")), id="read-outbox"),
+    pytest.param(lambda r: r.get(KEYS.idempotency("acl-r", "k")), id="read-idempotency-keys"),
+    pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
+    pytest.param(lambda r: r.xrange("parley:inputs"), id="read-inputs"),
+    pytest.param(lambda r: r.hgetall("rq:job:x"), id="read-rq"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+])
+def test_reader_is_refused_the_rest(acl: AclRedis, reader: redis.Redis,
+                                    attempt: Callable[[redis.Redis], Any]) -> None:
+    refused(lambda: attempt(reader))
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {READER}
+
+
+# ---- the real processes: credentials come from the URL ------------------------------------------
+
+
+@pytest.mark.e2e
+def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: AclRedis,
+                                                                          tmp_path: Path) -> None:
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PARLEY_LOG_LEVEL": "INFO", "PARLEY_APP": "examples.seed_app"}
+    started = [
+        start_parley(["dispatcher"], {**env, "PARLEY_REDIS_URL": acl.url(DISPATCHER)},
+                     tmp_path / "dispatcher.log"),
+        start_parley(["worker"], {**env, "PARLEY_REDIS_URL": acl.url(WORKER)}, tmp_path / "worker.log"),
+    ]
+
+    def cli(user: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(parley_command("--redis-url", acl.url(user), *args), capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **env})
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def logs() -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in tmp_path.glob("*.log"))
+
+    try:
+        cli(PRODUCER, "send", "acl-cli", SEED)
+        watched = cli(PRODUCER, "watch", "acl-cli", "--until", "interrupt.raised", "--timeout", "30")
+        assert '"interrupt.raised"' in watched.stdout.splitlines()[-1], logs()
+        deadline = time.monotonic() + 10
+        while not orjson.loads(cli(READER, "interrupts", "--json").stdout or "[]"):
+            assert time.monotonic() < deadline, logs()
+            time.sleep(0.1)
+        cli(PRODUCER, "resume", "acl-cli", "int-1", '{"approved": true}')
+        watched = cli(PRODUCER, "watch", "acl-cli", "--until", "turn.completed", "--timeout", "30")
+        assert '"turn.completed"' in watched.stdout.splitlines()[-1], logs()
+        view = orjson.loads(cli(READER, "show", "acl-cli", "--json").stdout)
+        assert view["messages"][-1]["content"] == "Done. send_email: sent"
+    finally:
+        codes = [stop_process(p) for p in started]
+    assert codes == [0, 0], logs()  # a clean stop: the dispatcher released its lease (a script)
+    assert acl.admin.exists(KEYS.lease(0)) == 0
+    assert acl.denials() == [], logs()
+
+    # the producer cannot `show`: session state is not its to read
+    shown = cli(PRODUCER, "show", "acl-cli", check=False)
+    assert shown.returncode != 0 and "no permissions" in (shown.stderr + shown.stdout)
+

@@ -155,13 +155,16 @@ class Dispatcher:
         self._fire_deadline = redis.register_script(FIRE_DEADLINE)
         self._settle_lost = redis.register_script(SETTLE_LOST)
         self.deadlines_checked = 0.0
+        self.maintained_at = 0.0
         self.lost_checked = 0.0
         self.crash = CrashPoint(os.environ.get("PARLEY_CRASH_AT"))
         self.partitions = 0
 
     # ---- leases ---------------------------------------------------------------------------
 
-    def maintain_leases(self) -> None:
+    def maintain_leases(self, rebalance: bool = True) -> None:
+        """Renew our leases; between batches, also take or give back partitions so that each
+        live dispatcher holds about N / (live dispatchers) of them."""
         now = time.monotonic()
         for p in list(self.owned.values()):
             if now - p.renewed_at < self.lease_ms / 3000:
@@ -171,7 +174,15 @@ class Dispatcher:
             else:
                 log.warning("lease lost", extra=kv(partition=p.n))
                 del self.owned[p.n]
+        if not rebalance or (self.owned and now - self.maintained_at < self.lease_ms / 3000):
+            return
+        self.maintained_at = now
+        share = self.fair_share()
+        while len(self.owned) > share:
+            self.release(self.owned[max(self.owned)])
         for n in range(self.partitions):
+            if len(self.owned) >= share:
+                break
             if n in self.owned:
                 continue
             token = f"{self.name}:{secrets.token_hex(4)}"
@@ -186,15 +197,30 @@ class Dispatcher:
                 self.owned[n] = Partition(n=n, token=token, renewed_at=time.monotonic(), streams=streams)
                 log.info("lease acquired", extra=kv(partition=n, consumer=self.name))
 
+    def fair_share(self) -> int:
+        """ceil(N / live dispatchers); a dispatcher counts as live while it keeps registering."""
+        now_ms = int(time.time() * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(self.keys.dispatchers, {self.name: now_ms})
+        pipe.zremrangebyscore(self.keys.dispatchers, "-inf", now_ms - self.lease_ms)
+        pipe.zcard(self.keys.dispatchers)
+        live = max(1, int(pipe.execute()[2]))
+        return -(-self.partitions // live)
+
+    def release(self, p: Partition) -> None:
+        self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', "
+                        "KEYS[1]) end return 0", 1, self.keys.lease(p.n), p.token)
+        self.owned.pop(p.n, None)
+        log.info("lease given back", extra=kv(partition=p.n, consumer=self.name))
+
     def lease_fresh(self, p: Partition) -> bool:
         # Stop before the lease can have lapsed; the commit's fencing check is the backstop.
         return time.monotonic() - p.renewed_at < self.lease_ms * 0.8 / 1000
 
     def release_leases(self) -> None:
-        for p in self.owned.values():
-            self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', "
-                            "KEYS[1]) end return 0", 1, self.keys.lease(p.n), p.token)
-        self.owned.clear()
+        for p in list(self.owned.values()):
+            self.release(p)
+        self.redis.zrem(self.keys.dispatchers, self.name)
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -329,7 +355,7 @@ class Dispatcher:
         try:
             for raw_id, fields in entries:
                 if not self.lease_fresh(p):
-                    self.maintain_leases()
+                    self.maintain_leases(rebalance=False)
                     if p.n not in self.owned or not self.lease_fresh(p):
                         raise LeaseLost()
                 entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id

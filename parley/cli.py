@@ -174,12 +174,37 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     heartbeat.beat()
     heartbeat.start()
     set_worker_id(ident)
-    w = make_worker(names, connection, name=ident)
     try:
-        w.work(burst=burst, logging_level=logs.logging.getLevelName(logs.logging.getLogger().level),
-               with_scheduler=False)
+        _work_until_stopped(
+            lambda n: make_worker(names, connection, name=ident if n == 0 else f"{ident}-{n}"), burst)
     finally:
         heartbeat.stop()
+
+
+def _work_until_stopped(new_worker: Any, burst: bool) -> None:
+    """RQ's loop survives Redis outages while it waits for a job, but quits when one hits its
+    bookkeeping around a job. Start it again (as a new RQ worker), with backoff, until asked to stop."""
+    import logging
+
+    log = logging.getLogger("parley.worker")
+    restarts = 0
+    while True:
+        w = None
+        try:
+            w = new_worker(restarts)  # RQ's constructor talks to Redis too
+            w.work(burst=burst, logging_level=logging.getLevelName(logging.getLogger().level),
+                   with_scheduler=False)
+            return
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+            if w is not None and w._stop_requested:
+                return
+            restarts += 1
+            backoff = min(5.0, 0.25 * 2 ** min(restarts, 5))
+            log.warning("redis unavailable; restarting the worker loop",
+                        extra=logs.kv(error=repr(exc), backoff_s=backoff, restarts=restarts))
+            stop = _stop_on_signals()
+            if stop.wait(backoff):
+                return
 
 
 @cli.command()

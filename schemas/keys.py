@@ -69,6 +69,11 @@ class Keys:
         """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions)."""
         return f"{self.prefix}:stats"
 
+    @property
+    def dispatchers(self) -> str:
+        """Sorted set of live dispatchers by last registration (Unix ms), for sharing partitions."""
+        return f"{self.prefix}:dispatchers"
+
     GROUP = "parley-dispatchers"
 
     def queue(self, kind: str) -> str:

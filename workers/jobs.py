@@ -12,6 +12,9 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
@@ -46,9 +49,29 @@ def _claim(payload: dict[str, Any], kind: str) -> None:
     job = get_current_job()
     assert job is not None
     keys = Keys(Keys.prefix_of_results(payload["reply_to"]))
-    job.connection.hset(keys.running, job.id, orjson.dumps({
+    record = orjson.dumps({
         "worker": _worker_id, "session": payload["session"], "work": payload["work"],
-        "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]}))
+        "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]})
+    _through_outages(lambda: job.connection.hset(keys.running, job.id, record), "record a running job")
+
+
+OUTAGE_PATIENCE_S = 120
+
+
+def _through_outages(action: Callable[[], Any], what: str) -> None:
+    """Retry `action` while Redis is unreachable (restarting, loading its AOF), with backoff."""
+    deadline = time.monotonic() + OUTAGE_PATIENCE_S
+    delay = 0.1
+    while True:
+        try:
+            action()
+            return
+        except (RedisConnectionError, RedisTimeoutError, BusyLoadingError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning(f"redis unavailable; retrying to {what}", extra=kv(error=repr(exc), backoff_s=delay))
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 _agents: dict[str, App] = {}
@@ -83,10 +106,16 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
                           kind=kind, ok=ok, value=value, error=error)
     job = get_current_job()
     assert job is not None
-    pipe = job.connection.pipeline(transaction=True)
-    pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
-    pipe.hdel(Keys(Keys.prefix_of_results(reply_to)).running, job.id)
-    pipe.execute()
+
+    def post() -> None:
+        pipe = job.connection.pipeline(transaction=True)
+        pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
+        pipe.hdel(Keys(Keys.prefix_of_results(reply_to)).running, job.id)
+        pipe.execute()
+
+    # An outcome is the only trace of work done: ride out a Redis restart rather than lose it.
+    # Posting twice is harmless (the machine drops the second as already settled).
+    _through_outages(post, "post an outcome")
     metrics.timed(kind)(time.monotonic() - (started or time.monotonic()), ok)
     log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
                                   attempt=payload["attempt"], ok=ok,

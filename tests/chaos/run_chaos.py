@@ -176,8 +176,12 @@ def main() -> int:
         problems = check(client, s) if state[s] == "done" else [f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
+    crashed = [name for name, proc in fleet.procs.items() if proc.poll() is not None]
     codes = fleet.stop()
     server.stop()
+    if crashed or any(codes):
+        # a process that died by itself (not one we killed) or did not stop cleanly on SIGTERM
+        violations["fleet"] = [f"died on their own: {crashed}", f"exit codes on SIGTERM: {codes}"]
     print(f"chaos: sessions={len(sessions)} finished={sum(v == 'done' for v in state.values())} "
           f"kills={fleet.kills} redis_restarts={restarts} violations={len(violations)} "
           f"seconds={elapsed:.1f} exit_codes={codes}")

@@ -94,3 +94,23 @@ def test_I13_redis_restarted_from_its_aof_keeps_the_pause(procs: Procs, redis_se
     assert len(of_type(events, "interrupt.resumed")) == 1
     assert of_type(events, "message.created")[-1]["message"]["content"] == "Done. send_email: sent"
     assert len(of_type(all_events(client, "a1"), "interrupt.raised")) == 1
+
+
+def test_redis_restarted_while_a_worker_runs_a_job_loses_nothing(procs: Procs, redis_server: RedisServer,
+                                                                 client: Client) -> None:
+    """The worker rides out the outage: its outcome is posted once Redis is back, and it goes on."""
+    procs.dispatcher()
+    worker = procs.worker()
+    r = redis.Redis.from_url(redis_server.url)
+    send(r, "a2", {"type": "message.create", "content": 'call slow {"seconds": 2}'})
+    wait_for(client, "a2", lambda e: e["type"] == "tool.started")
+    redis_server.stop(kill=True)  # mid-job
+    time.sleep(1.5)
+    redis_server.start()
+    events = wait_for(client, "a2", lambda e: e["type"] == "turn.completed", timeout=40)
+    assert [e["message"]["content"] for e in of_type(events, "message.created")
+            if e["message"]["role"] == "tool"] == ["slept 2"]
+    send(r, "a2", {"type": "message.create", "content": "still serving?"})
+    wait_for(client, "a2", lambda e: e["type"] == "message.created"
+             and e["message"]["content"] == "You said: still serving?", timeout=30)
+    assert worker.poll() is None

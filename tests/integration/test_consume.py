@@ -583,3 +583,22 @@ def test_a_planted_running_record_cannot_aim_the_lost_work_post_elsewhere(
     d.lost_checked = 0.0
     d.find_lost_work()
     assert r.xlen(KEYS.events("victim")) == 0
+
+
+def test_two_dispatchers_share_the_partitions(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """Each live dispatcher takes about N / live partitions; a dead one's share is taken over."""
+    a = make_dispatcher(name="a", partitions=4, lease_ms=2000)
+    a.partitions = 4
+    a.maintain_leases()
+    assert sorted(a.owned) == [0, 1, 2, 3]  # alone: everything
+    b = make_dispatcher(name="b", partitions=4, lease_ms=2000)
+    b.partitions = 4
+    b.maintain_leases()  # registers; nothing free yet
+    a.maintained_at = 0.0
+    a.maintain_leases()  # sees two live dispatchers: gives two back
+    b.maintain_leases()
+    assert sorted(a.owned) == [0, 1] and sorted(b.owned) == [2, 3]
+    a.release_leases()  # a stops: b takes everything at its next look
+    b.maintained_at = 0.0
+    b.maintain_leases()
+    assert sorted(b.owned) == [0, 1, 2, 3]

@@ -75,6 +75,10 @@ class LeaseLost(Exception):
     pass
 
 
+class PoisonEntry(Exception):
+    """Applying an entry raised before anything was committed (its cause is the bug)."""
+
+
 class CrashPoint:
     """Test hook: `PARLEY_CRASH_AT=<point>:<n>` makes this process SIGKILL itself at the n-th
     transition reaching <point> (before_commit, after_commit, after_flush), so tests can
@@ -359,10 +363,21 @@ class Dispatcher:
                     if p.n not in self.owned or not self.lease_fresh(p):
                         raise LeaseLost()
                 entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
-                if stream == p.streams[0]:
-                    self.handle_input(p, stream, entry_id, fields)
-                else:
-                    self.handle_outcome(p, stream, entry_id, fields)
+                try:
+                    if stream == p.streams[0]:
+                        self.handle_input(p, stream, entry_id, fields)
+                    else:
+                        self.handle_outcome(p, stream, entry_id, fields)
+                except PoisonEntry as poison:
+                    # A bug must not turn one entry into a poison pill that stops its partition
+                    # for good: nothing of it was committed, so it is kept, with the error, in the
+                    # rejected stream. (A failure after the commit propagates instead: the entry
+                    # stays pending and its replay flushes what the commit left.)
+                    exc = poison.__cause__
+                    log.error("entry could not be applied; moved to the rejected stream",
+                              extra=kv(stream=stream, entry=entry_id), exc_info=exc)
+                    self.reject(stream, entry_id, fields, InputError(
+                        f"internal error: {type(exc).__name__}: {exc}"), code="invalid_input")
                 done.append(entry_id)
         except LeaseLost:
             log.warning("lease lost mid-batch; leaving the rest to the next owner",
@@ -387,6 +402,8 @@ class Dispatcher:
         except InputError as exc:
             self.reject(stream, entry_id, fields, exc)
             return
+        except Exception as exc:  # the decoder's own bug: same as a machine bug
+            raise PoisonEntry() from exc
         try:
             principal = self.keyring.verify(fields, int(time.time() * 1000))
         except Unauthorized as exc:
@@ -421,7 +438,10 @@ class Dispatcher:
                 metrics.REPLAYS.inc()
                 self.outbox.flush(session, self.store.pending_effects(session))
                 return
-            tr = transition(state)
+            try:
+                tr = transition(state)
+            except Exception as exc:
+                raise PoisonEntry() from exc
             tr.state.applied[stream] = entry_id
             self.crash.reached("before_commit")
             rc = self.store.commit(session, version, tr, self.keys.lease(p.n), p.token)
@@ -451,8 +471,8 @@ class Dispatcher:
         """Bad entries are never lost: copied with the error to the rejected stream, then acked."""
         self.stats.rejected += 1
         metrics.INPUTS.labels(exc.input_type or "unknown", "rejected", code).inc()
-        copy = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()
-                if (k.decode() if isinstance(k, bytes) else k) not in ("error", "source", "entry")}
+        copy: dict[Any, Any] = {k: v for k, v in fields.items()
+                                if _field_name(k) not in ("error", "source", "entry")}
         copy.update({"error": str(exc), "source": stream, "entry": entry_id})
         pipe = self.redis.pipeline(transaction=True)
         pipe.xadd(self.keys.rejected, copy, maxlen=REJECTED_MAXLEN, approximate=True)
@@ -473,6 +493,11 @@ class Dispatcher:
         pipe.execute()
         log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session,
                                             error=str(exc)[:200]))
+
+
+def _field_name(key: bytes | str) -> str:
+    # Field names are producer bytes: never trust them to be UTF-8.
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else key
 
 
 def stream_for(redis: Redis, keys: Keys, session: str) -> str:

@@ -67,7 +67,7 @@ def _text(fields: dict[bytes | str, bytes | str], name: str) -> str | None:
     raw = fields.get(name.encode()) if name.encode() in fields else fields.get(name)
     if raw is None:
         return None
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
 def session_of(fields: dict[Any, Any]) -> str | None:
@@ -87,7 +87,7 @@ def decode_input_entry(fields: dict[Any, Any], limit: int | None = None) -> Inpu
     key = fields.get(b"input", fields.get("input"))
     if key is None:
         raise InputError("entry has no `input` field")
-    raw = key if isinstance(key, bytes) else str(key).encode()
+    raw = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
     if len(raw) > limit:
         raise InputError(f"`input` is {len(raw)} bytes, over the limit of {limit}")
     try:

@@ -14,6 +14,6 @@ CHILD_SUFFIX_RE = re.compile(r":sub-\d+$")
 
 
 def is_session_id(value: object, *, producer: bool = True) -> bool:
-    if not isinstance(value, str) or not SESSION_ID_RE.match(value):
+    if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
         return False
     return not producer or len(value) <= PRODUCER_SESSION_MAX or bool(CHILD_SUFFIX_RE.search(value))

@@ -8,11 +8,12 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: JSON types are taken as they are ("3" is not a number, true is not 1)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Budget(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     llm_calls: int | None = Field(default=None, ge=0)
     tool_calls: int | None = Field(default=None, ge=0)
@@ -24,7 +25,7 @@ class ParentLink(BaseModel):
     the child. The parent checks it again when the child reports (the call, attempt and
     child must all match), so a forged link settles nothing."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,256}$")]
     call_id: Name
@@ -81,6 +82,8 @@ class ToolResultInput(_Input):
         has_error = "error" in self.model_fields_set
         if has_result == has_error:
             raise ValueError("tool.result needs exactly one of `result` and `error`")
+        if has_error and self.error is None:
+            raise ValueError("`error` must be a string")
         return self
 
 

@@ -69,7 +69,7 @@ class Keyring:
             raise Unauthorized("unknown principal")
         if not entry_id:
             raise Unauthorized("a signed entry needs an `id`")
-        if ts is None or not ts.isdigit():
+        if ts is None or not (ts.isascii() and ts.isdigit() and len(ts) <= 16):
             raise Unauthorized("a signed entry needs `ts`, Unix milliseconds")
         if abs(now_ms - int(ts)) > WINDOW_MS:
             raise Unauthorized("the entry is older than the idempotency window (or from the future)")

@@ -602,3 +602,36 @@ def test_two_dispatchers_share_the_partitions(r: redis.Redis, make_dispatcher: M
     b.maintained_at = 0.0
     b.maintain_leases()
     assert sorted(b.owned) == [0, 1, 2, 3]
+
+
+def test_a_bad_entry_with_a_non_utf8_field_name_is_rejected_and_the_partition_goes_on(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """Found by the fuzz run: this used to crash the dispatcher on every retry."""
+    d = make_dispatcher()
+    bad = r.xadd(INPUTS, {b"session": b"s-u", b"input": b"not json", b"\xff": b"x"}).decode()
+    send(r, "s-u", {"type": "message.create", "content": "after"})
+    tick(d)
+    (_rid, fields), = r.xrange(KEYS.rejected)
+    assert fields[b"entry"] == bad.encode() and fields[b"\xff"] == b"x"
+    assert "message.created" in types(r, "s-u")
+
+
+def test_an_unexpected_error_moves_the_entry_aside_instead_of_stopping_the_partition(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dispatcher.consume as consume
+
+    d = make_dispatcher()
+    real = consume.apply_input
+
+    def buggy(state, entry, entry_id, ctx):  # type: ignore[no-untyped-def]
+        if entry.session == "s-bug":
+            raise RuntimeError("a bug")
+        return real(state, entry, entry_id, ctx)
+
+    monkeypatch.setattr(consume, "apply_input", buggy)
+    send(r, "s-bug", {"type": "message.create", "content": "x"})
+    send(r, "s-ok", {"type": "message.create", "content": "y"})
+    tick(d)
+    (_rid, fields), = r.xrange(KEYS.rejected)
+    assert b"internal error: RuntimeError: a bug" in fields[b"error"]
+    assert "message.created" in types(r, "s-ok") and r.xlen(INPUTS) == 0

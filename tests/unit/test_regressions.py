@@ -206,3 +206,33 @@ def test_I10_a_trigger_held_after_a_bypass_delivery_is_not_decided_while_parked(
     s.settle_decides()
     s.resume("int-1")
     assert all(not item.bypass for item in s.held("msg-1"))
+
+
+# ---- found by the fuzz run ----------------------------------------------------------------------------
+
+
+def test_unicode_digits_or_a_huge_ts_are_unauthorized_not_a_crash():
+    from schemas.signing import Keyring, Unauthorized
+
+    ring = Keyring({"alice": "k"})
+    for ts in ("²", "9" * 5000):
+        fields = {b"session": b"s-1", b"input": b"{}", b"id": b"k1", b"principal": b"alice",
+                  b"ts": ts.encode(), b"sig": b"00"}
+        with pytest.raises(Unauthorized):
+            ring.verify(fields, 0)
+
+
+@pytest.mark.parametrize("value", [
+    {"type": "session.create", "budget": {"tokens": "3"}},
+    {"type": "session.create", "budget": {"llm_calls": True}},
+    {"type": "session.create", "budget": {"tool_calls": 2.0}},
+    {"type": "tool.result", "call_id": "call-1", "error": None},
+])
+def test_inputs_are_typed_strictly(value):
+    with pytest.raises(InputError):
+        decode_input_entry({b"session": b"s1", b"input": orjson.dumps(value)})
+
+
+def test_a_session_id_with_a_trailing_newline_is_invalid():
+    with pytest.raises(InputError):
+        decode_input_entry({b"session": b"s-1\n", b"input": b'{"type": "session.create"}'})

@@ -29,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from dispatcher.enqueue import Outbox
 from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome, entry_ids
 from dispatcher.state import SessionState
-from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
+from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store, load_script
 from parley import metrics
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
@@ -40,35 +40,6 @@ from schemas.signing import Keyring, Unauthorized
 log = logging.getLogger("parley.dispatcher")
 
 REJECTED_MAXLEN = 10_000
-# Hand a due deadline to the session's results stream exactly once, whichever dispatcher
-# sees it first: KEYS[1] deadlines zset, KEYS[2] results stream; ARGV member, now, outcome.
-FIRE_DEADLINE = """
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) > tonumber(ARGV[2]) then
-  return 0
-end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('XADD', KEYS[2], '*', 'outcome', ARGV[3])
-return 1
-"""
-
-# A job whose worker died: post its loss exactly once, whichever dispatcher sees it first.
-# KEYS[1] running hash, KEYS[2] results stream; ARGV job id, the record read, outcome.
-SETTLE_LOST = """
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
-  return 0
-end
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('XADD', KEYS[2], '*', 'outcome', ARGV[3])
-return 1
-"""
-
-RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
 
 
 class LeaseLost(Exception):
@@ -155,9 +126,10 @@ class Dispatcher:
         self.keyring = keyring or Keyring({})
         self.agents = agents or {}
         self.health: metrics.Health | None = None
-        self._renew = redis.register_script(RENEW)
-        self._fire_deadline = redis.register_script(FIRE_DEADLINE)
-        self._settle_lost = redis.register_script(SETTLE_LOST)
+        self._renew = load_script(redis, "renew_lease")
+        self._release = load_script(redis, "release_lease")
+        self._fire_deadline = load_script(redis, "fire_deadline")
+        self._settle_lost = load_script(redis, "settle_lost")
         self.deadlines_checked = 0.0
         self.maintained_at = 0.0
         self.lost_checked = 0.0
@@ -212,8 +184,7 @@ class Dispatcher:
         return -(-self.partitions // live)
 
     def release(self, p: Partition) -> None:
-        self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', "
-                        "KEYS[1]) end return 0", 1, self.keys.lease(p.n), p.token)
+        self._release(keys=[self.keys.lease(p.n)], args=[p.token])
         self.owned.pop(p.n, None)
         log.info("lease given back", extra=kv(partition=p.n, consumer=self.name))
 

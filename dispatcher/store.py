@@ -5,6 +5,7 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from redis.commands.core import Script
 
 from dispatcher.machine import Transition
 from dispatcher.state import Core, SessionState
@@ -16,13 +17,17 @@ DEFAULT_EVENTS_MAXLEN = 10_000
 COMMITTED, CONFLICT, LEASE_LOST = 1, 0, -1
 
 
+def load_script(redis: Redis, name: str) -> Script:
+    """A Lua script of dispatcher/lua/, registered once (EVALSHA, loaded again if flushed)."""
+    return redis.register_script(files("dispatcher").joinpath(f"lua/{name}.lua").read_text())
+
+
 class Store:
     def __init__(self, redis: Redis, keys: Keys, events_maxlen: int = DEFAULT_EVENTS_MAXLEN):
         self.redis = redis
         self.keys = keys
         self.events_maxlen = events_maxlen
-        self._commit = redis.register_script(
-            files("dispatcher").joinpath("lua/commit.lua").read_text())
+        self._commit = load_script(redis, "commit")
 
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
         """One round trip: version, core, markers, messages, and whether the key was used."""

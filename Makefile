@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration test-e2e lint chaos chaos-smoke clean
+.PHONY: install demo test test-unit test-integration test-e2e lint chaos chaos-smoke bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server"; exit 1; }
@@ -39,6 +39,17 @@ chaos: $(STAMP)
 # The bounded version CI runs (under a minute).
 chaos-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos --sessions 40 --spread 25 --timeout 120
+
+# The benchmark (bench/README.md): five scenarios on real processes, a table, and
+# bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.
+bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.run $(ARGS)
+
+# Every scenario at tiny sizes (under a minute; asserts nothing about speed).
+bench-smoke: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.run --smoke $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

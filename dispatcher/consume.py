@@ -134,6 +134,8 @@ class Dispatcher:
         self.maintained_at = 0.0
         self.lost_checked = 0.0
         self.crash = CrashPoint(os.environ.get("PARLEY_CRASH_AT"))
+        # effects committed in the current batch, flushed together before its acknowledgement
+        self.unflushed: list[tuple[str, list[dict[str, Any]]]] = []
         self.partitions = 0
 
     # ---- leases ---------------------------------------------------------------------------
@@ -291,6 +293,7 @@ class Dispatcher:
         if not self.owned:
             time.sleep(self.block_ms / 1000)
             return
+        self.unflushed = []  # a batch that failed before its flush is replayed: start clean
         for p in list(self.owned.values()):
             if not p.recovered:
                 self.recover(p)
@@ -356,6 +359,11 @@ class Dispatcher:
             self.owned.pop(p.n, None)
         finally:
             if done:
+                # Flush what this batch's commits left in their outboxes, then acknowledge:
+                # a crash in between leaves the entries pending and their replay flushes again.
+                self.outbox.flush_many(self.unflushed)
+                self.unflushed = []
+                self.crash.reached("after_flush")
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.xack(stream, self.keys.GROUP, *done)
                 pipe.xdel(stream, *done)
@@ -407,7 +415,7 @@ class Dispatcher:
                 # A replay after a crash: committed before, maybe not flushed.
                 self.stats.replays += 1
                 metrics.REPLAYS.inc()
-                self.outbox.flush(session, self.store.pending_effects(session))
+                self.unflushed.append((session, self.store.pending_effects(session)))
                 return
             try:
                 tr = transition(state)
@@ -429,8 +437,7 @@ class Dispatcher:
         for key, n in tr.counts.items():
             self.stats.counts[key] = self.stats.counts.get(key, 0) + n
         self.crash.reached("after_commit")
-        self.outbox.flush(session, tr.effects)
-        self.crash.reached("after_flush")
+        self.unflushed.append((session, tr.effects))
         metrics.record_transition(tr, time.perf_counter() - started)
         if self.on_transition is not None:
             self.on_transition(tr)

@@ -42,12 +42,23 @@ class Outbox:
         return self.keys.inputs(partition_of(session, self._partitions), self._partitions)
 
     def flush(self, session: str, effects: list[dict[str, Any]]) -> None:
-        if not effects:
+        self.flush_many([(session, effects)])
+
+    def flush_many(self, batch: list[tuple[str, list[dict[str, Any]]]]) -> None:
+        """Every session's effects and their outbox deletion in one MULTI: one round trip
+        (and, with appendfsync always, one fsync) for a whole batch of transitions."""
+        batch = [(session, effects) for session, effects in batch if effects]
+        if not batch:
             return
         pipe = self.redis.pipeline(transaction=True)
         # Explicit MULTI first: RQ's enqueue_job(pipeline=) starts one itself otherwise,
         # which fails once an earlier effect has queued a command.
         pipe.multi()
+        for session, effects in batch:
+            self._queue_effects(pipe, session, effects)
+        pipe.execute()
+
+    def _queue_effects(self, pipe: Any, session: str, effects: list[dict[str, Any]]) -> None:
         for fx in effects:
             op = fx["op"]
             if op == "enqueue":
@@ -92,4 +103,3 @@ class Outbox:
             else:
                 raise ValueError(f"unknown outbox effect {op!r}")
         pipe.hdel(self.keys.outbox(session), *[fx["seq"] for fx in effects])
-        pipe.execute()

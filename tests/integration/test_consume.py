@@ -161,6 +161,12 @@ def test_inputs_of_one_session_apply_in_append_order(
 # ---- exactly once across crashes -----------------------------------------------------------------
 
 
+def flush(d: Dispatcher) -> None:
+    """What process() does after a batch: flush the effects its commits left."""
+    d.outbox.flush_many(d.unflushed)
+    d.unflushed = []
+
+
 def test_applying_the_same_entry_twice_is_a_noop(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher()
     d.maintain_leases()
@@ -168,10 +174,12 @@ def test_applying_the_same_entry_twice_is_a_noop(r: redis.Redis, make_dispatcher
     entry = send(r, "s-5", {"type": "message.create", "content": "once"})
     fields = r.xrange(INPUTS)[0][1]
     d.handle_input(p, INPUTS, entry, fields)
+    flush(d)
     before = events(r, "s-5")
     assert [e["type"] for e in before] == ["session.created", "message.created", "llm.started"]
 
     d.handle_input(p, INPUTS, entry, fields)
+    flush(d)
     assert events(r, "s-5") == before
     assert queue_ids(r, "llm") == [job_id("s-5", "llm-1", 1)]
     assert (d.stats.applied, d.stats.replays) == (1, 1)
@@ -188,10 +196,10 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
         r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
     d1 = make_dispatcher(name="d1")
 
-    def crash(session: str, effects: list) -> None:
+    def crash(batch: list) -> None:
         raise RuntimeError("killed between commit and flush")
 
-    monkeypatch.setattr(d1.outbox, "flush", crash)
+    monkeypatch.setattr(d1.outbox, "flush_many", crash)
     send(r, "s-6", {"type": "message.create", "content": "crash me"})
     with pytest.raises(RuntimeError, match="killed between commit and flush"):
         tick(d1)

@@ -274,7 +274,15 @@ class _Tx:
         """I10: held triggers go on, in the order held, once the turn is active and unparked."""
         if turn is None or not turn.held or not self.is_active(turn) or self.parking(turn.tip):
             return
-        for item in turn.held:
+        # "Go on as if never paused" asks for one model call at most: when several released
+        # triggers propose one (a call voided by a global pause, and a completion recorded
+        # while parked that found nothing pending), only the last keeps it.
+        proposing = [i for i, item in enumerate(turn.held)
+                     if any(a.get("type") == "llm.call" for a in item.proposed)]
+        for i, item in enumerate(turn.held):
+            if i in proposing[:-1]:
+                item = item.model_copy(update={"proposed": [
+                    a for a in item.proposed if a.get("type") != "llm.call"]})
             self.emit("decision.released", trigger=self.trigger_ref(item), head=turn.tip)
             self.c.queue.append(item)
         turn.held = []
@@ -388,7 +396,7 @@ class _Tx:
                 assert turn is not None
                 self.append(turn, {"role": "assistant", "content": action.content})
             elif action.type == "interrupt":
-                self.raise_interrupt(item, turn, action.model_dump(exclude_unset=True))
+                self.raise_interrupt(self.origin_of(item), turn, action.model_dump(exclude_unset=True))
         if item.trigger["type"] in ("tool.execute", "interrupt.resumed") and not any(
                 a.type == "interrupt" for a in decision.actions):
             # A decision that neither runs, settles nor asks about its call would leave the
@@ -445,6 +453,16 @@ class _Tx:
                    "exceeded": exceeded}
         return self.raise_interrupt(origin, turn, {"reason": "budget", "payload": payload},
                                     anchored=False, system=True)
+
+    def origin_of(self, item: QueuedTrigger) -> QueuedTrigger:
+        """The origin a new interrupt records. Asked again while deciding a resume, it is the
+        resume's own origin — not the resume, which would nest one level deeper per question
+        — proposing what the resume proposed, without the interrupt a budget stop had blocked
+        (raised now: proposing it again would ask forever)."""
+        if item.trigger["type"] != "interrupt.resumed" or not isinstance(item.trigger.get("origin"), dict):
+            return item
+        return QueuedTrigger(trigger=item.trigger["origin"], turn=item.turn,
+                             proposed=[a for a in item.proposed if a.get("type") != "interrupt"])
 
     def after_decision(self, item: QueuedTrigger) -> None:
         if item.trigger["type"] == "interrupt.resumed":

@@ -17,7 +17,7 @@ job that the same decision started before its `interrupt` run (SPEC 4.2, I4); an
 the same transition cancels (an `llm.call` before an `interrupt`) never reaches a queue, since
 the outbox flushes a transition in one MULTI.
 
-Bugs found (not fixed here; each has a strict-xfail test at the end of this file):
+Bugs these properties found, now fixed (each keeps a regression test at the end of this file):
 - BUG-1: every interrupt raised by the decision of an `interrupt.resumed` keeps that trigger as
   its origin, and the next `interrupt.resumed` trigger embeds it (`origin`): the stored state
   nests one level deeper per round. After ~195 rounds (an app that asks again, or re-raises on
@@ -38,7 +38,6 @@ import os
 from collections import Counter
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -59,7 +58,7 @@ TOOL_NAMES = [*TOOLS, "nope"]  # "nope": a tool the app does not have (settled `
 BIG = 10**9
 # Off until BUG-3 (see `test_bug3_...` below) is fixed: with it on, hypothesis finds it within
 # ~1,000 examples.
-CHECK_ONE_MODEL_CALL = False
+CHECK_ONE_MODEL_CALL = True
 
 Ref = tuple[str, str | None, str | None, str | None]
 
@@ -864,7 +863,7 @@ SessionMachine.TestCase.settings = settings(
 test_session_machine = SessionMachine.TestCase
 
 
-# ---- bugs the properties found (strict xfail: they pass once the machine is fixed) -------------------
+# ---- bugs the properties found, fixed: regression tests -----------------------------------------------
 
 
 def json_depth(value: Any) -> int:
@@ -886,13 +885,11 @@ def reask(rounds: int) -> Sim:
     return s
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-1: each re-ask nests the origin trigger one level deeper")
 def test_bug1_asking_again_does_not_grow_the_stored_state():
     few, many = reask(2), reask(20)
     assert json_depth(many.core.model_dump(mode="json")) == json_depth(few.core.model_dump(mode="json"))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-2: a budget-blocked decision's interrupt is re-raised forever")
 def test_bug2_a_budget_blocked_interrupt_is_asked_once():
     s = Sim()
     s.open_session(budget={"llm_calls": 0})
@@ -905,7 +902,6 @@ def test_bug2_a_budget_blocked_interrupt_is_asked_once():
     assert not [a for a in s.proposed if a["type"] == "interrupt"], s.proposed
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-3: two model calls on one turn after a global pause")
 def test_bug3_one_model_call_per_turn_after_a_global_pause():
     s = Sim()
     s.open_session(budget={"tokens": 100})

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from schemas.keys import Keys, partition_of
+from schemas.keys import Keys
 
 XADD_BATCH = 500
 STREAMS_PER_XREAD = 100
@@ -73,7 +73,7 @@ class Producer:
 
     def stream(self, session: str) -> str:
         """SPEC 2 partitioning, computed here once instead of an HGET of parley:config per send."""
-        return self.keys.inputs(partition_of(session, self.partitions), self.partitions)
+        return self.keys.inputs_of(session, self.partitions)
 
     def send(self, items: Iterable[tuple[str, dict[str, Any], str]]) -> list[int]:
         """XADD (session, input, idempotency key) entries, pipelined; their entry-id ms, in order."""

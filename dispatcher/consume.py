@@ -33,7 +33,7 @@ from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST,
 from parley import metrics
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
-from schemas.keys import Keys, partition_of
+from schemas.keys import Keys
 from schemas.results import WorkOutcome
 from schemas.signing import Keyring, Unauthorized
 
@@ -244,7 +244,7 @@ class Dispatcher:
             member = raw.decode() if isinstance(raw, bytes) else raw
             session, _, interrupt_id = member.partition("\x1f")
             outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
-            stream = self.keys.results(partition_of(session, self.partitions), self.partitions)
+            stream = self.keys.results_of(session, self.partitions)
             if self._fire_deadline(keys=[self.keys.deadlines, stream],
                                    args=[member, now_ms, outcome.model_dump_json()]):
                 log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
@@ -269,7 +269,7 @@ class Dispatcher:
         for job, (raw, rec) in records.items():
             if rec["worker"] not in dead:
                 continue
-            expected = self.keys.results(partition_of(rec["session"], self.partitions), self.partitions)
+            expected = self.keys.results_of(rec["session"], self.partitions)
             if rec.get("reply_to") != expected:
                 # Workers may write this hash; a record naming any other stream is not ours
                 # to act on (it could aim our XADD at a session's events).
@@ -476,10 +476,3 @@ class Dispatcher:
 def _field_name(key: bytes | str) -> str:
     # Field names are producer bytes: never trust them to be UTF-8.
     return key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-
-
-def stream_for(redis: Redis, keys: Keys, session: str) -> str:
-    """Where a producer writes an input for `session` (SPEC 2 partitioning)."""
-    raw = redis.hget(keys.config, "partitions")
-    n = int(raw) if raw else 1
-    return keys.inputs(partition_of(session, n), n)

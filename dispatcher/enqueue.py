@@ -14,7 +14,7 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from schemas.keys import Keys, partition_of
+from schemas.keys import Keys
 
 # Finished jobs leave nothing behind (SPEC 3.2): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -39,7 +39,7 @@ class Outbox:
         if self._partitions is None:
             raw = self.redis.hget(self.keys.config, "partitions")
             self._partitions = int(raw) if raw else 1
-        return self.keys.inputs(partition_of(session, self._partitions), self._partitions)
+        return self.keys.inputs_of(session, self._partitions)
 
     def flush(self, session: str, effects: list[dict[str, Any]]) -> None:
         self.flush_many([(session, effects)])

@@ -10,7 +10,7 @@ from redis import Redis
 
 from dispatcher.machine import show
 from dispatcher.store import Store
-from schemas.keys import Keys, partition_of
+from schemas.keys import Keys
 from schemas.signing import signed_fields
 
 
@@ -18,12 +18,18 @@ class Client:
     def __init__(self, redis: Redis, prefix: str = "parley"):
         self.redis = redis
         self.keys = Keys(prefix)
+        self._partitions: int | None = None
 
     def stream_for(self, session: str) -> str:
-        """SPEC 2: `parley:inputs` with one partition, else `parley:inputs:<crc32 mod N>`."""
-        raw = self.redis.hget(self.keys.config, "partitions")
-        n = int(raw) if raw else 1
-        return self.keys.inputs(partition_of(session, n), n)
+        """SPEC 2: `parley:inputs` with one partition, else `parley:inputs:<crc32 mod N>`.
+
+        N is fixed once a dispatcher has published it, so it is read once, not per entry."""
+        if self._partitions is None:
+            raw = self.redis.hget(self.keys.config, "partitions")
+            if not raw:
+                return self.keys.inputs_of(session, 1)  # nothing published yet: ask again next time
+            self._partitions = int(raw)
+        return self.keys.inputs_of(session, self._partitions)
 
     def send(self, session: str, value: dict[str, Any], idempotency_key: str | None = None,
              principal: str | None = None, key: str | None = None) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -104,8 +105,6 @@ class RedisStateCollector(Collector):
         except Exception:
             return  # Redis away: the process metrics still answer; readiness says the rest
         open_interrupts, infos, held, partitions, oldest = replies[:5]
-        import orjson
-
         branches = set()
         for raw in infos:
             info = orjson.loads(raw)

@@ -29,6 +29,14 @@ class Keys:
     def results(self, partition: int | None = None, partitions: int = 1) -> str:
         return f"{self.prefix}:results" if partitions <= 1 else f"{self.prefix}:results:{partition}"
 
+    def inputs_of(self, session: str, partitions: int) -> str:
+        """The input stream a session's entries go to (SPEC 2 partitioning)."""
+        return self.inputs(partition_of(session, partitions), partitions)
+
+    def results_of(self, session: str, partitions: int) -> str:
+        """The results stream of a session's work, partitioned like its inputs."""
+        return self.results(partition_of(session, partitions), partitions)
+
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:inputs:rejected"

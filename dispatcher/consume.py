@@ -25,6 +25,7 @@ from redis import Redis
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq.job import Job
 
 from dispatcher.enqueue import Outbox
 from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome, entry_ids
@@ -130,6 +131,8 @@ class Dispatcher:
         self._release = load_script(redis, "release_lease")
         self._fire_deadline = load_script(redis, "fire_deadline")
         self._settle_lost = load_script(redis, "settle_lost")
+        self._settle_unclaimed = load_script(redis, "settle_unclaimed")
+        self.unclaimed_checked = 0.0
         self.deadlines_checked = 0.0
         self.maintained_at = 0.0
         self.lost_checked = 0.0
@@ -278,11 +281,47 @@ class Dispatcher:
                 continue
             outcome = WorkOutcome(session=rec["session"], work=rec["work"], attempt=rec["attempt"],
                                   kind=rec["kind"], ok=False, error="worker_lost", lost=True)
-            if self._settle_lost(keys=[self.keys.running, rec["reply_to"]],
+            if self._settle_lost(keys=[self.keys.running, rec["reply_to"], self.keys.inflight],
                                  args=[job, raw, outcome.model_dump_json()]):
                 metrics.WORK_LOST.labels(rec["kind"]).inc()
                 log.warning("worker lost holding a job", extra=kv(
                     worker=rec["worker"], session=rec["session"], work=rec["work"], kind=rec["kind"]))
+
+    UNCLAIMED_AFTER_MS = 15_000
+
+    def find_unclaimed_work(self) -> None:
+        """Jobs that left their queue but were never recorded as running: their worker died
+        between RQ's dequeue and the job's first line. After 15 s they are lost, like work
+        held by a dead worker (a worker alive records its job within milliseconds)."""
+        now = time.monotonic()
+        if now - self.unclaimed_checked < 5.0:
+            return
+        self.unclaimed_checked = now
+        inflight: Any = self.redis.hgetall(self.keys.inflight)
+        now_ms = int(time.time() * 1000)
+        old = [(job, raw, orjson.loads(raw)) for job, raw in (inflight or {}).items()]
+        old = [(job, raw, rec) for job, raw, rec in old if now_ms - rec["at"] > self.UNCLAIMED_AFTER_MS]
+        if not old:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for job, _raw, rec in old:
+            pipe.hexists(self.keys.running, job)
+            pipe.lpos(rec["queue"], job)
+        answers: Any = pipe.execute()
+        for i, (job, raw, rec) in enumerate(old):
+            claimed, position = answers[2 * i], answers[2 * i + 1]
+            if claimed or position is not None:
+                continue  # running on a live worker (the heartbeat path watches it), or waiting
+            if rec.get("reply_to") != self.keys.results_of(rec["session"], self.partitions):
+                continue
+            outcome = WorkOutcome(session=rec["session"], work=rec["work"], attempt=rec["attempt"],
+                                  kind=rec["kind"], ok=False, error="worker_lost", lost=True)
+            job_key = Job.key_for(job.decode() if isinstance(job, bytes) else job)
+            if self._settle_unclaimed(keys=[self.keys.inflight, self.keys.running, rec["reply_to"], job_key],
+                                      args=[job, raw, outcome.model_dump_json()]):
+                metrics.WORK_LOST.labels(rec["kind"]).inc()
+                log.warning("job dequeued but never started (its worker died)", extra=kv(
+                    session=rec["session"], work=rec["work"], kind=rec["kind"]))
 
     def tick(self) -> None:
         if self.health is not None:
@@ -290,6 +329,7 @@ class Dispatcher:
         self.maintain_leases()
         self.fire_deadlines()
         self.find_lost_work()
+        self.find_unclaimed_work()
         if not self.owned:
             time.sleep(self.block_ms / 1000)
             return

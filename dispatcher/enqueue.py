@@ -6,6 +6,7 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 """
 
 import math
+import time
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from schemas.keys import Keys
 
 # Finished jobs leave nothing behind (SPEC 3.2): outcomes go to our results stream.
 RESULT_TTL = 0
+KIND_OF_QUEUE = {"decide": "decide", "llm": "llm", "tools": "tool"}
 FAILURE_TTL = 24 * 3600
 
 
@@ -69,12 +71,18 @@ class Outbox:
                                  failure_ttl=FAILURE_TTL,
                                  description=f"{fx['payload']['work']} of {session}")
                 queue.enqueue_job(job, pipeline=pipe)
+                payload = fx["payload"]
+                pipe.hset(self.keys.inflight, fx["job_id"], orjson.dumps({
+                    "session": payload["session"], "work": payload["work"], "attempt": payload["attempt"],
+                    "kind": KIND_OF_QUEUE[fx["queue"]], "queue": queue.key,
+                    "reply_to": payload["reply_to"], "at": int(time.time() * 1000)}))
             elif op == "cancel":
                 # Best effort: a queued job is removed; a running one finishes and its result
                 # is dropped by the machine (voiding is logical, stopping is not relied on).
                 queue = self.queue(fx["queue"])
                 pipe.lrem(queue.key, 0, fx["job_id"])
                 pipe.delete(Job.key_for(fx["job_id"]))
+                pipe.hdel(self.keys.inflight, fx["job_id"])
             elif op == "index_add":
                 member = self.keys.index_member(session, fx["interrupt_id"])
                 pipe.zadd(self.keys.interrupt_index, {member: fx["raised_at"]})

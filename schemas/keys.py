@@ -64,6 +64,12 @@ class Keys:
         """Hash: RQ job id -> JSON record of the job a worker is running (for lost-work detection)."""
         return f"{self.prefix}:running"
 
+    @property
+    def inflight(self) -> str:
+        """Hash: RQ job id -> JSON record of every job enqueued and not yet answered, so a job
+        lost between a worker's dequeue and its running record is still noticed."""
+        return f"{self.prefix}:inflight"
+
     def worker_alive(self, worker: str) -> str:
         """A worker's heartbeat: present while the worker process lives (short PX, renewed)."""
         return f"{self.prefix}:worker:{worker}"

@@ -110,7 +110,9 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
     def post() -> None:
         pipe = job.connection.pipeline(transaction=True)
         pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
-        pipe.hdel(Keys(Keys.prefix_of_results(reply_to)).running, job.id)
+        keys = Keys(Keys.prefix_of_results(reply_to))
+        pipe.hdel(keys.running, job.id)
+        pipe.hdel(keys.inflight, job.id)
         pipe.execute()
 
     # An outcome is the only trace of work done: ride out a Redis restart rather than lose it.

@@ -176,6 +176,10 @@ def main() -> int:
         problems = check(client, s) if state[s] == "done" else [f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
+    for s in sorted(violations)[:3]:  # what a stuck session looks like, before Redis goes away
+        events = [e["type"] for _id, e in client.events(s, block_ms=1, until=time.monotonic() + 0.2)]
+        (workdir / f"{s}.txt").write_text(f"events: {events}\nview: {client.show(s)}\n"
+                                          f"running: {client.redis.hgetall(client.keys.running)}\n")
     crashed = [name for name, proc in fleet.procs.items() if proc.poll() is not None]
     codes = fleet.stop()
     server.stop()

@@ -643,3 +643,27 @@ def test_an_unexpected_error_moves_the_entry_aside_instead_of_stopping_the_parti
     (_rid, fields), = r.xrange(KEYS.rejected)
     assert b"internal error: RuntimeError: a bug" in fields[b"error"]
     assert "message.created" in types(r, "s-ok") and r.xlen(INPUTS) == 0
+
+
+def test_a_job_dequeued_by_a_worker_that_died_before_starting_it_is_retried(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """The window between RQ's dequeue and the job's running record (found by the chaos run)."""
+    d = make_dispatcher()
+    send(r, "s-gap", {"type": "message.create", "content": "hi"})
+    send(r, "s-wait", {"type": "message.create", "content": "hi"})
+    tick(d)
+    first, waiting = queue_ids(r, "llm")
+    assert r.hexists(KEYS.inflight, first)
+    r.lrem("rq:queue:llm", 0, first)  # a worker popped it, then died before its first line
+    for job in (first, waiting):  # both enqueued long ago
+        rec = orjson.loads(r.hget(KEYS.inflight, job))
+        r.hset(KEYS.inflight, job, orjson.dumps({**rec, "at": 0}))
+    d.unclaimed_checked = 0.0
+    d.find_unclaimed_work()
+    d.unclaimed_checked = 0.0
+    d.find_unclaimed_work()  # posted once, not twice
+    assert r.hexists(KEYS.inflight, waiting) and not r.hexists(KEYS.inflight, first)
+    assert r.exists(f"rq:job:{first}") == 0  # RQ's own cleanup cannot run it after all
+    tick(d)
+    assert queue_ids(r, "llm") == [waiting, job_id("s-gap", "llm-1", 2)]  # retried, attempt 2
+    assert d.stats.counts.get(("work_retried", "llm")) == 1

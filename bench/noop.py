@@ -1,11 +1,17 @@
 """The floor (scenario 2): no-op RQ jobs through Parley's worker class, serializer and Redis.
 
 `ParleyJob` refuses every function but Parley's own, so the floor's workers run a subclass
-of `ParleyWorker` whose job class lets exactly one more name through: `bench.noop.noop`.
-Everything else (RQ `SimpleWorker`, `JSONSerializer`, `result_ttl=0`, one process per
-worker) is what `parley worker` runs.
+of `ParleyWorker` whose job class lets two more names through: `bench.noop.noop` and
+`bench.noop.noop_lean`. Everything else (RQ `SimpleWorker`, `JSONSerializer`, `result_ttl=0`,
+one process per worker) is what `parley worker` runs.
 
-    python -m bench.noop REDIS_URL QUEUE     (started by bench.run, one process per worker)
+Two floors: **RQ's own path** (`noop`, enqueued the plain RQ way: the worker runs it with RQ's
+full bookkeeping) and **the lean path** (`noop_lean`, enqueued with an in-flight record as
+Parley's outbox does, taken by take_job.lua; the job deletes its hash and records in one MULTI,
+what a Parley job's outcome MULTI does minus the outcome).
+
+    python -m bench.noop REDIS_URL QUEUE [WORKER_ID]   (started by bench.run, one per worker;
+                                                        WORKER_ID turns on the lean path)
 
 The process connects, announces itself on `bench:floor:ready`, waits for `bench:floor:go`,
 then works the queue in burst mode and prints one JSON line: its start and end (Unix s)
@@ -18,12 +24,15 @@ from typing import Any
 
 import orjson
 import redis
-from rq import Queue
+from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
+from schemas.keys import Keys
+from workers import jobs
 from workers.worker import ParleyJob, ParleyWorker
 
 NOOP = "bench.noop.noop"
+NOOP_LEAN = "bench.noop.noop_lean"
 READY_KEY = "bench:floor:ready"
 GO_KEY = "bench:floor:go"
 
@@ -36,20 +45,38 @@ def noop(payload: Any = None) -> None:
     RAN[0] += 1
 
 
+def noop_lean(payload: Any = None) -> None:
+    """The lean path's own cleanup (workers/jobs.py `_post` without the outcome), then a count."""
+    job = get_current_job()
+    assert job is not None
+    keys = Keys()
+    pipe = job.connection.pipeline(transaction=True)
+    pipe.hdel(keys.running, job.id)
+    pipe.hdel(keys.inflight, job.id)
+    pipe.delete(job.key)
+    pipe.execute()
+    RAN[0] += 1
+
+
 class FloorJob(ParleyJob):
     @property
     def func(self):  # type: ignore[no-untyped-def]
         if self.func_name == NOOP:
             return noop
+        if self.func_name == NOOP_LEAN:
+            return noop_lean
         return super().func
 
 
 class FloorWorker(ParleyWorker):
     job_class = FloorJob
+    lean_funcs = ParleyWorker.lean_funcs | {NOOP_LEAN}
 
 
 def main() -> int:
     url, queue_name = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:
+        jobs.set_worker_id(sys.argv[3])
     connection = redis.Redis.from_url(url)
     queue = Queue(queue_name, connection=connection, serializer=JSONSerializer, job_class=FloorJob)
     worker = FloorWorker([queue], connection=connection, serializer=JSONSerializer, job_class=FloorJob)

@@ -38,7 +38,8 @@ from rq.serializers import JSONSerializer
 from bench import peer
 from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_flow
 from bench.fleet import Fleet, cpu_seconds, machine_busy_seconds
-from bench.noop import GO_KEY, NOOP, READY_KEY
+from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
+from schemas.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -274,23 +275,33 @@ def commands_per_session(before: dict[str, Any], after: dict[str, Any], sessions
     return {"total": round(total / sessions, 1), "top": {k: round(v / sessions, 2) for k, v in top}}
 
 
-def floor(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet | None = None) -> dict[str, Any]:
-    """Scenario 2 on the same redis-server: `jobs` no-op jobs, `workers` floor worker processes."""
+def floor(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet | None = None,
+          lean: bool = False) -> dict[str, Any]:
+    """Scenario 2 on the same redis-server: `jobs` no-op jobs, `workers` floor worker processes.
+    `lean`: enqueued with an in-flight record, as Parley's outbox does, and run by workers with
+    a worker id, so that ParleyWorker's lean path takes them (bench/noop.py)."""
     r = redis.Redis.from_url(url)
     q = Queue(FLOOR_QUEUE, connection=r, serializer=JSONSerializer)
+    keys = Keys()
     r.delete(READY_KEY, GO_KEY)
     for i in range(0, jobs, 500):
         pipe = r.pipeline()
         pipe.multi()
         for j in range(i, min(jobs, i + 500)):
             # the options Parley's outbox gives its jobs (dispatcher/enqueue.py)
-            job = Job.create(NOOP, args=[{"n": j}], connection=r, serializer=JSONSerializer, timeout=30,
-                             result_ttl=0, failure_ttl=24 * 3600, description=f"noop {j}")
+            job = Job.create(NOOP_LEAN if lean else NOOP, args=[{"n": j}], connection=r,
+                             serializer=JSONSerializer, timeout=30, result_ttl=0,
+                             failure_ttl=24 * 3600, description=f"noop {j}")
             q.enqueue_job(job, pipeline=pipe)
+            if lean:
+                pipe.hset(keys.inflight, job.id, orjson.dumps({
+                    "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
+                    "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000)}))
         pipe.execute()
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.noop", url, FLOOR_QUEUE], cwd=ROOT,
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.noop", url, FLOOR_QUEUE,
+                               *([f"floor-worker-{n}"] if lean else [])], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE)
-             for _ in range(workers)]
+             for n in range(workers)]
     deadline = time.monotonic() + 60
     while int(r.llen(READY_KEY)) < workers:
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -306,10 +317,12 @@ def floor(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet | None
         reports.append(orjson.loads(out.splitlines()[-1]))
     used = usage.stop()
     failed = int(r.zcard(f"rq:failed:{FLOOR_QUEUE}"))
+    left = int(r.hlen(keys.inflight)) + int(r.hlen(keys.running)) if lean else 0
     r.close()
     seconds = max(x["end"] for x in reports) - min(x["start"] for x in reports)
     ran = sum(x["jobs"] for x in reports)
-    return {"jobs": jobs, "ran": ran, "failed": failed, "workers": workers, "wall_s": round(seconds, 2),
+    return {"jobs": jobs, "ran": ran, "failed": failed, "records_left": left, "workers": workers,
+            "path": "lean" if lean else "rq", "wall_s": round(seconds, 2),
             "jobs_per_s": round(ran / seconds, 1), "usage": used}
 
 
@@ -340,7 +353,11 @@ def scenario_1_2(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -
             fleet.stop_parley()
             row["floor"] = floor(fleet.url, row["jobs"], args.workers, args.timeout, fleet)
             row["floor"]["ratio"] = round(row["jobs_per_s"] / row["floor"]["jobs_per_s"], 3)
-            log(f"  floor {row['floor']['jobs_per_s']} jobs/s; engine/floor = {row['floor']['ratio']}")
+            row["floor_lean"] = floor(fleet.url, row["jobs"], args.workers, args.timeout, fleet, lean=True)
+            row["floor_lean"]["ratio"] = round(row["jobs_per_s"] / row["floor_lean"]["jobs_per_s"], 3)
+            log(f"  floor (RQ's path) {row['floor']['jobs_per_s']} jobs/s, engine/floor = "
+                f"{row['floor']['ratio']}; floor (lean path) {row['floor_lean']['jobs_per_s']} jobs/s, "
+                f"engine/floor = {row['floor_lean']['ratio']}")
         finally:
             fleet.stop()
         save(args, out)
@@ -604,11 +621,12 @@ def report(out: dict[str, Any]) -> str:
                          + f"; redis commands/session {r['redis_commands_per_session']['total']}")
         lines.append("")
         lines.append("2. The floor: as many no-op RQ jobs, same worker class (SimpleWorker), JSONSerializer, "
-                     "Redis")
-        hdr = ["fsync", "jobs", "workers", "wall s", "floor jobs/s", "engine jobs/s", "engine/floor"]
-        lines.append(table(hdr, [[r["appendfsync"], r["floor"]["jobs"], r["floor"]["workers"],
-                                  r["floor"]["wall_s"], r["floor"]["jobs_per_s"], r["jobs_per_s"],
-                                  f"{r['floor']['ratio']:.2f}"] for r in s1 if "floor" in r]))
+                     "Redis; RQ's own path and Parley's lean path")
+        hdr = ["fsync", "path", "jobs", "workers", "wall s", "floor jobs/s", "engine jobs/s", "engine/floor"]
+        lines.append(table(hdr, [[r["appendfsync"], r[k].get("path", "rq"), r[k]["jobs"], r[k]["workers"],
+                                  r[k]["wall_s"], r[k]["jobs_per_s"], r["jobs_per_s"],
+                                  f"{r[k]['ratio']:.2f}"]
+                                 for r in s1 for k in ("floor", "floor_lean") if k in r]))
     s3 = out.get("scenario_3", [])
     if s3:
         lines.append("")

@@ -176,7 +176,8 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     set_worker_id(ident)
     try:
         _work_until_stopped(
-            lambda n: make_worker(names, connection, name=ident if n == 0 else f"{ident}-{n}"), burst)
+            lambda n: make_worker(names, connection, name=ident if n == 0 else f"{ident}-{n}", keys=keys),
+            burst)
     finally:
         heartbeat.stop()
 

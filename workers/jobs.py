@@ -42,12 +42,23 @@ def set_worker_id(worker_id: str | None) -> None:
     _worker_id = worker_id
 
 
+def worker_id() -> str | None:
+    return _worker_id
+
+
+def _claimed_by_worker(job: Any) -> bool:
+    """True when ParleyWorker's lean path recorded the job as running when it took it."""
+    return bool(getattr(job, "parley_claimed", False))
+
+
 def _claim(payload: dict[str, Any], kind: str) -> None:
     """Record the job as running on this worker (cleared in the same MULTI that posts its outcome)."""
     if _worker_id is None:
         return
     job = get_current_job()
     assert job is not None
+    if _claimed_by_worker(job):
+        return
     keys = Keys(Keys.prefix_of_results(payload["reply_to"]))
     record = orjson.dumps({
         "worker": _worker_id, "session": payload["session"], "work": payload["work"],
@@ -113,6 +124,9 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         keys = Keys(Keys.prefix_of_results(reply_to))
         pipe.hdel(keys.running, job.id)
         pipe.hdel(keys.inflight, job.id)
+        if _claimed_by_worker(job):
+            # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
+            pipe.delete(job.key)
         pipe.execute()
 
     # An outcome is the only trace of work done: ride out a Redis restart rather than lose it.

@@ -9,13 +9,24 @@ voiding an LLM call is logical (its result is dropped on arrival), never a kill.
 import logging
 import secrets
 import socket
+import sys
 import threading
+import time
+from importlib.resources import files
+from typing import Any
 
+import redis
 from rq import Queue, SimpleWorker
+from rq.exceptions import DequeueTimeout
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.timeouts import JobTimeoutException
+from rq.utils import now
+from rq.worker import WorkerStatus
 
 from parley.metrics import JOBS_REFUSED, Health
+from schemas.keys import Keys
+from workers import jobs
 from workers.jobs import ALLOWED_FUNCS
 
 log = logging.getLogger("parley.worker")
@@ -61,8 +72,158 @@ class ParleyJob(Job):
 
 
 class ParleyWorker(SimpleWorker):
+    """SimpleWorker with a lean path for Parley's own jobs (docs/design.md, bench/README.md).
+
+    A Parley job posts its outcome to a results stream and is tracked by Parley's own records
+    (`parley:inflight` from enqueue to outcome, `parley:running` while a worker runs it), so
+    RQ's per-job bookkeeping (started registry, execution records, job status and result,
+    worker state and counters: about 50 commands and 15 round trips per job) buys nothing
+    here. The lean path is two round trips per job: one script pops the job, records it as
+    running and returns its hash; one MULTI posts the outcome and deletes the job and both
+    records. Everything else (a job that raises instead of posting, a planted job naming a
+    foreign function) goes through RQ's own failure handling, as before.
+    """
+
     job_class = ParleyJob
     queue_class = Queue
+    # functions that post their own outcome and clean up after themselves (workers/jobs.py)
+    lean_funcs: frozenset[str] = ALLOWED_FUNCS
+    # RQ refreshes the worker's key (and checks `rq suspend`) around every job; a worker's key
+    # lives worker_ttl + 60 s, so refreshing it every few seconds keeps `rq info` true.
+    HEARTBEAT_EVERY_S = 5.0
+    SUSPENSION_CHECK_EVERY_S = 1.0
+
+    def __init__(self, *args: Any, keys: Keys | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.parley_keys = keys or Keys()
+        self._take = self.connection.register_script(
+            files("workers").joinpath("lua/take_job.lua").read_text())
+        self._beat_at = 0.0
+        self._suspension_checked_at = 0.0
+
+    # ---- fewer writes around each job ---------------------------------------------------------
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        if pipeline is not None:
+            super().heartbeat(timeout, pipeline=pipeline)
+            return
+        if timeout is None and time.monotonic() - self._beat_at < self.HEARTBEAT_EVERY_S:
+            return
+        pipe = self.connection.pipeline(transaction=False)
+        super().heartbeat(timeout, pipeline=pipe)
+        pipe.hset(self.key, "state", self.get_state())
+        pipe.execute()
+        self._beat_at = time.monotonic()
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        # Busy/idle flips on every job; the state is kept here (warm shutdown reads it) and
+        # written with the next heartbeat.
+        if pipeline is not None or state not in (WorkerStatus.BUSY, WorkerStatus.IDLE):
+            super().set_state(state, pipeline=pipeline)
+        else:
+            self._state = state
+
+    def check_for_suspension(self, burst: bool) -> None:
+        if time.monotonic() - self._suspension_checked_at < self.SUSPENSION_CHECK_EVERY_S:
+            return
+        super().check_for_suspension(burst)
+        self._suspension_checked_at = time.monotonic()
+
+    # ---- the lean path ------------------------------------------------------------------------
+
+    def take(self, popped: str = "") -> tuple[Job, Queue] | bool | None:
+        """Run take_job.lua: (job, queue), None when every queue is empty, False when the
+        popped job was cancelled meanwhile."""
+        worker = jobs.worker_id() or ""
+        reply: Any = self._take(keys=self.queue_keys(), args=[
+            worker, self.job_class.redis_job_namespace_prefix, popped,
+            self.parley_keys.running, self.parley_keys.inflight])
+        if reply is None:
+            return None
+        raw_id, raw_queue, claimed, fields = reply
+        job_id = raw_id.decode()
+        queue_key = raw_queue.decode() if raw_queue else ""
+        if not fields:
+            return False
+        queue = next((q for q in self._ordered_queues if q.key == queue_key), None)
+        job = self.job_class(job_id, connection=self.connection, serializer=self.serializer)
+        job.restore(dict(zip(fields[::2], fields[1::2], strict=True)))
+        if queue is None:  # popped by the blocking wait: its origin names the queue
+            queue = next((q for q in self._ordered_queues if q.name == job.origin), self._ordered_queues[0])
+        job.parley_claimed = bool(claimed)  # type: ignore[attr-defined]
+        return job, queue
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None,
+                                     max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
+        """RQ's dequeue loop (outage backoff, idle limit) around take_job.lua. When every queue is
+        empty it blocks in BLPOP, then claims what it popped with the same script; between the
+        two, the job's in-flight record covers a kill -9 (the dispatcher posts its loss)."""
+        self.set_state(WorkerStatus.IDLE)
+        self.heartbeat()
+        connection_wait_time = 1.0
+        idle_since = time.monotonic()
+        while True:
+            try:
+                if self.should_run_maintenance_tasks:
+                    self.run_maintenance_tasks()
+                taken = self.take()
+                if taken is False:
+                    continue
+                if taken is None:
+                    wait = timeout
+                    if max_idle_time is not None:
+                        left = max_idle_time - (time.monotonic() - idle_since)
+                        if left <= 0:
+                            return None
+                        wait = max(1, min(wait or int(left), int(left)))
+                    if wait is None:  # burst: nothing queued means done
+                        return None
+                    popped: Any = self.connection.blpop(self.queue_keys(), wait)
+                    if popped is None:
+                        self.heartbeat()
+                        continue
+                    taken = self.take(popped[1].decode())
+                    if not taken:
+                        continue
+                job, queue = taken  # type: ignore[misc]
+                if self.log.isEnabledFor(logging.DEBUG):
+                    self.log.debug("Worker %s: took job %s from %s", self.name, job.id, queue.name)
+                return job, queue
+            except DequeueTimeout:
+                continue
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as conn_err:
+                self.log.error("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
+                               self.name, conn_err, connection_wait_time)
+                time.sleep(connection_wait_time)
+                connection_wait_time = min(connection_wait_time * self.exponential_backoff_factor,
+                                           self.max_connection_wait_time)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        if not getattr(job, "parley_claimed", False) or job.func_name not in self.lean_funcs:
+            # Not enqueued by a dispatcher (no in-flight record) or not one of Parley's own
+            # functions: RQ's full path, its failed registry included.
+            super().execute_job(job, queue)
+            return
+        self.set_state(WorkerStatus.BUSY)
+        job.started_at = now()
+        try:
+            timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
+            with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
+                job.perform()  # posts the outcome and deletes the job hash (workers/jobs.py)
+        except Exception:
+            # The job raised instead of posting an outcome (it could not reach Redis for
+            # minutes, or its payload was malformed). Its running record goes, so the in-flight
+            # record lets a dispatcher post the loss; RQ keeps the job in its failed registry.
+            exc_info = sys.exc_info()
+            job.ended_at = now()
+            self.handle_exception(job, *exc_info)
+            self.handle_job_failure(job, queue, exc_string=_format(exc_info))
+            try:
+                self.connection.hdel(self.parley_keys.running, job.id)
+            except redis.exceptions.RedisError:
+                self.log.warning("could not clear the running record of a failed job %s", job.id)
+        finally:
+            self.set_state(WorkerStatus.IDLE)
 
 
 class Heartbeat(threading.Thread):
@@ -103,8 +264,15 @@ def worker_id() -> str:
     return f"{socket.gethostname()}-{secrets.token_hex(4)}"
 
 
-def make_worker(queue_names: list[str], connection, name: str | None = None) -> ParleyWorker:  # type: ignore[no-untyped-def]
+def _format(exc_info: Any) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(*exc_info))
+
+
+def make_worker(queue_names: list[str], connection, name: str | None = None,  # type: ignore[no-untyped-def]
+                keys: Keys | None = None) -> ParleyWorker:
     queues = [Queue(q, connection=connection, serializer=JSONSerializer, job_class=ParleyJob)
               for q in queue_names]
     return ParleyWorker(queues, connection=connection, serializer=JSONSerializer, name=name,
-                        job_class=ParleyJob)
+                        job_class=ParleyJob, keys=keys)

@@ -418,6 +418,12 @@ def test_worker_failure_and_recovery_paths(acl: AclRedis, worker: redis.Redis, d
     pytest.param(lambda r: r.hset(KEYS.config, "partitions", 8), id="change-partitions"),
     pytest.param(lambda r: r.publish("rq:pubsub:other", "{}"), id="command-a-worker"),
     pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    # the worker may load and run scripts (take_job.lua), but a script can do only what the
+    # worker could do command by command
+    pytest.param(lambda r: r.register_script("return redis.call('HSET', KEYS[1], 'ver', 99)")(
+        keys=[KEYS.meta("acl-w")]), id="script-on-session-state"),
+    pytest.param(lambda r: r.register_script("return redis.call('HSET', ARGV[1], 'ver', 99)")(
+        keys=["rq:queue:tools"], args=[KEYS.meta("acl-w")]), id="script-undeclared-session-state"),
     pytest.param(lambda r: r.keys("*"), id="keys"),
     pytest.param(lambda r: r.scan(0), id="scan"),
     pytest.param(lambda r: r.set("other:key", 1), id="key-outside-its-patterns"),

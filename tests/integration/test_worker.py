@@ -16,8 +16,10 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
+from dispatcher.enqueue import Outbox
 from dispatcher.machine import job_id
 from parley.appinfo import app_info
+from schemas.keys import Keys
 from schemas.results import WorkOutcome
 from tests.integration.conftest import RESULTS, MakeDispatcher, events, queue_ids, send, tick, types
 from workers import jobs
@@ -234,3 +236,91 @@ def test_callbacks_named_in_a_planted_job_hash_are_never_imported(r: redis.Redis
     assert r.get("planted-callback-ran") is None
     assert "PARLEY_PLANTED_CALLBACK_IMPORTED" not in os.environ
     assert Job.fetch(job.id, connection=r, serializer=JSONSerializer).get_status() == JobStatus.FAILED
+
+
+# ---- the lean path: jobs a dispatcher enqueued (they have an in-flight record) -------------------
+
+
+def outbox_tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str = "call-1",
+                    reply_to: str = RESULTS) -> str:
+    """A tool job enqueued exactly as the dispatcher's outbox does it (in-flight record included)."""
+    jid = job_id("s-w", work, 1)
+    payload = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
+               "arguments": arguments}
+    Outbox(r, Keys()).flush("s-w", [{"seq": 1, "op": "enqueue", "queue": "tools", "func": "workers.jobs.run_tool",
+                                     "job_id": jid, "timeout": 30, "payload": payload}])
+    return jid
+
+
+def commands_total(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_lean_path_records_the_job_when_it_takes_it_and_leaves_nothing(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    jid = job_id("s-w", "call-1", 1)
+
+    def probe() -> str:
+        seen.append((orjson.loads(r.hget("parley:running", jid) or b"null"), r.hexists("parley:inflight", jid)))
+        return "looked"
+
+    monkeypatch.setattr(jobs, "_app", App(spec="probe", tools={"probe": probe}))
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    outbox_tool_job(r, "probe", {})
+    inflight = orjson.loads(r.hget("parley:inflight", jid))
+    run_burst(r, "tools")
+    # while it ran: the in-flight record plus who runs it (what a dispatcher needs to post its loss)
+    assert seen == [({"worker": "w-9", **inflight}, True)]
+    assert [(o.work, o.ok, o.value) for o in outcomes(r)] == [("call-1", True, "looked")]
+    # afterwards: no job hash, no records, nothing in any RQ registry, no RQ result
+    assert r.exists(f"rq:job:{jid}") == 0
+    assert r.hlen("parley:running") == 0 and r.hlen("parley:inflight") == 0
+    assert r.keys("rq:results:*") == [] and r.keys("rq:execution*") == []
+    assert [k for k in r.keys("rq:*") if b"registry" in k or b"wip" in k] == []
+
+
+def test_lean_path_costs_a_few_commands_per_job(r: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+                                                scenarios: None) -> None:
+    """The point of the lean path: RQ's per-job bookkeeping (about 50 commands) is skipped. The
+    worker's start-up and shutdown are the same whatever the number of jobs, so the difference
+    between 1 and 21 jobs is the per-job cost."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+
+    def commands_for(n: int) -> int:
+        for i in range(n):
+            outbox_tool_job(r, "add", {"a": i, "b": 1}, work=f"call-{n}-{i}")
+        before = commands_total(r)
+        run_burst(r, "tools")
+        return commands_total(r) - before
+
+    per_job = (commands_for(21) - commands_for(1)) / 20
+    # take_job.lua (EVALSHA + LPOP, HGETALL, HGET, HSET inside it) and the outcome's MULTI (XADD,
+    # HDEL x2, DEL, EXEC): 11; RQ's own path costs about 60
+    assert per_job <= 12, per_job
+    assert r.xlen(RESULTS) == 22 and r.hlen("parley:running") == 0 and r.keys("rq:job:*") == []
+
+
+def test_lean_path_skips_a_job_cancelled_while_queued(r: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+                                                      scenarios: None) -> None:
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    cancelled = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
+    r.delete(f"rq:job:{cancelled}")  # what the outbox's cancel does, racing the worker's pop
+    run_burst(r, "tools")
+    assert [(o.work, o.value) for o in outcomes(r)] == [("call-2", 4)]
+    assert r.hlen("parley:running") == 0
+
+
+def test_lean_path_a_job_that_raises_goes_to_rqs_failed_registry_and_its_loss_can_be_posted(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """A job that raises instead of posting an outcome: RQ keeps it as failed, and its running
+    record goes, so that the in-flight record lets a dispatcher post its loss (the session
+    never waits forever on it)."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = outbox_tool_job(r, "add", {"a": 1, "b": 1}, reply_to="parley:{s-w}:events")
+    run_burst(r, "tools")
+    assert r.xlen("parley:{s-w}:events") == 0
+    assert jid in FailedJobRegistry("tools", connection=r, serializer=JSONSerializer).get_job_ids()
+    assert r.hexists("parley:running", jid) == 0 and r.hexists("parley:inflight", jid) == 1

@@ -81,6 +81,21 @@ class Proc:
         return self.popen.pid
 
 
+# The data-structure settings of deploy/redis/redis.conf (what a user following deploy/ runs);
+# the fsync policy is each row's own.
+TUNING = ("stream-node-max-bytes", "hash-max-listpack-value")
+DEPLOY_REDIS_CONF = Path(__file__).resolve().parent.parent / "deploy" / "redis" / "redis.conf"
+
+
+def deploy_tuning() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in DEPLOY_REDIS_CONF.read_text().splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name in TUNING:
+            found[name] = value.strip()
+    return found
+
+
 @dataclass
 class Fleet:
     workdir: Path
@@ -117,8 +132,8 @@ class Fleet:
         if self.dispatchers > self.partitions:
             raise FleetError("more dispatchers than partitions: the extra ones would only stand by")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.server = RedisServer(self.workdir / "redis", appendonly=True,
-                                  appendfsync=self.appendfsync).start()
+        self.server = RedisServer(self.workdir / "redis", appendonly=True, appendfsync=self.appendfsync,
+                                  settings=deploy_tuning()).start()
         self.redis = redis.Redis.from_url(self.url)
         # Publish N before any dispatcher starts (they only HSETNX their own default).
         self.redis.hset(self.keys.config, "partitions", self.partitions)

@@ -37,7 +37,7 @@ from rq.serializers import JSONSerializer
 
 from bench import peer
 from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_flow
-from bench.fleet import Fleet, cpu_seconds, machine_busy_seconds
+from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from schemas.keys import Keys
 
@@ -707,7 +707,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
     ap.add_argument("--only", default="1,2,3,4,5", help="scenarios to run (2 runs with 1)")
-    ap.add_argument("--sessions", type=int, default=300, help="scenario 1 sessions per row (issue: 2,000)")
+    ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=1, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
     ap.add_argument("--park-sizes", default="1000,10000", help="scenario 3 P values")
@@ -717,7 +717,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--park-workers", type=int, default=2, help="scenario 3 worker processes")
     ap.add_argument("--resumes", type=int, default=500, help="scenario 3 resumes measured at each P")
     ap.add_argument("--resume-concurrency", type=int, default=4, help="scenario 3 resumes in flight")
-    ap.add_argument("--scaling-sessions", type=int, default=100, help="scenario 4 sessions per row")
+    ap.add_argument("--scaling-sessions", type=int, default=500, help="scenario 4 sessions per row")
     ap.add_argument("--scaling-dispatchers", default="1,2")
     ap.add_argument("--scaling-workers", default="1,2,4")
     ap.add_argument("--scaling-partitions", type=int, default=2)
@@ -758,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     settings = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items() if k != "deadline"}
     settings["redis_server_args"] = {"appendonly": "yes", "save": "", "appendfsync": "per row (see each row)",
+                                     **deploy_tuning(),
                                      "other": "redis-server defaults (parley.procs.RedisServer)"}
     out: dict[str, Any] = {"started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "mode": "smoke" if args.smoke else "full", "settings": settings,

@@ -93,6 +93,11 @@ class Core(BaseModel):
     reported: bool = False
     children: list[str] = Field(default_factory=list)
 
+    def to_json(self) -> str:
+        """What the commit stores: fields at their defaults are left out (a parked seed session's
+        core is a third smaller; `model_validate_json` fills them back in)."""
+        return self.model_dump_json(exclude_defaults=True)
+
 
 class SessionState(BaseModel):
     """What a transition reads: the core (None: no such session), its messages and markers."""

@@ -51,7 +51,7 @@ class Store:
         k = self.keys
         core = tr.state.core
         argv: list[Any] = [
-            version, lease_token, core.model_dump_json() if core is not None else "",
+            version, lease_token, core.to_json() if core is not None else "",
             orjson.dumps(tr.state.applied), self.events_maxlen,
             IDEMPOTENCY_TTL_S if tr.idempotency_key else 0,
             len(tr.new_messages)]

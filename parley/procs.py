@@ -27,6 +27,8 @@ class RedisServer:
     port: int = field(default_factory=free_port)
     appendonly: bool = False
     appendfsync: str = "always"
+    # more `redis.conf` directives, e.g. {"stream-node-max-bytes": "1024"}
+    settings: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,6 +43,8 @@ class RedisServer:
         args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", self.appendfsync, "--logfile", str(self.directory / "redis.log")]
+        for name, value in self.settings.items():
+            args += [f"--{name}", value]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 10

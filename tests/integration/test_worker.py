@@ -18,6 +18,7 @@ from rq.serializers import JSONSerializer
 
 from dispatcher.enqueue import Outbox
 from dispatcher.machine import job_id
+from dispatcher.state import Core
 from parley.appinfo import app_info
 from schemas.keys import Keys
 from schemas.results import WorkOutcome
@@ -201,8 +202,8 @@ def test_a_turn_runs_through_the_outbox_workers_and_results(
     assert [k for k in r.keys("rq:job:*")] == []
     assert all(queue_ids(r, q) == [] for q in ("decide", "llm", "tools"))
     assert r.hlen("parley:{s-loop}:outbox") == 0
-    core = orjson.loads(r.hget("parley:{s-loop}:meta", "core"))
-    assert core["work"] == {} and core["deciding"] is None and core["queue"] == []
+    core = Core.model_validate_json(r.hget("parley:{s-loop}:meta", "core"))
+    assert core.work == {} and core.deciding is None and core.queue == []
 
 
 def test_a_running_job_is_recorded_for_its_worker_and_cleared_with_its_outcome(
@@ -247,8 +248,9 @@ def outbox_tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, wor
     jid = job_id("s-w", work, 1)
     payload = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
                "arguments": arguments}
-    Outbox(r, Keys()).flush("s-w", [{"seq": 1, "op": "enqueue", "queue": "tools", "func": "workers.jobs.run_tool",
-                                     "job_id": jid, "timeout": 30, "payload": payload}])
+    Outbox(r, Keys()).flush("s-w", [{"seq": 1, "op": "enqueue", "queue": "tools",
+                                     "func": "workers.jobs.run_tool", "job_id": jid, "timeout": 30,
+                                     "payload": payload}])
     return jid
 
 
@@ -263,7 +265,8 @@ def test_lean_path_records_the_job_when_it_takes_it_and_leaves_nothing(
     jid = job_id("s-w", "call-1", 1)
 
     def probe() -> str:
-        seen.append((orjson.loads(r.hget("parley:running", jid) or b"null"), r.hexists("parley:inflight", jid)))
+        seen.append((orjson.loads(r.hget("parley:running", jid) or b"null"),
+                     r.hexists("parley:inflight", jid)))
         return "looked"
 
     monkeypatch.setattr(jobs, "_app", App(spec="probe", tools={"probe": probe}))

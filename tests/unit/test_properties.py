@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from dispatcher.machine import AppInfo, Context, ToolInfo, Transition, apply_outcome, next_state, show
-from dispatcher.state import SessionState
+from dispatcher.state import Core, SessionState
 from schemas.results import WorkOutcome
 
 from .harness import OMIT, Sim
@@ -317,6 +317,8 @@ class Checker:
         self.held_as.update({ref(q.trigger): q.trigger for t in core.turns.values() for q in t.held})
         self.check_anchors(source, prev, tr, after)
         self.check_no_compute_while_parked(tr, after)
+        # what the commit stores (defaults left out) reads back as the same state
+        assert Core.model_validate_json(core.to_json()) == core, "core does not survive storage"
         if CHECK_ONE_MODEL_CALL:
             self.check_one_model_call(after)
 

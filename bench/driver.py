@@ -54,6 +54,7 @@ class Track:
     interrupt_id: str | None = None
     resume_ms: int | None = None     # entry id ms of the interrupt.resume input
     resumed_at: int | None = None    # `at` of interrupt.resumed
+    applied_at: int | None = None    # `at` of tool.completed: the resumed decide's decision applied
     completed_at: int | None = None  # `at` of turn.completed (after the resume)
     delivered: bool | None = None
     final: str | None = None         # content of the last assistant message
@@ -128,6 +129,8 @@ def observe(t: Track, event: dict[str, Any]) -> None:
     elif kind == "interrupt.resumed":
         t.resumed_at = event["at"]
         t.delivered = bool(event.get("delivered"))
+    elif kind == "tool.completed" and t.resume_ms is not None and t.applied_at is None:
+        t.applied_at = event["at"]
     elif kind == "message.created" and event["message"]["role"] == "assistant":
         t.final = event["message"].get("content")
     elif kind == "turn.completed" and t.resume_ms is not None:

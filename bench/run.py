@@ -448,6 +448,8 @@ def scenario_3(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
                 "per_s": round(n / wall, 1),
                 "resume_to_interrupt_resumed_ms": dist(
                     [t.resumed_at - t.resume_ms for t in chosen if t.resumed_at and t.resume_ms]),
+                "resume_to_decision_applied_ms": dist(
+                    [t.applied_at - t.resume_ms for t in chosen if t.applied_at and t.resume_ms]),
                 "resume_to_turn_completed_ms": dist(
                     [t.completed_at - t.resume_ms for t in chosen if t.completed_at and t.resume_ms]),
                 "problems": sum(1 for t in chosen if t.problem), "usage": usage.stop(),
@@ -633,7 +635,7 @@ def report(out: dict[str, Any]) -> str:
         lines.append("3. Cost of a pause (memory in bytes; RSS in MiB before -> after parking; resume "
                      "latency in ms, p50/p99)")
         hdr = ["parked", "parks/s", "used_memory/sess", "MEMORY USAGE/sess", "keys/sess", "dispatcher RSS",
-               "worker RSS", "resumes", "resume->resumed", "resume->done", "other load"]
+               "worker RSS", "resumes", "resume->resumed", "resume->applied", "resume->done", "other load"]
         rows = []
         for r in s3:
             if "skipped" in r:
@@ -647,7 +649,8 @@ def report(out: dict[str, Any]) -> str:
                          " ".join(f"{mib(r['rss_kib_before'][k])}->{mib(r['rss_kib_after'][k])}" for k in d),
                          " ".join(f"{mib(r['rss_kib_before'][k])}->{mib(r['rss_kib_after'][k])}" for k in w),
                          rs["n"],
-                         pq(rs["resume_to_interrupt_resumed_ms"]), pq(rs["resume_to_turn_completed_ms"]),
+                         pq(rs["resume_to_interrupt_resumed_ms"]), pq(rs["resume_to_decision_applied_ms"]),
+                         pq(rs["resume_to_turn_completed_ms"]),
                          f"{r['park_usage']['other_load_cores']} cores"])
         lines.append(table(hdr, rows))
         for r in s3:

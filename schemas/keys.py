@@ -70,6 +70,10 @@ class Keys:
         lost between a worker's dequeue and its running record is still noticed."""
         return f"{self.prefix}:inflight"
 
+    def last_take(self, worker: str) -> str:
+        """What a worker's last take_job.lua call took (token, job): a retried call gets it back."""
+        return f"{self.prefix}:took:{worker}"
+
     def worker_alive(self, worker: str) -> str:
         """A worker's heartbeat: present while the worker process lives (short PX, renewed)."""
         return f"{self.prefix}:worker:{worker}"

@@ -131,19 +131,23 @@ class ParleyWorker(SimpleWorker):
 
     # ---- the lean path ------------------------------------------------------------------------
 
-    def take(self, popped: str = "") -> tuple[Job, Queue] | bool | None:
+    def take(self, token: str, popped: str = "") -> tuple[Job, Queue] | bool | None:
         """Run take_job.lua: (job, queue), None when every queue is empty, False when the
-        popped job was cancelled meanwhile."""
+        popped job was cancelled meanwhile. Call again with the same `token` after a call
+        that got no reply: it returns the job that call took, if it took one."""
         worker = jobs.worker_id() or ""
         reply: Any = self._take(keys=self.queue_keys(), args=[
             worker, self.job_class.redis_job_namespace_prefix, popped,
-            self.parley_keys.running, self.parley_keys.inflight])
+            self.parley_keys.running, self.parley_keys.inflight,
+            self.parley_keys.last_take(worker), token])
         if reply is None:
             return None
         raw_id, raw_queue, claimed, fields = reply
         job_id = raw_id.decode()
         queue_key = raw_queue.decode() if raw_queue else ""
         if not fields:
+            if claimed:  # taken by a call that got no reply, cancelled since
+                self.connection.hdel(self.parley_keys.running, job_id)
             return False
         queue = next((q for q in self._ordered_queues if q.key == queue_key), None)
         job = self.job_class(job_id, connection=self.connection, serializer=self.serializer)
@@ -162,12 +166,15 @@ class ParleyWorker(SimpleWorker):
         self.heartbeat()
         connection_wait_time = 1.0
         idle_since = time.monotonic()
+        # kept across a call that got no reply, so that the retry gets what that call took
+        token = secrets.token_hex(8)
         while True:
             try:
                 if self.should_run_maintenance_tasks:
                     self.run_maintenance_tasks()
-                taken = self.take()
+                taken = self.take(token)
                 if taken is False:
+                    token = secrets.token_hex(8)
                     continue
                 if taken is None:
                     wait = timeout
@@ -182,8 +189,12 @@ class ParleyWorker(SimpleWorker):
                     if popped is None:
                         self.heartbeat()
                         continue
-                    taken = self.take(popped[1].decode())
+                    # Lost between here and the claim (no reply to BLPOP, or a kill -9): its
+                    # in-flight record stays, and a dispatcher posts the loss.
+                    token = secrets.token_hex(8)
+                    taken = self.take(token, popped[1].decode())
                     if not taken:
+                        token = secrets.token_hex(8)
                         continue
                 job, queue = taken  # type: ignore[misc]
                 if self.log.isEnabledFor(logging.DEBUG):

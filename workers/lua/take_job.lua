@@ -4,10 +4,24 @@
 -- KEYS: the RQ queue lists, in priority order
 -- ARGV[1] worker id ('' = record nothing), ARGV[2] the RQ job key prefix ('rq:job:'),
 -- ARGV[3] a job id already popped by a blocking wait ('' = pop one here),
--- ARGV[4] the running hash, ARGV[5] the in-flight hash
+-- ARGV[4] the running hash, ARGV[5] the in-flight hash,
+-- ARGV[6] this worker's last-take key, ARGV[7] this take's token
 -- Returns nil when every queue is empty, else {job id, queue key, claimed 0/1, job hash fields}.
 -- Only the queues are KEYS so that the worker's ACL (rq:* keys) admits the call; the job hash's
--- name is only known after the pop, and the two hashes are checked by ACL command by command.
+-- name is only known after the pop, and the other keys are checked by ACL command by command.
+--
+-- A worker whose call got no reply (Redis went away) calls again with the same token and gets
+-- the job the first call took, if it ran: a job is never recorded as running on a live worker
+-- that does not know it has it (no dispatcher would ever post its loss).
+if ARGV[1] ~= '' then
+  local last = redis.call('GET', ARGV[6])
+  if last then
+    local token, was_claimed, job = string.match(last, '^(%S+) (%d) (.+)$')
+    if token == ARGV[7] then
+      return {job, '', tonumber(was_claimed), redis.call('HGETALL', ARGV[2] .. job)}
+    end
+  end
+end
 local id = ARGV[3]
 local queue = ''
 if id == '' then
@@ -38,5 +52,8 @@ if ARGV[1] ~= '' then
     redis.call('HSET', ARGV[4], id, '{"worker":' .. cjson.encode(ARGV[1]) .. ',' .. string.sub(record, 2))
     claimed = 1
   end
+end
+if ARGV[1] ~= '' then
+  redis.call('SET', ARGV[6], ARGV[7] .. ' ' .. claimed .. ' ' .. id, 'PX', 600000)
 end
 return {id, queue, claimed, fields}

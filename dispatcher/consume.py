@@ -79,6 +79,26 @@ def already_applied(marker: str | None, entry_id: str) -> bool:
     return marker is not None and entry_key(entry_id) <= entry_key(marker)
 
 
+@dataclass(slots=True)
+class Prepared:
+    """An entry decoded and verified, waiting for its wave: its session, its idempotency key,
+    and its transition as a function of the loaded state and the wave's context."""
+
+    entry_id: str
+    fields: dict[Any, Any]
+    session: str
+    idem: str | None
+    compute: Callable[[SessionState, Context], Transition]
+
+
+@dataclass(slots=True)
+class Refused:
+    """An entry for the rejected stream (bad, unauthorized, or its decoder raised)."""
+
+    error: InputError
+    code: str = "invalid_input"
+
+
 @dataclass
 class Partition:
     n: int
@@ -95,6 +115,8 @@ class Stats:
     rejected: int = 0
     dropped: int = 0
     conflicts: int = 0
+    # load-compute-commit rounds of `process` (one per wave of distinct sessions)
+    waves: int = 0
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
@@ -369,30 +391,38 @@ class Dispatcher:
         p.recovered = True
 
     def process(self, p: Partition, stream: str, entries: list[Any]) -> None:
+        """Apply a batch of one stream's entries, in waves, then flush and acknowledge it.
+
+        Each entry is decoded and checked first (a bad one is rejected at once, after the
+        entries of its session that precede it). The rest run in waves: wave k holds the
+        k-th entry of every session, so a session's entries keep their stream order and a
+        wave costs two round trips whatever its size (`apply_wave`)."""
         done: list[str] = []
+        inputs = stream == p.streams[0]
         try:
+            queued: list[Prepared] = []
+            sessions: set[str] = set()
             for raw_id, fields in entries:
-                if not self.lease_fresh(p):
-                    self.maintain_leases(rebalance=False)
-                    if p.n not in self.owned or not self.lease_fresh(p):
-                        raise LeaseLost()
                 entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
                 try:
-                    if stream == p.streams[0]:
-                        self.handle_input(p, stream, entry_id, fields)
-                    else:
-                        self.handle_outcome(p, stream, entry_id, fields)
+                    prep = self.prepare_input(entry_id, fields) if inputs else \
+                        self.prepare_outcome(entry_id, fields)
                 except PoisonEntry as poison:
-                    # A bug must not turn one entry into a poison pill that stops its partition
-                    # for good: nothing of it was committed, so it is kept, with the error, in the
-                    # rejected stream. (A failure after the commit propagates instead: the entry
-                    # stays pending and its replay flushes what the commit left.)
-                    exc = poison.__cause__
-                    log.error("entry could not be applied; moved to the rejected stream",
-                              extra=kv(stream=stream, entry=entry_id), exc_info=exc)
-                    self.reject(stream, entry_id, fields, InputError(
-                        f"internal error: {type(exc).__name__}: {exc}"), code="invalid_input")
+                    prep = self.poisoned(stream, entry_id, poison.__cause__)
+                if isinstance(prep, Prepared):
+                    queued.append(prep)
+                    sessions.add(prep.session)
+                    continue
+                # A rejection writes to its session (an event, the idempotency key): what
+                # precedes it there is applied first.
+                session = session_of(fields)
+                if session is not None and session in sessions:
+                    self.apply_waves(p, stream, queued, done)
+                    queued, sessions = [], set()
+                self.check_lease(p)
+                self.reject(stream, entry_id, fields, prep.error, code=prep.code)
                 done.append(entry_id)
+            self.apply_waves(p, stream, queued, done)
         except LeaseLost:
             log.warning("lease lost mid-batch; leaving the rest to the next owner",
                         extra=kv(partition=p.n))
@@ -409,18 +439,104 @@ class Dispatcher:
                 pipe.xdel(stream, *done)
                 pipe.execute()
 
+    def check_lease(self, p: Partition) -> None:
+        if not self.lease_fresh(p):
+            self.maintain_leases(rebalance=False)
+            if p.n not in self.owned or not self.lease_fresh(p):
+                raise LeaseLost()
+
+    def apply_waves(self, p: Partition, stream: str, queued: list[Prepared], done: list[str]) -> None:
+        """Split entries (in stream order) into waves where each session appears at most once:
+        a session's n-th entry goes to wave n. Sessions are independent of each other (a
+        transition reads and writes its own session only), so only their own order matters."""
+        waves: list[list[Prepared]] = []
+        depth: dict[str, int] = {}
+        for prep in queued:
+            n = depth.get(prep.session, 0)
+            depth[prep.session] = n + 1
+            if n == len(waves):
+                waves.append([])
+            waves[n].append(prep)
+        for wave in waves:
+            self.check_lease(p)
+            self.apply_wave(p, stream, wave, done)
+
+    def apply_wave(self, p: Partition, stream: str, wave: list[Prepared], done: list[str]) -> None:
+        """Distinct sessions: one round trip loads them all, the transitions are computed,
+        one round trip commits them all (a pipeline of EVALSHAs, each atomic and fenced by
+        itself). Each commit's answer is then handled as `apply` would."""
+        started = time.perf_counter()
+        self.stats.waves += 1
+        loaded = self.store.load_many([(prep.session, prep.idem) for prep in wave])
+        ctx = self.context(p)
+        ready: list[tuple[Prepared, str, Transition]] = []
+        for prep, (state, version) in zip(wave, loaded, strict=True):
+            if already_applied(state.applied.get(stream), prep.entry_id):
+                self.replayed(prep.session)
+                done.append(prep.entry_id)
+                continue
+            try:
+                tr = prep.compute(state, ctx)
+            except Exception as exc:  # nothing of it is committed; the rest of the wave goes on
+                self.reject_poisoned(stream, prep.entry_id, prep.fields, exc)
+                done.append(prep.entry_id)
+                continue
+            tr.state.applied[stream] = prep.entry_id
+            self.crash.reached("before_commit")
+            ready.append((prep, version, tr))
+        if not ready:
+            return
+        rcs = self.store.commit_many([(prep.session, version, tr) for prep, version, tr in ready],
+                                     self.keys.lease(p.n), p.token)
+        lost = False
+        conflicted: list[Prepared] = []
+        for (prep, _version, tr), rc in zip(ready, rcs, strict=True):
+            if rc == COMMITTED:
+                self.committed(prep.session, stream, prep.entry_id, tr, started)
+                done.append(prep.entry_id)
+            elif rc == LEASE_LOST:
+                lost = True  # those committed before it are recorded (flushed, acknowledged)
+            else:
+                assert rc == CONFLICT
+                self.stats.conflicts += 1
+                conflicted.append(prep)
+        if lost:
+            raise LeaseLost()
+        for prep in conflicted:
+            # Another writer moved the session on between our load and commit: this entry
+            # alone, the one-at-a-time way (reload, recompute, commit until it holds).
+            try:
+                self.handle(p, stream, prep.entry_id, prep.fields, prep)
+            except PoisonEntry as poison:
+                self.reject_poisoned(stream, prep.entry_id, prep.fields, poison.__cause__)
+            done.append(prep.entry_id)
+
+    def poisoned(self, stream: str, entry_id: str, exc: BaseException | None) -> Refused:
+        # A bug must not turn one entry into a poison pill that stops its partition for good:
+        # nothing of it was committed, so it is kept, with the error, in the rejected stream.
+        # (A failure after the commit propagates instead: the entry stays pending and its
+        # replay flushes what the commit left.)
+        log.error("entry could not be applied; moved to the rejected stream",
+                  extra=kv(stream=stream, entry=entry_id), exc_info=exc)
+        return Refused(InputError(f"internal error: {type(exc).__name__}: {exc}"))
+
+    def reject_poisoned(self, stream: str, entry_id: str, fields: dict[Any, Any],
+                        exc: BaseException | None) -> None:
+        refused = self.poisoned(stream, entry_id, exc)
+        self.reject(stream, entry_id, fields, refused.error, code=refused.code)
+
     # ---- one entry ------------------------------------------------------------------------
 
     def context(self, p: Partition) -> Context:
         return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=p.streams[1],
                        limits=self.limits, agents=self.agents)
 
-    def handle_input(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
+    def prepare_input(self, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
+        """Decode and verify an input entry (no I/O); raises PoisonEntry if the decoder fails."""
         try:
             entry = decode_input_entry(fields)
         except InputError as exc:
-            self.reject(stream, entry_id, fields, exc)
-            return
+            return Refused(exc)
         except Exception as exc:  # the decoder's own bug: same as a machine bug
             raise PoisonEntry() from exc
         try:
@@ -429,33 +545,45 @@ class Dispatcher:
             # Refused before it touches the session: a forged entry must not even use up the
             # idempotency key its `id` names.
             value = entry.input.model_dump(mode="json", exclude_unset=True)
-            self.reject(stream, entry_id, fields, InputError(
-                f"unauthorized: {exc}", entry.input.type, entry_ids(value)), code="unauthorized")
-            return
+            return Refused(InputError(f"unauthorized: {exc}", entry.input.type, entry_ids(value)),
+                           code="unauthorized")
         entry = replace(entry, principal=principal)
-        self.apply(p, stream, entry_id, entry.session, entry.idempotency_key,
-                   lambda state: apply_input(state, entry, entry_id, self.context(p)))
+        # The state handed to the transition is a fresh load used once: no defensive copy.
+        return Prepared(entry_id, fields, entry.session, entry.idempotency_key,
+                        lambda state, ctx: apply_input(state, entry, entry_id, ctx, owned=True))
 
-    def handle_outcome(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
+    def prepare_outcome(self, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
         raw = fields.get(b"outcome", fields.get("outcome"))
         try:
             outcome = WorkOutcome.model_validate_json(raw or b"")
         except ValidationError as exc:
-            self.reject(stream, entry_id, fields, InputError(f"invalid work outcome: {exc}"))
+            return Refused(InputError(f"invalid work outcome: {exc}"))
+        return Prepared(entry_id, fields, outcome.session, None,
+                        lambda state, ctx: apply_outcome(state, outcome, ctx, owned=True))
+
+    def handle_input(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
+        """One input entry on its own: reject it, or apply it (`apply`)."""
+        self.handle(p, stream, entry_id, fields, self.prepare_input(entry_id, fields))
+
+    def handle_outcome(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any]) -> None:
+        self.handle(p, stream, entry_id, fields, self.prepare_outcome(entry_id, fields))
+
+    def handle(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any],
+               prep: Prepared | Refused) -> None:
+        if isinstance(prep, Refused):
+            self.reject(stream, entry_id, fields, prep.error, code=prep.code)
             return
-        self.apply(p, stream, entry_id, outcome.session, None,
-                   lambda state: apply_outcome(state, outcome, self.context(p)))
+        self.apply(p, stream, entry_id, prep.session, prep.idem,
+                   lambda state: prep.compute(state, self.context(p)))
 
     def apply(self, p: Partition, stream: str, entry_id: str, session: str, idem: str | None,
               transition: Callable[[SessionState], Transition]) -> None:
+        """One entry, one round trip at a time: load, compute, commit; again on a conflict."""
         started = time.perf_counter()
         while True:
             state, version = self.store.load(session, idem)
             if already_applied(state.applied.get(stream), entry_id):
-                # A replay after a crash: committed before, maybe not flushed.
-                self.stats.replays += 1
-                metrics.REPLAYS.inc()
-                self.unflushed.append((session, self.store.pending_effects(session)))
+                self.replayed(session)
                 return
             try:
                 tr = transition(state)
@@ -470,6 +598,15 @@ class Dispatcher:
                 raise LeaseLost()
             assert rc == CONFLICT
             self.stats.conflicts += 1
+        self.committed(session, stream, entry_id, tr, started)
+
+    def replayed(self, session: str) -> None:
+        """An entry found applied (a replay after a crash): committed before, maybe not flushed."""
+        self.stats.replays += 1
+        metrics.REPLAYS.inc()
+        self.unflushed.append((session, self.store.pending_effects(session)))
+
+    def committed(self, session: str, stream: str, entry_id: str, tr: Transition, started: float) -> None:
         self.stats.applied += 1
         if tr.dropped:
             self.stats.dropped += 1
@@ -481,8 +618,9 @@ class Dispatcher:
         metrics.record_transition(tr, time.perf_counter() - started)
         if self.on_transition is not None:
             self.on_transition(tr)
-        log.debug("applied", extra=kv(session=session, stream=stream, entry=entry_id,
-                                      events=len(tr.events), effects=len(tr.effects)))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("applied", extra=kv(session=session, stream=stream, entry=entry_id,
+                                          events=len(tr.events), effects=len(tr.effects)))
 
     def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], exc: InputError,
                code: str = "invalid_input") -> None:

@@ -49,7 +49,16 @@ class Outbox:
     def flush_many(self, batch: list[tuple[str, list[dict[str, Any]]]]) -> None:
         """Every session's effects and their outbox deletion in one MULTI: one round trip
         (and, with appendfsync always, one fsync) for a whole batch of transitions."""
-        batch = [(session, effects) for session, effects in batch if effects]
+        # An effect is an outbox field (session, seq): each is done once per flush, even when
+        # two replays of one session in the batch both collected what its outbox still held.
+        seen: set[tuple[str, Any]] = set()
+        todo: list[tuple[str, list[dict[str, Any]]]] = []
+        for session, effects in batch:
+            fresh = [fx for fx in effects if (session, fx["seq"]) not in seen]
+            seen.update((session, fx["seq"]) for fx in fresh)
+            if fresh:
+                todo.append((session, fresh))
+        batch = todo
         if not batch:
             return
         pipe = self.redis.pipeline(transaction=True)

@@ -133,10 +133,14 @@ LLM_RESPONSE: TypeAdapter[_LlmResponse] = TypeAdapter(_LlmResponse)
 class _Tx:
     """One transition in progress: a working copy of the session and what it emits."""
 
-    def __init__(self, state: SessionState, ctx: Context, session: str):
+    def __init__(self, state: SessionState, ctx: Context, session: str, owned: bool = False):
         self.ctx = ctx
         self.session = session
-        self.core: Core | None = state.core.model_copy(deep=True) if state.core else None
+        # The transition edits the core in place: a copy, unless the caller hands its state
+        # over (the dispatcher's freshly loaded state, used once and dropped).
+        self.core: Core | None = state.core
+        if self.core is not None and not owned:
+            self.core = self.core.model_copy(deep=True)
         self.msgs = state.messages  # existing messages are immutable; new ones go to self.added
         self.added: dict[str, dict[str, Any]] = {}
         self.out = Transition(state=SessionState(
@@ -767,9 +771,13 @@ def _create(tx: _Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | N
     tx.fire("session.created", None, [], budget=budget, metadata=metadata)
 
 
-def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Context) -> Transition:
-    """Apply one client input (SPEC 3.1). Refusals and ignores are events, never exceptions."""
-    tx = _Tx(state, ctx, entry.session)
+def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Context, *,
+                owned: bool = False) -> Transition:
+    """Apply one client input (SPEC 3.1). Refusals and ignores are events, never exceptions.
+
+    `owned=True`: the caller will not use `state` again, so its core is edited in place
+    rather than copied (it may be left half-changed if this raises)."""
+    tx = _Tx(state, ctx, entry.session, owned)
     tx.out.idempotency_key = entry.idempotency_key
     inp = entry.input
     raw = inp.model_dump(mode="json", exclude_unset=True) | {"type": inp.type}
@@ -868,9 +876,11 @@ def _was_minted(core: Core, work_id: str) -> bool:
         and work_id not in core.work
 
 
-def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context) -> Transition:
-    """Apply one work outcome; a late, stale or voided one changes nothing (SPEC 7)."""
-    tx = _Tx(state, ctx, outcome.session)
+def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
+                  owned: bool = False) -> Transition:
+    """Apply one work outcome; a late, stale or voided one changes nothing (SPEC 7).
+    `owned`: as for `apply_input`."""
+    tx = _Tx(state, ctx, outcome.session, owned)
     if tx.core is None:
         tx.out.dropped = "no_session"
         return tx.finish()

@@ -1,11 +1,13 @@
 """Redis shell around the machine: load a session's state, commit a transition atomically."""
 
+from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
 
 import orjson
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from dispatcher.machine import Transition
 from dispatcher.state import Core, SessionState
@@ -32,22 +34,80 @@ class Store:
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
         """One round trip: version, core, markers, messages, and whether the key was used."""
         pipe = self.redis.pipeline(transaction=False)
+        self._queue_load(pipe, session, idempotency_key)
+        return self._loaded(pipe.execute(), idempotency_key is not None)
+
+    def load_many(self, wanted: Sequence[tuple[str, str | None]]) -> list[tuple[SessionState, str]]:
+        """`load` of several distinct sessions (session, idempotency key) in ONE round trip."""
+        if len(wanted) == 1:
+            return [self.load(*wanted[0])]
+        pipe = self.redis.pipeline(transaction=False)
+        for session, idempotency_key in wanted:
+            self._queue_load(pipe, session, idempotency_key)
+        replies = pipe.execute()
+        out: list[tuple[SessionState, str]] = []
+        i = 0
+        for _session, idempotency_key in wanted:
+            n = 2 if idempotency_key is None else 3
+            out.append(self._loaded(replies[i:i + n], idempotency_key is not None))
+            i += n
+        return out
+
+    def _queue_load(self, pipe: Any, session: str, idempotency_key: str | None) -> None:
         pipe.hmget(self.keys.meta(session), "ver", "core", "applied")
         pipe.hgetall(self.keys.messages(session))
         if idempotency_key is not None:
             pipe.exists(self.keys.idempotency(session, idempotency_key))
-        replies = pipe.execute()
+
+    @staticmethod
+    def _loaded(replies: list[Any], has_key: bool) -> tuple[SessionState, str]:
         ver, core, applied = replies[0]
         state = SessionState(
             core=Core.model_validate_json(core) if core else None,
             messages={k.decode(): orjson.loads(v) for k, v in replies[1].items()},
             applied=orjson.loads(applied) if applied else {},
-            duplicate=bool(replies[2]) if idempotency_key is not None else False,
+            duplicate=bool(replies[2]) if has_key else False,
         )
         return state, ver.decode() if ver else "0"
 
     def commit(self, session: str, version: str, tr: Transition, lease_key: str,
                lease_token: str) -> int:
+        keys, argv = self._commit_args(session, version, tr, lease_key, lease_token)
+        return int(self._commit(keys=keys, args=argv))
+
+    def commit_many(self, batch: Sequence[tuple[str, str, Transition]], lease_key: str,
+                    lease_token: str) -> list[int]:
+        """`commit` of several (session, version, transition) in ONE round trip: a pipeline,
+        not a MULTI; each EVALSHA is atomic by itself and answers for its own transition
+        (COMMITTED, CONFLICT or LEASE_LOST), in order."""
+        if len(batch) == 1:
+            return [self.commit(*batch[0], lease_key, lease_token)]
+        calls = [self._commit_args(session, version, tr, lease_key, lease_token)
+                 for session, version, tr in batch]
+        rcs: list[Any] = self._evalsha_many(calls)
+        missing = [i for i, rc in enumerate(rcs) if isinstance(rc, NoScriptError)]
+        if missing:
+            # Redis restarted (or its script cache was flushed): a NOSCRIPT reply ran nothing,
+            # so those commits are sent again once the script is loaded.
+            self._commit.sha = self.redis.script_load(self._commit.script)
+            for i, rc in zip(missing, self._evalsha_many([calls[i] for i in missing]), strict=True):
+                rcs[i] = rc
+        for rc in rcs:
+            if isinstance(rc, Exception):
+                raise rc
+        return [int(rc) for rc in rcs]
+
+    def _evalsha_many(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        # EVALSHA directly, not through the Script object: a pipeline holding a Script
+        # first asks SCRIPT EXISTS, an extra round trip each time.
+        pipe = self.redis.pipeline(transaction=False)
+        sha = self._commit.sha
+        for keys, argv in calls:
+            pipe.evalsha(sha, len(keys), *keys, *argv)
+        return list(pipe.execute(raise_on_error=False))
+
+    def _commit_args(self, session: str, version: str, tr: Transition, lease_key: str,
+                     lease_token: str) -> tuple[list[str], list[Any]]:
         k = self.keys
         core = tr.state.core
         argv: list[Any] = [
@@ -65,7 +125,7 @@ class Store:
         idem = k.idempotency(session, tr.idempotency_key) if tr.idempotency_key else k.meta(session)
         keys = [k.meta(session), k.messages(session), k.events(session), k.outbox(session), idem,
                 lease_key]
-        return int(self._commit(keys=keys, args=argv))
+        return keys, argv
 
     def pending_effects(self, session: str) -> list[dict[str, Any]]:
         raw = self.redis.hgetall(self.keys.outbox(session))

@@ -6,6 +6,7 @@ and 7 (each input exactly once, in order; each result recorded once).
 
 import time
 import zlib
+from typing import Any
 
 import orjson
 import pytest
@@ -631,10 +632,10 @@ def test_an_unexpected_error_moves_the_entry_aside_instead_of_stopping_the_parti
     d = make_dispatcher()
     real = consume.apply_input
 
-    def buggy(state, entry, entry_id, ctx):  # type: ignore[no-untyped-def]
+    def buggy(state, entry, entry_id, ctx, **kw):  # type: ignore[no-untyped-def]
         if entry.session == "s-bug":
             raise RuntimeError("a bug")
-        return real(state, entry, entry_id, ctx)
+        return real(state, entry, entry_id, ctx, **kw)
 
     monkeypatch.setattr(consume, "apply_input", buggy)
     send(r, "s-bug", {"type": "message.create", "content": "x"})
@@ -667,3 +668,224 @@ def test_a_job_dequeued_by_a_worker_that_died_before_starting_it_is_retried(
     tick(d)
     assert queue_ids(r, "llm") == [waiting, job_id("s-gap", "llm-1", 2)]  # retried, attempt 2
     assert d.stats.counts.get(("work_retried", "llm")) == 1
+
+
+# ---- waves: a batch is applied a wave of distinct sessions at a time -----------------------------
+
+
+def message(content: str) -> dict[str, Any]:
+    return {"type": "message.create", "content": content, "parent_id": None}
+
+
+# (session, input or raw bytes, idempotency key): three sessions interleaved, a refused entry
+# and idempotency keys used again across waves
+MIXED: list[tuple[str, Any, str | None]] = [
+    ("w-a", message("a0"), "ka0"),
+    ("w-b", message("b0"), None),
+    ("w-a", message("a1"), "dup"),
+    ("w-b", b"{not json", "kb"),  # refused; its key counts as used (SPEC 3.2)
+    ("w-c", {"type": "session.create"}, None),
+    ("w-a", message("a2"), "dup"),  # a duplicate of a1, which a previous wave committed
+    ("w-b", message("b1"), "kb"),  # a duplicate of the refused entry
+    ("w-c", message("c0"), None),
+    ("w-a", message("a3"), None),
+]
+
+
+def send_all(r: redis.Redis, script: list[tuple[str, Any, str | None]]) -> list[str]:
+    ids = []
+    for session, value, key in script:
+        raw = value if isinstance(value, bytes) else orjson.dumps(value)
+        extra = {"id": key} if key else {}
+        ids.append(r.xadd(INPUTS, {"session": session, "input": raw, **extra}).decode())
+    return ids
+
+
+def outcome_of_run(r: redis.Redis, ids: list[str], sessions: list[str]) -> dict[str, Any]:
+    """What a run left, with entry ids replaced by their position and times dropped."""
+    names = {entry: f"#{i}" for i, entry in enumerate(ids)}
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items() if k not in ("at", "created_at")}
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return names.get(v, v) if isinstance(v, str) else v
+
+    client = Client(r)
+    return {
+        "events": {s: norm(events(r, s)) for s in sessions},
+        "views": {s: client.show(s) for s in sessions},
+        "jobs": {q: sorted(queue_ids(r, q)) for q in ("llm", "decide", "tools")},
+        "rejected": [names[f[b"entry"].decode()] for _i, f in r.xrange(KEYS.rejected)],
+        "outboxes": [r.hlen(KEYS.outbox(s)) for s in sessions],
+        "versions": [r.hget(KEYS.meta(s), "ver") for s in sessions],
+        "left": (r.xlen(INPUTS), pending_count(r, INPUTS)),
+    }
+
+
+def test_a_batch_is_applied_in_waves_with_the_result_of_one_entry_at_a_time(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions = ["w-a", "w-b", "w-c"]
+    one = make_dispatcher(name="one-at-a-time", batch=1)
+    ids = send_all(r, MIXED)
+    tick(one, 12)
+    reference = outcome_of_run(r, ids, sessions)
+    assert one.stats.waves == 8 and one.stats.rejected == 1
+
+    r.flushall()
+    d = make_dispatcher(name="waves", batch=100)
+    loads: list[list[str]] = []
+    commits: list[list[str]] = []
+    real_load_many, real_commit_many = d.store.load_many, d.store.commit_many
+
+    def load_many(wanted):  # type: ignore[no-untyped-def]
+        loads.append([s for s, _key in wanted])
+        return real_load_many(wanted)
+
+    def commit_many(batch, lease_key, token):  # type: ignore[no-untyped-def]
+        commits.append([s for s, _v, _tr in batch])
+        return real_commit_many(batch, lease_key, token)
+
+    monkeypatch.setattr(d.store, "load_many", load_many)
+    monkeypatch.setattr(d.store, "commit_many", commit_many)
+    ids = send_all(r, MIXED)
+    evalsha_before = r.info("commandstats")["cmdstat_evalsha"]["calls"]
+    d.maintain_leases()
+    d.process(d.owned[0], INPUTS, r.xreadgroup(Keys.GROUP, d.name, {INPUTS: ">"}, count=100)[0][1])
+    # the refused entry of w-b first applies what precedes it (2 waves), then 2 more waves
+    assert loads == commits == [["w-a", "w-b"], ["w-a"], ["w-c", "w-a", "w-b"], ["w-c", "w-a"]]
+    assert d.stats.waves == 4 and d.stats.applied == 8 and d.stats.rejected == 1
+    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] - evalsha_before == 8
+    assert outcome_of_run(r, ids, sessions) == reference
+
+    got = reference["events"]
+    created = [e["message"]["content"] for e in got["w-a"] if e["type"] == "message.created"]
+    assert created == ["a0", "a1", "a3"]
+    assert [(e["type"], e.get("code")) for e in got["w-b"] if e["type"].startswith("input.")] == [
+        ("input.refused", "invalid_input"), ("input.ignored", "duplicate")]
+    assert [e["type"] for e in got["w-b"]].index("input.refused") == 3  # after b0's three events
+    assert reference["left"] == (0, 0) and reference["outboxes"] == [0, 0, 0]
+
+
+def test_a_version_conflict_inside_a_wave_is_retried_alone_in_order(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = make_dispatcher()
+    real_commit_many = d.store.commit_many
+    raced: list[str] = []
+
+    def racing_commit_many(batch, lease_key, token):  # type: ignore[no-untyped-def]
+        if not raced:  # another writer commits to c-b between the wave's load and its commit
+            raced.append("c-b")
+            r.hincrby(KEYS.meta("c-b"), "ver", 1)
+        return real_commit_many(batch, lease_key, token)
+
+    monkeypatch.setattr(d.store, "commit_many", racing_commit_many)
+    for session, content in [("c-a", "a0"), ("c-b", "b0"), ("c-c", "c0"), ("c-b", "b1"), ("c-a", "a1")]:
+        send(r, session, message(content))
+    tick(d)
+    assert raced == ["c-b"]
+    assert d.stats.conflicts == 1 and d.stats.applied == 5 and d.stats.waves == 2
+    for session, contents in [("c-a", ["a0", "a1"]), ("c-b", ["b0", "b1"]), ("c-c", ["c0"])]:
+        created = [e["message"]["content"] for e in events(r, session) if e["type"] == "message.created"]
+        assert created == contents
+        assert r.hlen(KEYS.outbox(session)) == 0
+    assert r.hget(KEYS.meta("c-b"), "ver") == b"3"  # the foreign bump, then b0 and b1
+    assert r.hget(KEYS.meta("c-a"), "ver") == b"2"
+    assert sorted(queue_ids(r, "llm")) == sorted(job_id(s, f"llm-{n}", 1) for s, n in [
+        ("c-a", 1), ("c-a", 2), ("c-b", 1), ("c-b", 2), ("c-c", 1)])
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+
+
+def test_lease_lost_in_the_middle_of_a_wave_leaves_the_rest_to_the_next_owner(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    d1 = make_dispatcher(name="d1")
+    real_commit_many = d1.store.commit_many
+
+    def commit_then_lose(batch, lease_key, token):  # type: ignore[no-untyped-def]
+        # the first commit lands, then another dispatcher takes the lease, fencing the others
+        first = real_commit_many(batch[:1], lease_key, token)
+        r.set(lease_key, "d2:taken")
+        return first + real_commit_many(batch[1:], lease_key, token)
+
+    monkeypatch.setattr(d1.store, "commit_many", commit_then_lose)
+    entries = {s: send(r, s, message(f"{s} hello")) for s in ("l-a", "l-b", "l-c")}
+    send(r, "l-a", message("l-a again"))
+    tick(d1, 1)
+    assert d1.owned == {} and d1.stats.applied == 1
+    # l-a's first entry is committed, flushed and acknowledged; the rest stays pending, unapplied
+    assert types(r, "l-a") == ["session.created", "message.created", "llm.started"]
+    assert queue_ids(r, "llm") == [job_id("l-a", "llm-1", 1)] and r.hlen(KEYS.outbox("l-a")) == 0
+    assert events(r, "l-b") == [] and events(r, "l-c") == []
+    pending = r.xpending_range(INPUTS, Keys.GROUP, "-", "+", 10)
+    assert sorted(p["message_id"].decode() for p in pending) == sorted(
+        [entries["l-b"], entries["l-c"], r.xrange(INPUTS)[-1][0].decode()])
+    assert entries["l-a"] not in [i.decode() for i, _f in r.xrange(INPUTS)]
+
+    r.delete(KEYS.lease(0))  # the lease lapses; a new owner claims what was left
+    d2 = make_dispatcher(name="d2")
+    tick(d2)
+    assert d2.stats.applied == 3 and d2.stats.replays == 0
+    for s in ("l-a", "l-b", "l-c"):
+        assert r.hlen(KEYS.outbox(s)) == 0
+    assert [e["message"]["content"] for e in events(r, "l-a") if e["type"] == "message.created"] == [
+        "l-a hello", "l-a again"]
+    assert types(r, "l-b") == ["session.created", "message.created", "llm.started"]
+    assert len(queue_ids(r, "llm")) == len(set(queue_ids(r, "llm"))) == 4
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+
+
+def test_a_poison_entry_in_a_wave_does_not_block_the_others(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dispatcher.consume as consume
+
+    d = make_dispatcher()
+    real = consume.apply_input
+
+    def buggy(state, entry, entry_id, ctx, **kw):  # type: ignore[no-untyped-def]
+        if entry.session == "p-bug":
+            raise RuntimeError("a bug")
+        return real(state, entry, entry_id, ctx, **kw)
+
+    monkeypatch.setattr(consume, "apply_input", buggy)
+    bad = [send(r, "p-bug", message("x"))]
+    send(r, "p-ok", message("y"))
+    bad.append(send(r, "p-bug", message("x again")))
+    send(r, "p-ok", message("y again"))
+    send(r, "p-other", message("z"))
+    tick(d)
+    assert d.stats.waves == 2 and d.stats.applied == 3 and d.stats.rejected == 2
+    rejected = r.xrange(KEYS.rejected)
+    assert [f[b"entry"].decode() for _i, f in rejected] == bad
+    assert all(b"internal error: RuntimeError: a bug" in f[b"error"] for _i, f in rejected)
+    assert r.exists(KEYS.meta("p-bug")) == 0  # nothing committed for it
+    assert [e["code"] for e in events(r, "p-bug")] == ["invalid_input", "invalid_input"]
+    assert [e["message"]["content"] for e in events(r, "p-ok") if e["type"] == "message.created"] == [
+        "y", "y again"]
+    assert "message.created" in types(r, "p-other")
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+
+
+def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two entries of a session committed, then a crash before the flush: the next owner replays
+    both in one batch; each replay finds the whole outbox, yet every job is enqueued once."""
+    d1 = make_dispatcher(name="d1")
+
+    def crash(batch: list) -> None:
+        raise RuntimeError("killed between commit and flush")
+
+    monkeypatch.setattr(d1.outbox, "flush_many", crash)
+    send(r, "r-1", message("one"))
+    send(r, "r-1", message("two"))
+    with pytest.raises(RuntimeError, match="killed between commit and flush"):
+        tick(d1)
+    assert r.hlen(KEYS.outbox("r-1")) == 2 and queue_ids(r, "llm") == []
+
+    r.delete(KEYS.lease(0))
+    d2 = make_dispatcher(name="d2")
+    tick(d2)
+    assert d2.stats.replays == 2 and d2.stats.applied == 0
+    assert queue_ids(r, "llm") == [job_id("r-1", "llm-1", 1), job_id("r-1", "llm-2", 1)]
+    assert r.hlen(KEYS.outbox("r-1")) == 0 and r.hlen(KEYS.inflight) == 2
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0

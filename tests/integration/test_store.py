@@ -220,3 +220,52 @@ def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
     assert written == ["acme:{s:1.x-y}:events", "acme:{s:1.x-y}:idem:k", "acme:{s:1.x-y}:meta",
                        "acme:{s:1.x-y}:msgs", "acme:{s:1.x-y}:outbox"]
     assert store.load("s:1.x-y")[1] == "1"
+
+
+# ---- many sessions per round trip (the dispatcher's waves) ---------------------------------------
+
+
+def test_load_many_reads_what_load_reads_in_one_round_trip(store: Store, r: redis.Redis) -> None:
+    assert store.commit("s-a", "0", transition("1-0", session="s-a", messages=[msg(1)], idem="k-a"),
+                        LEASE, TOKEN) == COMMITTED
+    assert store.commit("s-b", "0", transition("2-0", session="s-b"), LEASE, TOKEN) == COMMITTED
+    wanted: list[tuple[str, str | None]] = [("s-a", "k-a"), ("s-b", None), ("s-none", "k"), ("s-a-2", None)]
+    before = r.info("commandstats")
+    many = store.load_many(wanted)
+    after = r.info("commandstats")
+    assert many == [store.load(s, k) for s, k in wanted]
+    assert [v for _state, v in many] == ["1", "1", "0", "0"]
+    assert many[0][0].duplicate is True and many[0][0].messages == {"msg-1": msg(1)}
+    assert many[2][0].core is None and many[2][0].duplicate is False
+    calls = {k: after[k]["calls"] - before.get(k, {"calls": 0})["calls"] for k in after}
+    assert (calls["cmdstat_hmget"], calls["cmdstat_hgetall"], calls["cmdstat_exists"]) == (4, 4, 2)
+
+
+def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r: redis.Redis) -> None:
+    assert store.commit("s-b", "0", transition("1-0", session="s-b"), LEASE, TOKEN) == COMMITTED
+    batch = [("s-a", "0", transition("2-0", session="s-a", evs=[event("session.created", 1)])),
+             ("s-b", "0", transition("3-0", session="s-b")),  # stale: s-b is at version 1
+             ("s-c", "0", transition("4-0", session="s-c", idem="k-c",
+                                     effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}]))]
+    before = r.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert store.commit_many(batch, LEASE, TOKEN) == [COMMITTED, CONFLICT, COMMITTED]
+    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 3
+    assert "cmdstat_script|exists" not in r.info("commandstats")  # no SCRIPT EXISTS round trip
+    assert r.hget(KEYS.meta("s-a"), "ver") == b"1" and r.xlen(KEYS.events("s-a")) == 1
+    assert r.hget(KEYS.meta("s-b"), "ver") == b"1"  # the conflicting one wrote nothing
+    assert store.load("s-b")[0].applied == {"parley:inputs": "1-0"}
+    assert r.get(KEYS.idempotency("s-c", "k-c")) == b"1" and r.hlen(KEYS.outbox("s-c")) == 1
+
+    # each commit is fenced on its own: without the lease, nothing is written
+    r.set(LEASE, "dispatcher-b:9999")
+    lost = [("s-d", "0", transition("5-0", session="s-d")), ("s-e", "0", transition("6-0", session="s-e"))]
+    assert store.commit_many(lost, LEASE, TOKEN) == [LEASE_LOST, LEASE_LOST]
+    assert r.exists(KEYS.meta("s-d"), KEYS.meta("s-e")) == 0
+
+
+def test_commit_many_loads_the_script_again_after_a_flush(store: Store, r: redis.Redis) -> None:
+    """A restarted Redis has no scripts: NOSCRIPT ran nothing, so the commits are sent again."""
+    r.script_flush()
+    batch = [("s-a", "0", transition("1-0", session="s-a")), ("s-b", "0", transition("2-0", session="s-b"))]
+    assert store.commit_many(batch, LEASE, TOKEN) == [COMMITTED, COMMITTED]
+    assert r.hget(KEYS.meta("s-a"), "ver") == b"1" and r.hget(KEYS.meta("s-b"), "ver") == b"1"

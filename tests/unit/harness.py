@@ -47,6 +47,23 @@ def make_app(has_decide: bool = True, decide_on: Iterable[str] | None = None,
                    tools=dict(TOOLS if tools is None else tools))
 
 
+def checked(apply: Callable[..., Transition], state: SessionState, *args: Any) -> Transition:
+    """`apply(state, *args)`, checked against the dispatcher's way of calling it: the machine
+    leaves a state it is lent as it was, and given a fresh copy to edit in place
+    (`owned=True`, what `Store.load` hands over) it returns the same transition."""
+    before = state.model_dump_json()
+    tr = apply(state, *args)
+    assert state.model_dump_json() == before, "the machine changed the state it was lent"
+    owned = apply(SessionState.model_validate_json(before), *args, owned=True)
+    assert _comparable(owned) == _comparable(tr)
+    return tr
+
+
+def _comparable(tr: Transition) -> tuple[Any, ...]:
+    return (tr.state.model_dump_json(), orjson.dumps([tr.new_messages, tr.events, tr.effects, tr.waits]),
+            tr.idempotency_key, tr.dropped, tr.counts, tr.input_outcome)
+
+
 Policy = Callable[[dict[str, Any], list[dict[str, Any]]], list[dict[str, Any]]]
 
 
@@ -108,14 +125,14 @@ class Sim:
         state = self.state.model_copy(update={"duplicate": True}) if duplicate else self.state
         ctx = self.ctx()
         eid = entry_id or f"1-{next(self._entries)}"
-        return self.commit(apply_input(state, entry, eid, ctx), ctx)
+        return self.commit(checked(apply_input, state, entry, eid, ctx), ctx)
 
     def outcome(self, kind: str, work: str, attempt: int, ok: bool = True, value: Any = None,
                 error: str | None = None) -> Transition:
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
                           ok=ok, value=value, error=error)
-        return self.commit(apply_outcome(self.state, out, ctx), ctx)
+        return self.commit(checked(apply_outcome, self.state, out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------
 

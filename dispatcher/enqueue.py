@@ -7,6 +7,7 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -46,9 +47,12 @@ class Outbox:
     def flush(self, session: str, effects: list[dict[str, Any]]) -> None:
         self.flush_many([(session, effects)])
 
-    def flush_many(self, batch: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    def flush_many(self, batch: list[tuple[str, list[dict[str, Any]]]],
+                   then: Callable[[Any], None] | None = None) -> list[Any] | None:
         """Every session's effects and their outbox deletion in one MULTI: one round trip
-        (and, with appendfsync always, one fsync) for a whole batch of transitions."""
+        (and, with appendfsync always, one fsync) for a whole batch of transitions. `then`
+        queues more commands into the same MULTI (the dispatcher's acknowledgement and next
+        read); the replies of the MULTI are returned (None when there was nothing to send)."""
         # An effect is an outbox field (session, seq): each is done once per flush, even when
         # two replays of one session in the batch both collected what its outbox still held.
         seen: set[tuple[str, Any]] = set()
@@ -59,15 +63,18 @@ class Outbox:
             if fresh:
                 todo.append((session, fresh))
         batch = todo
-        if not batch:
-            return
+        if not batch and then is None:
+            return None
         pipe = self.redis.pipeline(transaction=True)
         # Explicit MULTI first: RQ's enqueue_job(pipeline=) starts one itself otherwise,
         # which fails once an earlier effect has queued a command.
         pipe.multi()
         for session, effects in batch:
             self._queue_effects(pipe, session, effects)
-        pipe.execute()
+        if then is not None:
+            then(pipe)
+        replies: list[Any] = pipe.execute()
+        return replies
 
     def _queue_effects(self, pipe: Any, session: str, effects: list[dict[str, Any]]) -> None:
         for fx in effects:

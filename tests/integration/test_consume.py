@@ -197,7 +197,7 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
         r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
     d1 = make_dispatcher(name="d1")
 
-    def crash(batch: list) -> None:
+    def crash(batch: list, **kw: Any) -> None:
         raise RuntimeError("killed between commit and flush")
 
     monkeypatch.setattr(d1.outbox, "flush_many", crash)
@@ -872,7 +872,7 @@ def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
     both in one batch; each replay finds the whole outbox, yet every job is enqueued once."""
     d1 = make_dispatcher(name="d1")
 
-    def crash(batch: list) -> None:
+    def crash(batch: list, **kw: Any) -> None:
         raise RuntimeError("killed between commit and flush")
 
     monkeypatch.setattr(d1.outbox, "flush_many", crash)
@@ -889,3 +889,41 @@ def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
     assert queue_ids(r, "llm") == [job_id("r-1", "llm-1", 1), job_id("r-1", "llm-2", 1)]
     assert r.hlen(KEYS.outbox("r-1")) == 0 and r.hlen(KEYS.inflight) == 2
     assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+
+
+# ---- settle: flush, acknowledgement and the next read in one MULTI ---------------------------
+
+
+def test_a_tick_acknowledges_and_reads_the_next_entries_in_one_round_trip(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher(batch=2)
+    d.maintain_leases()
+    for i in range(4):
+        send(r, f"pf-{i}", message("hi"))
+    execs = r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0)
+    d.tick()
+    # the first two are applied, flushed and acknowledged; the next two were read by the same
+    # MULTI: delivered to this consumer (pending), not yet applied
+    assert d.stats.applied == 2 and r.xlen(INPUTS) == 2 and pending_count(r, INPUTS) == 2
+    assert d.prefetched and sum(len(entries) for _s, entries in d.prefetched) == 2
+    assert r.info("commandstats")["cmdstat_exec"]["calls"] - execs == 1
+    d.tick()
+    assert d.stats.applied == 4 and r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+    assert all("llm.started" in types(r, f"pf-{i}") for i in range(4))
+    assert len(queue_ids(r, "llm")) == 4
+
+
+def test_entries_read_ahead_by_a_dispatcher_that_dies_are_applied_by_the_next_owner(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d1 = make_dispatcher(name="d1", batch=1)
+    d1.maintain_leases()
+    send(r, "pf-a", message("one"))
+    send(r, "pf-b", message("two"))
+    d1.tick()
+    assert d1.prefetched and pending_count(r, INPUTS) == 1  # pf-b: read ahead, then d1 dies
+    r.delete(KEYS.lease(0))
+    d2 = make_dispatcher(name="d2")
+    tick(d2)
+    assert "llm.started" in types(r, "pf-b") and "llm.started" in types(r, "pf-a")
+    assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
+    assert queue_ids(r, "llm") == [job_id("pf-a", "llm-1", 1), job_id("pf-b", "llm-1", 1)]

@@ -599,7 +599,8 @@ def report(out: dict[str, Any]) -> str:
     if s1:
         lines.append("")
         lines.append("1. Seed cycle (message -> llm -> tool.execute -> interrupt -> resume -> tool.result "
-                     "-> llm -> done), all sessions at once; latencies in ms (p50/p99)")
+                     f"-> llm -> done), all sessions at once, 1 dispatcher, {out['settings']['workers']} "
+                     "worker(s), 1 partition; latencies in ms (p50/p99)")
         hdr = ["fsync", "sessions", "wall s", "sess/s", "jobs", "jobs/sess", "jobs/s", "trans/s",
                "msg->raised", "resume->resumed", "session", "problems", "other load"]
         rows = []
@@ -711,7 +712,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
     ap.add_argument("--only", default="1,2,3,4,5", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
-    ap.add_argument("--workers", type=int, default=1, help="scenario 1 (and floor) worker processes")
+    ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
     ap.add_argument("--park-sizes", default="1000,10000", help="scenario 3 P values")
     ap.add_argument("--park-100k", action="store_true", help="add P = 100,000 to scenario 3")

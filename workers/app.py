@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from pydantic import TypeAdapter
 
 
@@ -29,7 +30,19 @@ class App:
     llm: Callable[[dict[str, Any]], Any] | None = None
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [tool_schema(name, fn) for name, fn in self.tools.items()]
+        """Built once per app: pydantic's schema generation cost more than a whole scripted
+        LLM job. Each call returns its own copy, so an `llm` may change what it gets."""
+        built = _SCHEMAS.get(id(self))
+        if built is None or built[0] is not self:
+            built = (self, orjson.dumps([tool_schema(name, fn) for name, fn in self.tools.items()]))
+            _SCHEMAS[id(self)] = built
+        schemas: list[dict[str, Any]] = orjson.loads(built[1])
+        return schemas
+
+
+# App is frozen (hashable by value would hash its callables): the cache is keyed by identity
+# and keeps the app alive, which is right for the few apps a worker loads for its lifetime.
+_SCHEMAS: dict[int, tuple[App, bytes]] = {}
 
 
 def load_app(spec: str | None) -> App:

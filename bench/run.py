@@ -693,6 +693,12 @@ def report(out: dict[str, Any]) -> str:
                          pq(r["park_ms"]), r["resume_threads_per_s"], pq(r["resume_ms"]),
                          r["row_bytes_per_parked_thread"], r["storage_growth_bytes_per_parked_thread"]])
         lines.append(table(hdr, rows))
+    goals = goal_lines(out)
+    if goals:
+        lines.append("")
+        lines.append("Goals (issue #10), from this run's figures"
+                     + (" (SMOKE RUN: tiny sizes, meaningless)" if out.get("mode") == "smoke" else ""))
+        lines += goals
     prof = out.get("profile")
     if prof:
         for name, d in prof.items():
@@ -702,6 +708,58 @@ def report(out: dict[str, Any]) -> str:
             lines += [f"  {share:6.1%}  {frame}" for frame, share in d["self"][:6]]
             lines += [f"  {share:6.1%}  {frame}" for frame, share in d["inclusive"][:12]]
     return "\n".join(lines)
+
+
+def cycles_per_s(park_per_s: float, resume_per_s: float) -> float:
+    """Whole park + resume cycles per second of a peer that does one phase after the other."""
+    return 1 / (1 / park_per_s + 1 / resume_per_s)
+
+
+def goal_lines(out: dict[str, Any]) -> list[str]:
+    """Each goal of the issue that this run has the figures for: measured, target, met or not."""
+    lines: list[str] = []
+
+    def say(what: str, measured: str, target: str, met: bool) -> None:
+        lines.append(f"  [{'met' if met else 'MISSED'}] {what}: {measured} (goal {target})")
+
+    s1 = {r["appendfsync"]: r for r in out.get("scenario_1", []) if "skipped" not in r}
+    s3 = [r for r in out.get("scenario_3", []) if "skipped" not in r]
+    peers = {r["checkpointer"]: r for r in out.get("scenario_5", []) if "skipped" not in r}
+    row = s1.get("always")
+    for name, factor in (("postgres", 1.5), ("sqlite (file)", 1.0)):
+        peer = peers.get(name)
+        if row is None or peer is None:
+            continue
+        theirs = cycles_per_s(peer["park_threads_per_s"], peer["resume_threads_per_s"])
+        ratio = row["sessions_per_s"] / theirs
+        say(f"seed cycles/s vs LangGraph+{name.split()[0]}",
+            f"{row['sessions_per_s']} vs {theirs:.1f} = {ratio:.2f}x", f">= {factor}x", ratio >= factor)
+    for fsync, r in s1.items():
+        for key in ("floor", "floor_lean"):
+            if key in r:
+                say(f"engine/floor ({fsync}, {r[key].get('path', 'rq')} path)", f"{r[key]['ratio']:.2f}",
+                    ">= 0.40", r[key]["ratio"] >= 0.40)
+    if s3:
+        p99s = [r["resumes"]["resume_to_interrupt_resumed_ms"].get("p99") for r in s3]
+        say("resume -> interrupt.resumed p99 at each P", ", ".join(f"{x} ms" for x in p99s), "<= 5 ms",
+            all(x is not None and x <= 5 for x in p99s))
+        pg = peers.get("postgres")
+        if pg is not None:
+            theirs_p50 = pg["resume_ms"].get("p50") or 0
+            p50s = [r["resumes"]["resume_to_decision_applied_ms"].get("p50") for r in s3]
+            say("resume -> decision applied p50 at each P vs LangGraph+Postgres resume p50",
+                ", ".join(f"{x} ms" for x in p50s) + f" vs {theirs_p50} ms", "below",
+                all(x is not None and x < theirs_p50 for x in p50s))
+            half = pg["storage_growth_bytes_per_parked_thread"] / 2
+            mem = [r["used_memory_delta_per_session"] for r in s3]
+            say("Redis bytes per parked session at each P vs half LangGraph+Postgres storage bytes/thread",
+                ", ".join(f"{x:,}" for x in mem) + f" vs {half:,.0f}", "<=", all(x <= half for x in mem))
+        growth = [max(r["rss_kib_after"][k] - r["rss_kib_before"][k] for k in r["rss_kib_before"]
+                      if k.startswith("dispatcher")) for r in s3]
+        each = [f"P={r['parked']:,}: {g / 1024:.1f} MiB" for r, g in zip(s3, growth, strict=True)]
+        lines.append("  [see] dispatcher RSS growth while parking at each P: " + ", ".join(each)
+                     + " (goal: unchanged by P)")
+    return lines
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -720,7 +778,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="appendfsync while parking (resumes always run with always)")
     ap.add_argument("--park-workers", type=int, default=2, help="scenario 3 worker processes")
     ap.add_argument("--resumes", type=int, default=500, help="scenario 3 resumes measured at each P")
-    ap.add_argument("--resume-concurrency", type=int, default=4, help="scenario 3 resumes in flight")
+    ap.add_argument("--resume-concurrency", type=int, default=1, help="scenario 3 resumes in flight")
     ap.add_argument("--scaling-sessions", type=int, default=500, help="scenario 4 sessions per row")
     ap.add_argument("--scaling-dispatchers", default="1,2")
     ap.add_argument("--scaling-workers", default="1,2,4")

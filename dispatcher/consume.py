@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from redis import Redis
-from redis.exceptions import BusyLoadingError, RedisError, ResponseError
+from redis.exceptions import BusyLoadingError, RedisError, ResponseError, WatchError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.job import Job
@@ -34,7 +34,7 @@ from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST,
 from parley import metrics
 from parley.logs import kv
 from schemas.codec import InputError, decode_input_entry, session_of
-from schemas.keys import Keys
+from schemas.keys import Keys, partition_of
 from schemas.results import WorkOutcome
 from schemas.signing import Keyring, Unauthorized
 
@@ -155,6 +155,7 @@ class Dispatcher:
         self._settle_lost = load_script(redis, "settle_lost")
         self._settle_unclaimed = load_script(redis, "settle_unclaimed")
         self.unclaimed_checked = 0.0
+        self.stale_checked = time.monotonic()
         self.deadlines_checked = 0.0
         self.maintained_at = 0.0
         self.lost_checked = 0.0
@@ -365,6 +366,7 @@ class Dispatcher:
         for p in list(self.owned.values()):
             if not p.recovered:
                 self.recover(p)
+        self.reclaim_stale()
         replies: Any = self.prefetched
         self.prefetched = None
         if not replies:
@@ -391,23 +393,77 @@ class Dispatcher:
         the acknowledgement (and deletion) of its entries and, when asked, a non-blocking read
         of the next entries. One round trip (one fsync under `appendfsync always`) instead of
         three. Flush and acknowledgement are atomic: a crash leaves the entries pending and
-        their outboxes full, and their replay finds them applied and flushes again."""
+        their outboxes full, and their replay finds them applied and flushes again.
+
+        Fenced by WATCH on our leases: if one lapsed or changed hands meanwhile (a dispatcher
+        stalled past its lease), nothing is flushed, acknowledged or read; the new owner
+        replays those entries and flushes their effects once."""
         acks, self.acks = self.acks, {}
         unflushed, self.unflushed = self.unflushed, []
         if not acks:
             return None
-        streams = self.read_streams() if read_next else None
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=True)
+            try:
+                live = list(self.owned.values())
+                if live:
+                    pipe.watch(*[self.keys.lease(p.n) for p in live])
+                # Fresh after the WATCH: each lease was ours when watched, so any change since
+                # aborts the EXEC.
+                fresh = {p.n for p in live if self.lease_fresh(p)}
+                if len(fresh) < len(live) and attempt == 1:
+                    pipe.reset()
+                    self.maintain_leases(rebalance=False)
+                    continue
+                keep = {stream: ids for stream, ids in acks.items()
+                        if (owner := self.partition_of_stream(stream)) is not None and owner.n in fresh}
+                if not keep:
+                    return None
+                effects = [(session, fx) for session, fx in unflushed
+                           if partition_of(session, max(1, self.partitions)) in fresh]
+                streams = {s: ">" for p in live if p.n in fresh for s in p.streams} if read_next else None
 
-        def then(pipe: Any) -> None:
-            for stream, ids in acks.items():
-                pipe.xack(stream, self.keys.GROUP, *ids)
-                pipe.xdel(stream, *ids)
-            if streams:
-                pipe.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch)
+                def then(pipe: Any, keep: dict[str, list[str]] = keep,
+                         streams: dict[Any, Any] | None = streams) -> None:
+                    for stream, ids in keep.items():
+                        pipe.xack(stream, self.keys.GROUP, *ids)
+                        pipe.xdel(stream, *ids)
+                    if streams:
+                        pipe.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch)
 
-        replies = self.outbox.flush_many(unflushed, then=then)
-        self.crash.reached("after_flush")
-        return replies[-1] if streams and replies else None
+                replies = self.outbox.flush_many(effects, then=then, pipe=pipe)
+            except WatchError:
+                log.warning("a lease changed while settling; leaving the entries to its owner")
+                self.maintain_leases(rebalance=False)
+                return None
+            finally:
+                pipe.reset()
+            self.crash.reached("after_flush")
+            return replies[-1] if streams and replies else None
+        return None
+
+    STALE_CHECK_S = 5.0
+
+    def reclaim_stale(self) -> None:
+        """Entries of our partitions pending for longer than a lease under any consumer: read
+        by a dispatcher that then lost the partition (or by us, before an error). Nobody else
+        will apply them; claim and apply them (a replay of an applied one is a no-op)."""
+        now = time.monotonic()
+        if now - self.stale_checked < self.STALE_CHECK_S:
+            return
+        self.stale_checked = now
+        for p in list(self.owned.values()):
+            if not p.recovered:
+                continue
+            for stream in p.streams:
+                reply: Any = self.redis.xautoclaim(stream, self.keys.GROUP, self.name,
+                                                   min_idle_time=self.lease_ms, start_id="0-0",
+                                                   count=self.batch)
+                entries = [e for e in reply[1] if e and e[1] is not None]
+                if entries:
+                    log.warning("claimed entries left pending by another consumer",
+                                extra=kv(stream=stream, count=len(entries)))
+                    self.process(p, stream, entries)
 
     def partition_of_stream(self, stream: str) -> Partition | None:
         for p in self.owned.values():

@@ -48,11 +48,12 @@ class Outbox:
         self.flush_many([(session, effects)])
 
     def flush_many(self, batch: list[tuple[str, list[dict[str, Any]]]],
-                   then: Callable[[Any], None] | None = None) -> list[Any] | None:
+                   then: Callable[[Any], None] | None = None, pipe: Any = None) -> list[Any] | None:
         """Every session's effects and their outbox deletion in one MULTI: one round trip
         (and, with appendfsync always, one fsync) for a whole batch of transitions. `then`
         queues more commands into the same MULTI (the dispatcher's acknowledgement and next
-        read); the replies of the MULTI are returned (None when there was nothing to send)."""
+        read); `pipe`, a transaction pipeline the caller may have WATCHed keys on (fencing).
+        The replies of the MULTI are returned (None when there was nothing to send)."""
         # An effect is an outbox field (session, seq): each is done once per flush, even when
         # two replays of one session in the batch both collected what its outbox still held.
         seen: set[tuple[str, Any]] = set()
@@ -65,7 +66,8 @@ class Outbox:
         batch = todo
         if not batch and then is None:
             return None
-        pipe = self.redis.pipeline(transaction=True)
+        if pipe is None:
+            pipe = self.redis.pipeline(transaction=True)
         # Explicit MULTI first: RQ's enqueue_job(pipeline=) starts one itself otherwise,
         # which fails once an earlier effect has queued a command.
         pipe.multi()

@@ -63,13 +63,13 @@ def _claim(payload: dict[str, Any], kind: str) -> None:
     record = orjson.dumps({
         "worker": _worker_id, "session": payload["session"], "work": payload["work"],
         "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]})
-    _through_outages(lambda: job.connection.hset(keys.running, job.id, record), "record a running job")
+    through_outages(lambda: job.connection.hset(keys.running, job.id, record), "record a running job")
 
 
 OUTAGE_PATIENCE_S = 120
 
 
-def _through_outages(action: Callable[[], Any], what: str) -> None:
+def through_outages(action: Callable[[], Any], what: str) -> None:
     """Retry `action` while Redis is unreachable (restarting, loading its AOF), with backoff."""
     deadline = time.monotonic() + OUTAGE_PATIENCE_S
     delay = 0.1
@@ -131,7 +131,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
 
     # An outcome is the only trace of work done: ride out a Redis restart rather than lose it.
     # Posting twice is harmless (the machine drops the second as already settled).
-    _through_outages(post, "post an outcome")
+    through_outages(post, "post an outcome")
     metrics.timed(kind)(time.monotonic() - (started or time.monotonic()), ok)
     log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
                                   attempt=payload["attempt"], ok=ok,

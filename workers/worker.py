@@ -7,6 +7,7 @@ voiding an LLM call is logical (its result is dropped on arrival), never a kill.
 """
 
 import logging
+import os
 import secrets
 import socket
 import sys
@@ -157,22 +158,38 @@ class ParleyWorker(SimpleWorker):
         job.parley_claimed = bool(claimed)  # type: ignore[attr-defined]
         return job, queue
 
+    # blocking waits are short, so that a stop request is acted on within a second when idle
+    BLOCK_S = 1
+
+    def _shutdown(self) -> None:
+        """RQ raises StopRequested from the signal handler when the worker is idle, wherever the
+        main thread is: between a take and the job's first line that would leave a job recorded
+        as running on a worker that never runs it. The request is only noted here; the dequeue
+        loop and RQ's loop act on it between jobs (a job taken is run first)."""
+        self._stop_requested = True
+        self.set_shutdown_requested_date()
+
     def dequeue_job_and_maintain_ttl(self, timeout: int | None,
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """RQ's dequeue loop (outage backoff, idle limit) around take_job.lua. When every queue is
         empty it blocks in BLPOP, then claims what it popped with the same script; between the
-        two, the job's in-flight record covers a kill -9 (the dispatcher posts its loss)."""
+        two, the job's in-flight record covers a kill -9 (the dispatcher posts the loss)."""
         self.set_state(WorkerStatus.IDLE)
         self.heartbeat()
         connection_wait_time = 1.0
         idle_since = time.monotonic()
-        # kept across a call that got no reply, so that the retry gets what that call took
+        # Kept until a call gets its answer: the retry of a call that got no reply passes the
+        # same token (and the same popped id) and gets what that call took.
         token = secrets.token_hex(8)
+        popped = ""  # a job id BLPOP handed us, until take_job.lua has recorded it
         while True:
             try:
+                if self._stop_requested and not popped:
+                    return None
                 if self.should_run_maintenance_tasks:
                     self.run_maintenance_tasks()
-                taken = self.take(token)
+                taken = self.take(token, popped)
+                popped = ""
                 if taken is False:
                     token = secrets.token_hex(8)
                     continue
@@ -185,17 +202,12 @@ class ParleyWorker(SimpleWorker):
                         wait = max(1, min(wait or int(left), int(left)))
                     if wait is None:  # burst: nothing queued means done
                         return None
-                    popped: Any = self.connection.blpop(self.queue_keys(), wait)
-                    if popped is None:
+                    reply: Any = self.connection.blpop(self.queue_keys(), min(wait, self.BLOCK_S))
+                    if reply is None:
                         self.heartbeat()
                         continue
-                    # Lost between here and the claim (no reply to BLPOP, or a kill -9): its
-                    # in-flight record stays, and a dispatcher posts the loss.
-                    token = secrets.token_hex(8)
-                    taken = self.take(token, popped[1].decode())
-                    if not taken:
-                        token = secrets.token_hex(8)
-                        continue
+                    popped, token = reply[1].decode(), secrets.token_hex(8)
+                    continue
                 job, queue = taken  # type: ignore[misc]
                 if self.log.isEnabledFor(logging.DEBUG):
                     self.log.debug("Worker %s: took job %s from %s", self.name, job.id, queue.name)
@@ -223,18 +235,28 @@ class ParleyWorker(SimpleWorker):
                 job.perform()  # posts the outcome and deletes the job hash (workers/jobs.py)
         except Exception:
             # The job raised instead of posting an outcome (it could not reach Redis for
-            # minutes, or its payload was malformed). Its running record goes, so the in-flight
-            # record lets a dispatcher post the loss; RQ keeps the job in its failed registry.
+            # minutes, or its payload was malformed). Its running record must go, so that the
+            # in-flight record lets a dispatcher post the loss: a record left on this worker,
+            # which keeps heartbeating, would hold its session forever.
             exc_info = sys.exc_info()
             job.ended_at = now()
+            self.release_running(job.id)
             self.handle_exception(job, *exc_info)
-            self.handle_job_failure(job, queue, exc_string=_format(exc_info))
-            try:
-                self.connection.hdel(self.parley_keys.running, job.id)
-            except redis.exceptions.RedisError:
-                self.log.warning("could not clear the running record of a failed job %s", job.id)
+            self.handle_job_failure(job, queue, exc_string=_format(exc_info))  # RQ's failed registry
         finally:
             self.set_state(WorkerStatus.IDLE)
+
+
+    def release_running(self, job_id: str) -> None:
+        """Delete a job's running record, through Redis outages; a worker that cannot must not
+        live on heartbeating with it, so it exits and its heartbeat lapses (lost-work sweep)."""
+        try:
+            jobs.through_outages(lambda: self.connection.hdel(self.parley_keys.running, job_id),
+                                 "clear the running record of a failed job")
+        except redis.exceptions.RedisError:
+            self.log.critical("could not clear the running record of job %s; exiting so that a "
+                              "dispatcher sees this worker gone and posts the loss", job_id)
+            os._exit(75)
 
 
 class Heartbeat(threading.Thread):

@@ -3,6 +3,8 @@ outcomes on the results stream, timeouts, and a whole turn driven through dispat
 """
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from dispatcher.enqueue import Outbox
 from dispatcher.machine import job_id
 from dispatcher.state import Core
 from parley.appinfo import app_info
+from parley.procs import RedisServer
 from schemas.keys import Keys
 from schemas.results import WorkOutcome
 from tests.integration.conftest import RESULTS, MakeDispatcher, events, queue_ids, send, tick, types
@@ -357,3 +360,54 @@ def test_lean_path_a_retried_take_of_a_job_cancelled_since_clears_its_record(
     r.delete(f"rq:job:{jid}")  # the dispatcher cancels it meanwhile
     assert worker.take("token-1") is False
     assert r.hexists("parley:running", jid) == 0
+
+
+def test_lean_path_a_job_stuck_posting_through_an_outage_leaves_no_running_record(
+        r: redis.Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis dies while a job runs and stays away past the job's time limit: the job cannot post
+    its outcome. Once Redis is back its running record must be gone (a record on a worker that
+    keeps heartbeating would hold the session forever), so the in-flight record lets a
+    dispatcher post the loss."""
+    def slow() -> str:
+        time.sleep(1.0)
+        return "late"
+
+    monkeypatch.setattr(jobs, "_app", App(spec="slow", tools={"slow": slow}))
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = job_id("s-w", "call-1", 1)
+    payload = {"session": "s-w", "work": "call-1", "attempt": 1, "reply_to": RESULTS, "name": "slow",
+               "arguments": {}}
+    Outbox(r, Keys()).flush("s-w", [{"seq": 1, "op": "enqueue", "queue": "tools",
+                                     "func": "workers.jobs.run_tool", "job_id": jid, "timeout": 2,
+                                     "payload": payload}])
+
+    def outage() -> None:
+        time.sleep(0.5)  # the job is in its tool
+        redis_server.stop(kill=True)
+        time.sleep(3.0)  # longer than what is left of the job's 2 s limit
+        redis_server.start()
+
+    thread = threading.Thread(target=outage)
+    thread.start()
+    run_burst(r, "tools")
+    thread.join()
+    assert r.hexists("parley:running", jid) == 0
+    assert r.hexists("parley:inflight", jid) == 1  # what the unclaimed-work sweep posts the loss from
+    assert r.xlen(RESULTS) == 0
+
+
+def test_a_stop_request_while_idle_is_taken_between_jobs(r: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+                                                          scenarios: None) -> None:
+    """SIGTERM on an idle worker: RQ would raise StopRequested wherever the main thread is, also
+    right after a take; ParleyWorker notes it and stops between jobs, running what it took."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = outbox_tool_job(r, "add", {"a": 1, "b": 2})
+    worker = make_worker(["tools"], r)
+    taken = worker.take("token-1")
+    assert taken
+    worker.request_stop(signal.SIGTERM, None)  # idle: RQ's own _shutdown raises StopRequested here
+    assert worker._stop_requested
+    worker.execute_job(*taken)  # type: ignore[misc]
+    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 3)]
+    assert r.hexists("parley:running", jid) == 0
+    assert worker.dequeue_job_and_maintain_ttl(timeout=5) is None  # and then it stops

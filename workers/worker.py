@@ -152,7 +152,15 @@ class ParleyWorker(SimpleWorker):
             return False
         queue = next((q for q in self._ordered_queues if q.key == queue_key), None)
         job = self.job_class(job_id, connection=self.connection, serializer=self.serializer)
-        job.restore(dict(zip(fields[::2], fields[1::2], strict=True)))
+        try:
+            job.restore(dict(zip(fields[::2], fields[1::2], strict=True)))
+        except Exception:
+            # A job hash RQ cannot read must not stop the worker: it is skipped (its in-flight
+            # record, if any, lets a dispatcher post the loss).
+            self.log.exception("skipped job %s: its hash cannot be read", job_id)
+            if claimed:
+                self.release_running(job_id)
+            return False
         if queue is None:  # popped by the blocking wait: its origin names the queue
             queue = next((q for q in self._ordered_queues if q.name == job.origin), self._ordered_queues[0])
         job.parley_claimed = bool(claimed)  # type: ignore[attr-defined]

@@ -411,3 +411,14 @@ def test_a_stop_request_while_idle_is_taken_between_jobs(r: redis.Redis, monkeyp
     assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 3)]
     assert r.hexists("parley:running", jid) == 0
     assert worker.dequeue_job_and_maintain_ttl(timeout=5) is None  # and then it stops
+
+
+def test_lean_path_a_job_hash_rq_cannot_read_is_skipped(r: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+                                                        scenarios: None) -> None:
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    broken = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
+    r.hdel(f"rq:job:{broken}", "data")  # a hash without its payload
+    run_burst(r, "tools")
+    assert [(o.work, o.value) for o in outcomes(r)] == [("call-2", 4)]
+    assert r.hexists("parley:running", broken) == 0 and r.hexists("parley:inflight", broken) == 1

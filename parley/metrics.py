@@ -43,7 +43,8 @@ WORK_LOST = Counter("parley_work_lost_total", "Jobs found held by a dead worker"
 TRANSITIONS = Counter("parley_transitions_total", "Transitions committed (replays excluded)",
                       registry=REGISTRY)
 REPLAYS = Counter("parley_replays_total", "Entries found already applied (after a crash)", registry=REGISTRY)
-TRANSITION_SECONDS = Histogram("parley_transition_seconds", "Load, apply and commit of the wave an entry was in",
+TRANSITION_SECONDS = Histogram("parley_transition_seconds",
+                               "Load, apply and commit of the wave an entry was in",
                                buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1),
                                registry=REGISTRY)
 RESUME_WAIT = Histogram("parley_interrupt_wait_seconds", "Time from raise to resume",

@@ -148,7 +148,7 @@ class ParleyWorker(SimpleWorker):
         queue_key = raw_queue.decode() if raw_queue else ""
         if not fields:
             if claimed:  # taken by a call that got no reply, cancelled since
-                self.connection.hdel(self.parley_keys.running, job_id)
+                self.release_running(job_id)
             return False
         queue = next((q for q in self._ordered_queues if q.key == queue_key), None)
         job = self.job_class(job_id, connection=self.connection, serializer=self.serializer)

@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from dispatcher.consume import Dispatcher
-from dispatcher.machine import AppInfo, ToolInfo
+from dispatcher.enqueue import Outbox
+from dispatcher.machine import AppInfo, ToolInfo, job_id
 from schemas.keys import Keys
 from schemas.results import WorkOutcome
 
@@ -92,3 +93,16 @@ def pending_count(r: redis.Redis, stream: str) -> int:
 
 def queue_ids(r: redis.Redis, kind: str) -> list[str]:
     return [i.decode() for i in r.lrange(f"rq:queue:{kind}", 0, -1)]
+
+
+def enqueue_tool_job(conn: redis.Redis, session: str, work: str, name: str, arguments: dict[str, Any], *,
+                     reply_to: str = RESULTS, queue: str = "tools", timeout: int = 30, seq: int = 1) -> str:
+    """A tool job enqueued exactly as the dispatcher's outbox flush does it (in-flight record
+    included, so ParleyWorker takes it on its lean path); its RQ job id."""
+    jid = job_id(session, work, 1)
+    payload = {"session": session, "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
+               "arguments": arguments}
+    Outbox(conn, KEYS).flush(session, [{"seq": seq, "op": "enqueue", "queue": queue,
+                                        "func": "workers.jobs.run_tool", "job_id": jid, "timeout": timeout,
+                                        "payload": payload}])
+    return jid

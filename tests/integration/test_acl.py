@@ -32,13 +32,13 @@ from rq.serializers import JSONSerializer
 
 from dispatcher.consume import Dispatcher, get_partitions
 from dispatcher.enqueue import Outbox
-from dispatcher.machine import job_id
 from parley.appinfo import app_info
 from parley.client import Client
 from parley.metrics import Health, RedisStateCollector
 from parley.procs import free_port, parley_command, start_parley, stop_process
 from schemas.keys import Keys, partition_of
 from schemas.results import WorkOutcome
+from tests.integration.conftest import enqueue_tool_job
 from workers import jobs
 from workers.app import load_app
 from workers.worker import Heartbeat, make_worker
@@ -190,14 +190,7 @@ def drive(d: Dispatcher, worker_conn: redis.Redis, client: Client, session: str,
 
 def enqueue_tool(conn: redis.Redis, session: str, work: str, arguments: dict[str, Any],
                  reply_to: str = "parley:results", queue: str = "tools", seq: int = 1) -> str:
-    """An RQ job enqueued exactly as the dispatcher's outbox flush does it."""
-    jid = job_id(session, work, 1)
-    payload = {"session": session, "work": work, "attempt": 1, "reply_to": reply_to, "name": "add",
-               "arguments": arguments}
-    Outbox(conn, KEYS).flush(session, [{"seq": seq, "op": "enqueue", "queue": queue,
-                                        "func": "workers.jobs.run_tool", "job_id": jid, "timeout": 30,
-                                        "payload": payload}])
-    return jid
+    return enqueue_tool_job(conn, session, work, "add", arguments, reply_to=reply_to, queue=queue, seq=seq)
 
 
 def outcomes(admin: redis.Redis, stream: str = "parley:results") -> list[WorkOutcome]:

@@ -625,19 +625,24 @@ def test_a_bad_entry_with_a_non_utf8_field_name_is_rejected_and_the_partition_go
     assert "message.created" in types(r, "s-u")
 
 
-def test_an_unexpected_error_moves_the_entry_aside_instead_of_stopping_the_partition(
-        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+def apply_input_fails_for(monkeypatch: pytest.MonkeyPatch, session: str) -> None:
+    """A machine bug that shows only for one session: applying its inputs raises."""
     import dispatcher.consume as consume
 
-    d = make_dispatcher()
     real = consume.apply_input
 
     def buggy(state, entry, entry_id, ctx, **kw):  # type: ignore[no-untyped-def]
-        if entry.session == "s-bug":
+        if entry.session == session:
             raise RuntimeError("a bug")
         return real(state, entry, entry_id, ctx, **kw)
 
     monkeypatch.setattr(consume, "apply_input", buggy)
+
+
+def test_an_unexpected_error_moves_the_entry_aside_instead_of_stopping_the_partition(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = make_dispatcher()
+    apply_input_fails_for(monkeypatch, "s-bug")
     send(r, "s-bug", {"type": "message.create", "content": "x"})
     send(r, "s-ok", {"type": "message.create", "content": "y"})
     tick(d)
@@ -837,17 +842,8 @@ def test_lease_lost_in_the_middle_of_a_wave_leaves_the_rest_to_the_next_owner(
 
 def test_a_poison_entry_in_a_wave_does_not_block_the_others(
         r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dispatcher.consume as consume
-
     d = make_dispatcher()
-    real = consume.apply_input
-
-    def buggy(state, entry, entry_id, ctx, **kw):  # type: ignore[no-untyped-def]
-        if entry.session == "p-bug":
-            raise RuntimeError("a bug")
-        return real(state, entry, entry_id, ctx, **kw)
-
-    monkeypatch.setattr(consume, "apply_input", buggy)
+    apply_input_fails_for(monkeypatch, "p-bug")
     bad = [send(r, "p-bug", message("x"))]
     send(r, "p-ok", message("y"))
     bad.append(send(r, "p-bug", message("x again")))

@@ -18,14 +18,21 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
-from dispatcher.enqueue import Outbox
 from dispatcher.machine import job_id
 from dispatcher.state import Core
 from parley.appinfo import app_info
 from parley.procs import RedisServer
-from schemas.keys import Keys
 from schemas.results import WorkOutcome
-from tests.integration.conftest import RESULTS, MakeDispatcher, events, queue_ids, send, tick, types
+from tests.integration.conftest import (
+    RESULTS,
+    MakeDispatcher,
+    enqueue_tool_job,
+    events,
+    queue_ids,
+    send,
+    tick,
+    types,
+)
 from workers import jobs
 from workers.app import App, load_app
 from workers.worker import ParleyJob, make_worker
@@ -247,14 +254,7 @@ def test_callbacks_named_in_a_planted_job_hash_are_never_imported(r: redis.Redis
 
 def outbox_tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str = "call-1",
                     reply_to: str = RESULTS) -> str:
-    """A tool job enqueued exactly as the dispatcher's outbox does it (in-flight record included)."""
-    jid = job_id("s-w", work, 1)
-    payload = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
-               "arguments": arguments}
-    Outbox(r, Keys()).flush("s-w", [{"seq": 1, "op": "enqueue", "queue": "tools",
-                                     "func": "workers.jobs.run_tool", "job_id": jid, "timeout": 30,
-                                     "payload": payload}])
-    return jid
+    return enqueue_tool_job(r, "s-w", work, name, arguments, reply_to=reply_to)
 
 
 def commands_total(r: redis.Redis) -> int:
@@ -374,12 +374,7 @@ def test_lean_path_a_job_stuck_posting_through_an_outage_leaves_no_running_recor
 
     monkeypatch.setattr(jobs, "_app", App(spec="slow", tools={"slow": slow}))
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
-    jid = job_id("s-w", "call-1", 1)
-    payload = {"session": "s-w", "work": "call-1", "attempt": 1, "reply_to": RESULTS, "name": "slow",
-               "arguments": {}}
-    Outbox(r, Keys()).flush("s-w", [{"seq": 1, "op": "enqueue", "queue": "tools",
-                                     "func": "workers.jobs.run_tool", "job_id": jid, "timeout": 2,
-                                     "payload": payload}])
+    jid = enqueue_tool_job(r, "s-w", "call-1", "slow", {}, timeout=2)
 
     def outage() -> None:
         time.sleep(0.5)  # the job is in its tool

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from schemas.keys import Keys
+from parley.schemas.keys import Keys
 
 XADD_BATCH = 500
 STREAMS_PER_XREAD = 100

@@ -27,9 +27,9 @@ import redis
 from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
-from schemas.keys import Keys
-from workers import jobs
-from workers.worker import ParleyJob, ParleyWorker
+from parley.schemas.keys import Keys
+from parley.workers import jobs
+from parley.workers.worker import ParleyJob, ParleyWorker
 
 NOOP = "bench.noop.noop"
 NOOP_LEAN = "bench.noop.noop_lean"

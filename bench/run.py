@@ -39,7 +39,7 @@ from bench import peer
 from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_flow
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
-from schemas.keys import Keys
+from parley.schemas.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

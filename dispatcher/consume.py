@@ -27,16 +27,24 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.job import Job
 
-from dispatcher.enqueue import Outbox
-from dispatcher.machine import AppInfo, Context, Limits, Transition, apply_input, apply_outcome, entry_ids
-from dispatcher.state import SessionState
-from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store, load_script
 from parley import metrics
+from parley.dispatcher.enqueue import Outbox
+from parley.dispatcher.machine import (
+    AppInfo,
+    Context,
+    Limits,
+    Transition,
+    apply_input,
+    apply_outcome,
+    entry_ids,
+)
+from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store, load_script
 from parley.logs import kv
-from schemas.codec import InputError, decode_input_entry, session_of
-from schemas.keys import Keys, partition_of
-from schemas.results import WorkOutcome
-from schemas.signing import Keyring, Unauthorized
+from parley.schemas.codec import InputError, decode_input_entry, session_of
+from parley.schemas.keys import Keys, partition_of
+from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import Keyring, Unauthorized
+from parley.schemas.state import SessionState
 
 log = logging.getLogger("parley.dispatcher")
 

@@ -16,7 +16,7 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from schemas.keys import Keys
+from parley.schemas.keys import Keys
 
 # Finished jobs leave nothing behind (SPEC 3.2): outcomes go to our results stream.
 RESULT_TTL = 0

@@ -18,16 +18,18 @@ from typing import Annotated, Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from dispatcher.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
-from schemas.actions import RECORDING_ACTIONS, Decision, decision_from_app
-from schemas.codec import InputEntry
-from schemas.inputs import BranchSwitch, InterruptResume, MessageCreate, SessionCreate, ToolResultInput
-from schemas.results import WorkOutcome
+from parley.schemas import tree
+from parley.schemas.actions import RECORDING_ACTIONS, Decision, decision_from_app
+from parley.schemas.codec import InputEntry
+from parley.schemas.inputs import BranchSwitch, InterruptResume, MessageCreate, SessionCreate, ToolResultInput
+from parley.schemas.results import WorkOutcome
+from parley.schemas.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
+from parley.schemas.view import public_message
 
 JOB_FUNCS = {
-    "decide": "workers.jobs.run_decide",
-    "llm": "workers.jobs.run_llm",
-    "tools": "workers.jobs.run_tool",
+    "decide": "parley.workers.jobs.run_decide",
+    "llm": "parley.workers.jobs.run_llm",
+    "tools": "parley.workers.jobs.run_tool",
 }
 WORK_ACTIONS = frozenset({"llm.call", "tool.execute"})
 # attempts of one job lost with its worker before it counts as failed
@@ -96,10 +98,6 @@ def job_id(session: str, work: str, attempt: int) -> str:
     """RQ job ids accept [A-Za-z0-9_-] only; session ids do not, so hash the triple."""
     digest = hashlib.blake2b(f"{session}\x00{work}\x00{attempt}".encode(), digest_size=16)
     return "parley-" + digest.hexdigest()
-
-
-def public_message(msg: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in msg.items() if k != "turn"}
 
 
 def entry_ids(value: dict[str, Any]) -> dict[str, Any]:
@@ -189,26 +187,13 @@ class _Tx:
             return candidate
 
     def ancestors(self, mid: str | None) -> Iterator[str]:
-        """mid, its parent, ... the root: O(depth)."""
-        while mid is not None:
-            yield mid
-            m = self.msg(mid)
-            mid = m.get("parent_id") if m else None
+        return tree.ancestors(self.msg, mid)
 
     def parking(self, head: str | None) -> list[str]:
-        """Ids of the open interrupts that park `head` (global ones park every head)."""
-        ids = [i.id for i in self.c.interrupts.values() if i.anchor is None]
-        anchored: dict[str, list[str]] = {}
-        for i in self.c.interrupts.values():
-            if i.anchor is not None:
-                anchored.setdefault(i.anchor, []).append(i.id)
-        if anchored and head is not None:
-            for mid in self.ancestors(head):
-                ids.extend(anchored.get(mid, ()))
-        return ids
+        return tree.parking(self.c, self.msg, head)
 
     def in_region(self, tip: str, anchor: str | None) -> bool:
-        return anchor is None or anchor in self.ancestors(tip)
+        return tree.in_region(self.msg, tip, anchor)
 
     def turn_of(self, mid: str | None) -> Turn | None:
         m = self.msg(mid)
@@ -964,31 +949,6 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
         tx.emit("llm.failed", call_id=w.id, head=w.head, error=error)
         tx.fire("llm.failed", c.turns[w.turn], [], call_id=w.id, error=error)
     return tx.finish()
-
-
-def show(state: SessionState) -> dict[str, Any]:
-    """SPEC 3.3: the reader's view of a session."""
-    core = state.core
-    assert core is not None
-    tx = _Tx(state, Context(now_ms=0, app=AppInfo()), core.session)
-    messages = sorted(state.messages.values(), key=_message_order)
-    return {
-        "session": core.session,
-        "head": core.head,
-        "parked": bool(tx.parking(core.head)) if core.head else any(
-            i.anchor is None for i in core.interrupts.values()),
-        "messages": [public_message(m) for m in messages],
-        "interrupts": [{"interrupt_id": i.id, "reason": i.reason, "payload": i.payload,
-                        "anchor": i.anchor, "status": "open"} for i in core.interrupts.values()],
-        "pending": [{"call_id": w.id, "kind": w.kind, "name": w.name} for w in core.work.values()],
-        "children": list(core.children),
-        "parent": core.parent["session"] if core.parent else None,
-    }
-
-
-def _message_order(m: dict[str, Any]) -> tuple[int, str]:
-    kind, _, n = str(m["id"]).rpartition("-")
-    return (int(n) if kind == "msg" and n.isdigit() else 1 << 30, m["id"])
 
 
 def next_state(state: SessionState, tr: Transition) -> SessionState:

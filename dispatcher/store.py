@@ -9,9 +9,9 @@ from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from dispatcher.machine import Transition
-from dispatcher.state import Core, SessionState
-from schemas.keys import Keys
+from parley.dispatcher.machine import Transition
+from parley.schemas.keys import Keys
+from parley.schemas.state import SessionState
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 DEFAULT_EVENTS_MAXLEN = 10_000
@@ -21,7 +21,7 @@ COMMITTED, CONFLICT, LEASE_LOST = 1, 0, -1
 
 def load_script(redis: Redis, name: str) -> Script:
     """A Lua script of dispatcher/lua/, registered once (EVALSHA, loaded again if flushed)."""
-    return redis.register_script(files("dispatcher").joinpath(f"lua/{name}.lua").read_text())
+    return redis.register_script(files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text())
 
 
 class Store:
@@ -62,12 +62,8 @@ class Store:
     @staticmethod
     def _loaded(replies: list[Any], has_key: bool) -> tuple[SessionState, str]:
         ver, core, applied = replies[0]
-        state = SessionState(
-            core=Core.model_validate_json(core) if core else None,
-            messages={k.decode(): orjson.loads(v) for k, v in replies[1].items()},
-            applied=orjson.loads(applied) if applied else {},
-            duplicate=bool(replies[2]) if has_key else False,
-        )
+        state = SessionState.from_records(core, replies[1], applied,
+                                          duplicate=bool(replies[2]) if has_key else False)
         return state, ver.decode() if ver else "0"
 
     def commit(self, session: str, version: str, tr: Transition, lease_key: str,

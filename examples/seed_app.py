@@ -6,7 +6,7 @@
     parley resume s-42 int-1 '{"approved": true}'
 """
 
-from workers.llm import ScriptedModel
+from parley.workers.llm import ScriptedModel
 
 
 def decide(trigger, proposed):

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from dispatcher.machine import show
-from dispatcher.store import Store
-from schemas.keys import Keys
-from schemas.signing import signed_fields
+from parley.schemas.keys import Keys
+from parley.schemas.signing import signed_fields
+from parley.schemas.state import SessionState
+from parley.schemas.view import show
 
 
 class Client:
@@ -57,8 +57,13 @@ class Client:
                     yield last, orjson.loads(fields[b"event"] if b"event" in fields else fields["event"])
 
     def show(self, session: str) -> dict[str, Any] | None:
-        state, _ = Store(self.redis, self.keys).load(session)
-        return show(state) if state.core is not None else None
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(self.keys.meta(session), "core")  # the reader's ACL grants HMGET, not HGET
+        pipe.hgetall(self.keys.messages(session))
+        (core,), messages = pipe.execute()
+        if not core:
+            return None
+        return show(SessionState.from_records(core, messages))
 
     def interrupts(self) -> list[dict[str, Any]]:
         members: Any = self.redis.zrange(self.keys.interrupt_index, 0, -1)

@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis import Redis
 
-from schemas.keys import Keys
+from parley.schemas.keys import Keys
 
 REGISTRY = CollectorRegistry()
 

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from schemas.ids import is_session_id
-from schemas.inputs import INPUT_ADAPTER, INPUT_TYPES, Input
+from parley.schemas.ids import is_session_id
+from parley.schemas.inputs import INPUT_ADAPTER, INPUT_TYPES, Input
 
 DEFAULT_MAX_INPUT_BYTES = 256 * 1024
 MAX_DEPTH = 64

@@ -12,8 +12,8 @@ import orjson
 import pytest
 import redis
 
+from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
-from parley.procs import RedisServer, start_parley, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

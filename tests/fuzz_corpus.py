@@ -16,8 +16,14 @@ from typing import Any
 
 import orjson
 
-from schemas.codec import DEFAULT_MAX_INPUT_BYTES, MAX_DEPTH, InputEntry, InputError, decode_input_entry
-from schemas.signing import Keyring, Unauthorized
+from parley.schemas.codec import (
+    DEFAULT_MAX_INPUT_BYTES,
+    MAX_DEPTH,
+    InputEntry,
+    InputError,
+    decode_input_entry,
+)
+from parley.schemas.signing import Keyring, Unauthorized
 
 Fields = dict[bytes, bytes]
 Mutator = Callable[[random.Random, Fields, int], Fields]

@@ -20,15 +20,16 @@ from rq.timeouts import JobTimeoutException
 
 from parley import metrics
 from parley.logs import kv
-from schemas.actions import Decision, decision_from_app
-from schemas.keys import Keys
-from schemas.results import WorkOutcome
-from schemas.triggers import Trigger
-from workers.app import App
+from parley.schemas.actions import Decision, decision_from_app
+from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
+from parley.schemas.triggers import Trigger
+from parley.workers.app import App
 
 log = logging.getLogger("parley.worker")
 
-ALLOWED_FUNCS = frozenset({"workers.jobs.run_decide", "workers.jobs.run_llm", "workers.jobs.run_tool"})
+ALLOWED_FUNCS = frozenset({"parley.workers.jobs.run_decide", "parley.workers.jobs.run_llm",
+                           "parley.workers.jobs.run_tool"})
 RESULTS_STREAM_RE = re.compile(r"^[A-Za-z0-9._-]+:results(:\d+)?$")
 
 _app: App | None = None

@@ -26,9 +26,9 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 from parley.metrics import JOBS_REFUSED, Health
-from schemas.keys import Keys
-from workers import jobs
-from workers.jobs import ALLOWED_FUNCS
+from parley.schemas.keys import Keys
+from parley.workers import jobs
+from parley.workers.jobs import ALLOWED_FUNCS
 
 log = logging.getLogger("parley.worker")
 
@@ -98,7 +98,7 @@ class ParleyWorker(SimpleWorker):
         super().__init__(*args, **kwargs)
         self.parley_keys = keys or Keys()
         self._take = self.connection.register_script(
-            files("workers").joinpath("lua/take_job.lua").read_text())
+            files("parley.workers").joinpath("lua/take_job.lua").read_text())
         self._beat_at = 0.0
         self._suspension_checked_at = 0.0
 

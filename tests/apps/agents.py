@@ -9,7 +9,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from workers.llm import ScriptedModel
+from parley.workers.llm import ScriptedModel
 
 
 def research(topic: str) -> str:

@@ -12,7 +12,7 @@
 import time
 from typing import Any
 
-from workers.llm import ScriptedModel
+from parley.workers.llm import ScriptedModel
 
 _model = ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_email")
 

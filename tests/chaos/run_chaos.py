@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import redis
 
+from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
-from parley.procs import RedisServer, start_parley, stop_process
 
 APP = "examples.seed_app"
 FINAL = "Done. send_email: sent"

@@ -5,8 +5,8 @@ import time
 import pytest
 import redis
 
+from parley.cli.procs import RedisServer
 from parley.client import Client
-from parley.procs import RedisServer
 from tests.conftest import Procs, all_events, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -8,10 +8,10 @@ import orjson
 import pytest
 import redis
 
-from dispatcher.store import Store
 from parley.client import Client
-from schemas.keys import Keys
-from schemas.signing import signed_fields
+from parley.dispatcher.store import Store
+from parley.schemas.keys import Keys
+from parley.schemas.signing import signed_fields
 from tests.conftest import Procs, all_events, eventually, of_type, wait_for
 
 pytestmark = pytest.mark.e2e

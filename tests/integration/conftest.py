@@ -13,11 +13,11 @@ import orjson
 import pytest
 import redis
 
-from dispatcher.consume import Dispatcher
-from dispatcher.enqueue import Outbox
-from dispatcher.machine import AppInfo, ToolInfo, job_id
-from schemas.keys import Keys
-from schemas.results import WorkOutcome
+from parley.dispatcher.consume import Dispatcher
+from parley.dispatcher.enqueue import Outbox
+from parley.dispatcher.machine import AppInfo, ToolInfo, job_id
+from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
 
 KEYS = Keys()
 INPUTS = "parley:inputs"
@@ -103,6 +103,6 @@ def enqueue_tool_job(conn: redis.Redis, session: str, work: str, name: str, argu
     payload = {"session": session, "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
                "arguments": arguments}
     Outbox(conn, KEYS).flush(session, [{"seq": seq, "op": "enqueue", "queue": queue,
-                                        "func": "workers.jobs.run_tool", "job_id": jid, "timeout": timeout,
-                                        "payload": payload}])
+                                        "func": "parley.workers.jobs.run_tool", "job_id": jid,
+                                        "timeout": timeout, "payload": payload}])
     return jid

@@ -30,18 +30,18 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from dispatcher.consume import Dispatcher, get_partitions
-from dispatcher.enqueue import Outbox
-from parley.appinfo import app_info
+from parley.cli.appinfo import app_info
+from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
+from parley.dispatcher.consume import Dispatcher, get_partitions
+from parley.dispatcher.enqueue import Outbox
 from parley.metrics import Health, RedisStateCollector
-from parley.procs import free_port, parley_command, start_parley, stop_process
-from schemas.keys import Keys, partition_of
-from schemas.results import WorkOutcome
+from parley.schemas.keys import Keys, partition_of
+from parley.schemas.results import WorkOutcome
+from parley.workers import jobs
+from parley.workers.app import load_app
+from parley.workers.worker import Heartbeat, make_worker
 from tests.integration.conftest import enqueue_tool_job
-from workers import jobs
-from workers.app import load_app
-from workers.worker import Heartbeat, make_worker
 
 pytestmark = pytest.mark.usefixtures("restore_signals")
 
@@ -321,7 +321,7 @@ def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.
     pytest.param(lambda r: r.hset(KEYS.config, "partitions", 8), id="change-partitions"),
     pytest.param(lambda r: r.zrange(KEYS.interrupt_index, 0, -1), id="read-interrupt-index"),
     pytest.param(lambda r: Queue("tools", connection=r, serializer=JSONSerializer).enqueue_job(
-        Job.create("workers.jobs.run_tool", args=[{}], id="parley-p", connection=r,
+        Job.create("parley.workers.jobs.run_tool", args=[{}], id="parley-p", connection=r,
                    serializer=JSONSerializer)), id="enqueue-an-rq-job"),
     pytest.param(lambda r: r.rpush("rq:queue:tools", "x"), id="push-to-a-queue"),
     pytest.param(lambda r: r.publish("rq:pubsub:w", "{}"), id="command-a-worker"),
@@ -367,13 +367,13 @@ def test_worker_failure_and_recovery_paths(acl: AclRedis, worker: redis.Redis, d
     # a job hash naming a foreign function: refused by the allowlist, recorded as failed by RQ
     planted = Queue("decide", connection=dispatcher, serializer=JSONSerializer).enqueue_call("os.getcwd")
     # a job abandoned by a dead worker (RQ's started registry, expired) ...
-    ghost = Job.create("workers.jobs.run_tool", args=[{}], id="parley-ghost", connection=acl.admin,
+    ghost = Job.create("parley.workers.jobs.run_tool", args=[{}], id="parley-ghost", connection=acl.admin,
                        serializer=JSONSerializer)
     ghost.set_status(JobStatus.STARTED)
     ghost.save()
     acl.admin.zadd("rq:wip:decide", {"parley-ghost:dead-execution": 1})
     # ... and one stuck in RQ's intermediate list for over a minute (popped, never started)
-    stuck = Job.create("workers.jobs.run_tool", args=[{}], id="parley-stuck", connection=acl.admin,
+    stuck = Job.create("parley.workers.jobs.run_tool", args=[{}], id="parley-stuck", connection=acl.admin,
                        serializer=JSONSerializer, origin="decide")
     stuck.save()
     acl.admin.rpush("rq:queue:decide:intermediate", "parley-stuck")

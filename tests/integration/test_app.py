@@ -2,10 +2,10 @@
 
 import pytest
 
-from parley.appinfo import app_info
+from parley.cli.appinfo import app_info
+from parley.workers.app import App, AppError, load_app, tool_schema
 from tests.apps import integration_apps as apps
 from tests.apps import scenarios
-from workers.app import App, AppError, load_app, tool_schema
 
 MOD = "tests.apps.integration_apps"
 

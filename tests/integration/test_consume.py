@@ -14,11 +14,12 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from dispatcher.consume import Dispatcher, get_partitions
-from dispatcher.machine import AppInfo, job_id
-from parley.appinfo import app_info
+from parley.cli.appinfo import app_info
 from parley.client import Client
-from schemas.keys import Keys, partition_of
+from parley.dispatcher.consume import Dispatcher, get_partitions
+from parley.dispatcher.machine import AppInfo, job_id
+from parley.schemas.keys import Keys, partition_of
+from parley.workers.app import load_app
 from tests.integration.conftest import (
     INPUTS,
     KEYS,
@@ -32,7 +33,6 @@ from tests.integration.conftest import (
     tick,
     types,
 )
-from workers.app import load_app
 
 SCENARIOS = app_info(load_app("tests.apps.scenarios"))
 
@@ -61,14 +61,14 @@ def test_message_create_emits_events_and_enqueues_one_llm_job(
     assert queue_ids(r, "decide") == [] and queue_ids(r, "tools") == []
     job = fetch(r, jid)
     assert job.id == jid and jid.startswith("parley-")
-    assert job.func_name == "workers.jobs.run_llm"
+    assert job.func_name == "parley.workers.jobs.run_llm"
     assert job.origin == "llm"
     assert job.timeout == 120
     assert job.args == [{"session": "s-1", "work": "llm-1", "attempt": 1, "reply_to": RESULTS, "app": None,
                          "request": {"messages": [evs[1]["message"]]}}]
     # the job hash holds JSON (zlib-compressed by RQ), never pickle
     raw = zlib.decompress(r.hget(f"rq:job:{jid}", "data"))
-    assert orjson.loads(raw)[0] == "workers.jobs.run_llm"
+    assert orjson.loads(raw)[0] == "parley.workers.jobs.run_llm"
 
     assert r.hlen(KEYS.outbox("s-1")) == 0  # flushed
     meta = r.hgetall(KEYS.meta("s-1"))
@@ -94,7 +94,7 @@ def test_with_decide_one_decide_job_in_flight_per_session(
     assert queue_ids(r, "decide") == [jid]
     assert queue_ids(r, "llm") == []
     job = fetch(r, jid)
-    assert job.func_name == "workers.jobs.run_decide"
+    assert job.func_name == "parley.workers.jobs.run_decide"
     payload = job.args[0]
     assert payload["trigger"] == {"type": "session.created", "session": "s-2", "head": None,
                                   "budget": None, "metadata": None}
@@ -126,7 +126,7 @@ def test_work_outcomes_from_the_results_stream_are_recorded_once(
     tid = job_id("s-3", "call-1", 1)
     assert queue_ids(r, "tools") == [tid]
     job = fetch(r, tid)
-    assert job.func_name == "workers.jobs.run_tool"
+    assert job.func_name == "parley.workers.jobs.run_tool"
     assert job.args[0] == {"session": "s-3", "work": "call-1", "attempt": 1, "reply_to": RESULTS, "app": None,
                            "name": "lookup", "arguments": {"q": "a"}}
     assert r.xlen(RESULTS) == 0 and pending_count(r, RESULTS) == 0
@@ -218,7 +218,7 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
     assert d2.stats.replays == 1 and d2.stats.applied == 0
     assert events(r, "s-6") == committed  # no duplicate events
     assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]  # the left-over job, once
-    assert fetch(r, job_id("s-6", "llm-1", 1)).func_name == "workers.jobs.run_llm"
+    assert fetch(r, job_id("s-6", "llm-1", 1)).func_name == "parley.workers.jobs.run_llm"
     assert r.hlen(KEYS.outbox("s-6")) == 0
     assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
     assert r.hget(KEYS.meta("s-6"), "ver") == b"1"
@@ -627,7 +627,7 @@ def test_a_bad_entry_with_a_non_utf8_field_name_is_rejected_and_the_partition_go
 
 def apply_input_fails_for(monkeypatch: pytest.MonkeyPatch, session: str) -> None:
     """A machine bug that shows only for one session: applying its inputs raises."""
-    import dispatcher.consume as consume
+    import parley.dispatcher.consume as consume
 
     real = consume.apply_input
 

@@ -33,9 +33,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from parley.cli import cli
+from parley.cli.procs import free_port
 from parley.client import Client
-from parley.procs import free_port
-from schemas.keys import Keys
+from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,10 +20,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.consume import entry_key
-from dispatcher.store import Store
 from parley.client import Client
-from schemas.codec import (
+from parley.dispatcher.consume import entry_key
+from parley.dispatcher.store import Store
+from parley.schemas.codec import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_DEPTH,
     InputEntry,
@@ -31,9 +31,9 @@ from schemas.codec import (
     decode_input_entry,
     session_of,
 )
-from schemas.ids import is_session_id
-from schemas.inputs import INPUT_TYPES
-from schemas.keys import Keys
+from parley.schemas.ids import is_session_id
+from parley.schemas.inputs import INPUT_TYPES
+from parley.schemas.keys import Keys
 from tests import fuzz_corpus as fz
 from tests.conftest import Procs
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from workers.jobs import check_response
-from workers.llm import LLMError, LLMTimeoutError, OpenAICompatible
-from workers.llm.openai_compat import NO_RESULT
+from parley.workers.jobs import check_response
+from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible
+from parley.workers.llm.openai_compat import NO_RESULT
 
 API_KEY = "sk-test-secret-123"
 

@@ -6,10 +6,10 @@ import orjson
 import pytest
 import redis
 
-from dispatcher.machine import Transition
-from dispatcher.state import Core, SessionState
-from dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
-from schemas.keys import Keys
+from parley.dispatcher.machine import Transition
+from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
+from parley.schemas.keys import Keys
+from parley.schemas.state import Core, SessionState
 
 KEYS = Keys()
 S = "s-store"

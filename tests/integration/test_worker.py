@@ -18,11 +18,14 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
-from dispatcher.machine import job_id
-from dispatcher.state import Core
-from parley.appinfo import app_info
-from parley.procs import RedisServer
-from schemas.results import WorkOutcome
+from parley.cli.appinfo import app_info
+from parley.cli.procs import RedisServer
+from parley.dispatcher.machine import job_id
+from parley.schemas.results import WorkOutcome
+from parley.schemas.state import Core
+from parley.workers import jobs
+from parley.workers.app import App, load_app
+from parley.workers.worker import ParleyJob, make_worker
 from tests.integration.conftest import (
     RESULTS,
     MakeDispatcher,
@@ -33,9 +36,6 @@ from tests.integration.conftest import (
     tick,
     types,
 )
-from workers import jobs
-from workers.app import App, load_app
-from workers.worker import ParleyJob, make_worker
 
 pytestmark = pytest.mark.usefixtures("restore_signals")
 
@@ -60,7 +60,7 @@ def tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str 
              timeout: int = 30, reply_to: str = RESULTS, queue: str = "tools") -> Job:
     payload = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
                "arguments": arguments}
-    job = Job.create("workers.jobs.run_tool", args=[payload], id=job_id("s-w", work, 1), connection=r,
+    job = Job.create("parley.workers.jobs.run_tool", args=[payload], id=job_id("s-w", work, 1), connection=r,
                      serializer=JSONSerializer, timeout=timeout, result_ttl=0)
     Queue(queue, connection=r, serializer=JSONSerializer).enqueue_job(job)
     return job
@@ -94,10 +94,11 @@ def test_parley_job_class_refuses_before_importing(r: redis.Redis) -> None:
     job = ParleyJob.create("os.getcwd", connection=r, serializer=JSONSerializer)
     with pytest.raises(Exception, match="not a Parley job"):
         _ = job.func
-    allowed = ParleyJob.create("workers.jobs.run_tool", args=[{}], connection=r, serializer=JSONSerializer)
+    allowed = ParleyJob.create("parley.workers.jobs.run_tool", args=[{}], connection=r,
+                               serializer=JSONSerializer)
     assert allowed.func is jobs.run_tool
-    assert frozenset({"workers.jobs.run_decide", "workers.jobs.run_llm", "workers.jobs.run_tool"}) \
-        == jobs.ALLOWED_FUNCS
+    assert frozenset({"parley.workers.jobs.run_decide", "parley.workers.jobs.run_llm",
+                      "parley.workers.jobs.run_tool"}) == jobs.ALLOWED_FUNCS
 
 
 # ---- real jobs post WorkOutcomes ---------------------------------------------------------------
@@ -136,10 +137,10 @@ def test_a_job_cannot_post_outside_a_results_stream(r: redis.Redis, scenarios: N
 
 def test_llm_and_decide_jobs_post_outcomes(r: redis.Redis, scenarios: None) -> None:
     base = {"session": "s-w", "attempt": 1, "reply_to": RESULTS}
-    llm = Job.create("workers.jobs.run_llm", args=[{**base, "work": "llm-1", "request": {
+    llm = Job.create("parley.workers.jobs.run_llm", args=[{**base, "work": "llm-1", "request": {
         "messages": [{"id": "msg-1", "parent_id": None, "role": "user", "content": 'call add {"a": 1}'}]}}],
         connection=r, serializer=JSONSerializer, result_ttl=0)
-    decide = Job.create("workers.jobs.run_decide", args=[{**base, "work": "dec-1", "trigger": {
+    decide = Job.create("parley.workers.jobs.run_decide", args=[{**base, "work": "dec-1", "trigger": {
         "type": "tool.execute", "session": "s-w", "head": "msg-2", "call_id": "call-1", "name": "send_email",
         "arguments": {"to": "a@b", "body": "hi"}}, "proposed": {"actions": [{"type": "tool.execute"}]}}],
         connection=r, serializer=JSONSerializer, result_ttl=0)

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.machine import (
+from parley.dispatcher.machine import (
     AppInfo,
     Context,
     ToolInfo,
@@ -23,13 +23,12 @@ from dispatcher.machine import (
     apply_input,
     apply_outcome,
     next_state,
-    public_message,
-    show,
 )
-from dispatcher.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
-from schemas.codec import decode_input_entry
-from schemas.events import EVENT_ADAPTER
-from schemas.results import WorkOutcome
+from parley.schemas.codec import decode_input_entry
+from parley.schemas.events import EVENT_ADAPTER
+from parley.schemas.results import WorkOutcome
+from parley.schemas.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
+from parley.schemas.view import public_message, show
 
 OMIT: Any = object()  # "leave the field out" (distinct from an explicit None / null)
 

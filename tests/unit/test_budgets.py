@@ -3,7 +3,7 @@ parks), on the pure machine. Each test's name carries the rules it checks."""
 
 from typing import Any
 
-from dispatcher.machine import job_id
+from parley.dispatcher.machine import job_id
 
 from .harness import Sim, make_app
 

@@ -4,7 +4,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from schemas.actions import (
+from parley.schemas.actions import (
     Decision,
     InterruptAction,
     LlmCall,
@@ -13,7 +13,7 @@ from schemas.actions import (
     ToolResult,
     decision_from_app,
 )
-from schemas.codec import (
+from parley.schemas.codec import (
     DEFAULT_MAX_INPUT_BYTES,
     MAX_DEPTH,
     InputError,
@@ -21,7 +21,7 @@ from schemas.codec import (
     max_input_bytes,
     session_of,
 )
-from schemas.inputs import BranchSwitch, InterruptResume, MessageCreate, SessionCreate, ToolResultInput
+from parley.schemas.inputs import BranchSwitch, InterruptResume, MessageCreate, SessionCreate, ToolResultInput
 
 
 def entry(value, session=b"s-42", **extra):

@@ -3,7 +3,7 @@ pure machine, without interrupts (those are in test_interrupts.py)."""
 
 import pytest
 
-from dispatcher.machine import job_id
+from parley.dispatcher.machine import job_id
 
 from .harness import Sim, make_app
 
@@ -22,7 +22,7 @@ def test_session_create_fires_session_created_event_and_trigger():
                        "budget": {"llm_calls": 3}, "metadata": {"user": "ann"}}
     assert job["payload"]["proposed"] == {"actions": []}
     assert job["payload"]["work"] == "dec-1" and job["payload"]["attempt"] == 1
-    assert job["job_id"] == job_id("s1", "dec-1", 1) and job["func"] == "workers.jobs.run_decide"
+    assert job["job_id"] == job_id("s1", "dec-1", 1) and job["func"] == "parley.workers.jobs.run_decide"
     s.decide()
     assert s.types() == [] and s.deciding is None
     assert s.show() == {"session": "s1", "head": None, "parked": False, "messages": [],
@@ -277,7 +277,7 @@ def test_message_created_proposes_llm_call_which_starts_with_the_branch():
     assert s.ev("llm.started") | {"at": 0} == {"type": "llm.started", "at": 0, "call_id": "llm-1",
                                                "head": "msg-1"}
     [job] = s.enqueued("llm")
-    assert job["func"] == "workers.jobs.run_llm" and job["job_id"] == job_id("s1", "llm-1", 1)
+    assert job["func"] == "parley.workers.jobs.run_llm" and job["job_id"] == job_id("s1", "llm-1", 1)
     assert job["timeout"] == 120
     assert job["payload"]["request"] == {"messages": [
         {"id": "msg-1", "parent_id": None, "role": "user", "content": "hello"}]}
@@ -335,7 +335,7 @@ def test_llm_reply_with_two_tool_calls_fires_two_tool_executes_in_order_with_cal
     [job] = s.enqueued("tools")
     assert job["payload"]["name"] == "search" and job["payload"]["arguments"] == {"q": "a"}
     assert job["payload"]["work"] == "call-1" and job["payload"]["attempt"] == 1
-    assert job["func"] == "workers.jobs.run_tool" and job["timeout"] == 300
+    assert job["func"] == "parley.workers.jobs.run_tool" and job["timeout"] == 300
     assert s.trigger["type"] == "tool.execute" and s.trigger["call_id"] == "call-2"
     assert s.trigger["arguments"] == {"to": "bob"}
     s.decide()

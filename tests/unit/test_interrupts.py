@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from dispatcher.machine import _Tx, job_id
-from dispatcher.state import Interrupt
+from parley.dispatcher.machine import _Tx, job_id
+from parley.schemas.state import Interrupt
 
 from .harness import Sim
 

@@ -42,9 +42,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from dispatcher.machine import AppInfo, Context, ToolInfo, Transition, apply_outcome, next_state, show
-from dispatcher.state import Core, SessionState
-from schemas.results import WorkOutcome
+from parley.dispatcher.machine import AppInfo, Context, ToolInfo, Transition, apply_outcome, next_state
+from parley.schemas.results import WorkOutcome
+from parley.schemas.state import Core, SessionState
+from parley.schemas.view import show
 
 from .harness import OMIT, Sim
 

@@ -5,7 +5,7 @@ from typing import Any
 import orjson
 import pytest
 
-from schemas.codec import InputError, decode_input_entry
+from parley.schemas.codec import InputError, decode_input_entry
 
 from .harness import Sim
 
@@ -212,7 +212,7 @@ def test_I10_a_trigger_held_after_a_bypass_delivery_is_not_decided_while_parked(
 
 
 def test_unicode_digits_or_a_huge_ts_are_unauthorized_not_a_crash():
-    from schemas.signing import Keyring, Unauthorized
+    from parley.schemas.signing import Keyring, Unauthorized
 
     ring = Keyring({"alice": "k"})
     for ts in ("²", "9" * 5000):

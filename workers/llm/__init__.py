@@ -1,6 +1,6 @@
 """Models an app can use as its `llm`: a deterministic scripted model, and adapters."""
 
-from workers.llm.openai_compat import LLMError, LLMTimeoutError, OpenAICompatible
-from workers.llm.scripted import ScriptedModel
+from parley.workers.llm.openai_compat import LLMError, LLMTimeoutError, OpenAICompatible
+from parley.workers.llm.scripted import ScriptedModel
 
 __all__ = ["LLMError", "LLMTimeoutError", "OpenAICompatible", "ScriptedModel"]

@@ -1,7 +1,7 @@
 """What the dispatcher is told of an app: its shape (decide_on, tool kinds), never its code."""
 
-from dispatcher.machine import AppInfo, ToolInfo
-from workers.app import App
+from parley.dispatcher.machine import AppInfo, ToolInfo
+from parley.workers.app import App
 
 
 def app_info(app: App) -> AppInfo:

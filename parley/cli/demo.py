@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 import redis
 
-from parley.cli import format_transcript
+from parley.cli.procs import RedisServer, start_parley, stop_process
+from parley.cli.transcript import format_transcript
 from parley.client import Client
-from parley.procs import RedisServer, start_parley, stop_process
 
 TIMEOUT_S = 60
 

@@ -6,6 +6,7 @@ Messages are plain dicts in the wire shape of SPEC 1 plus one internal field, `t
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, Field
 
 
@@ -108,6 +109,17 @@ class SessionState(BaseModel):
     applied: dict[str, str] = Field(default_factory=dict)
     # the input's idempotency key was already used
     duplicate: bool = False
+
+    @classmethod
+    def from_records(cls, core: bytes | None, messages: dict[bytes, bytes],
+                     applied: bytes | None = None, duplicate: bool = False) -> "SessionState":
+        """The state from the raw values of the session's meta hash and messages hash."""
+        return cls(
+            core=Core.model_validate_json(core) if core else None,
+            messages={k.decode(): orjson.loads(v) for k, v in messages.items()},
+            applied=orjson.loads(applied) if applied else {},
+            duplicate=duplicate,
+        )
 
 
 Work.model_rebuild()

@@ -1,4 +1,4 @@
-"""The `parley` command line (SPEC 8)."""
+"""The `parley` command line: one click group, its subcommands and their options."""
 
 import signal
 import sys
@@ -11,6 +11,7 @@ import orjson
 import redis
 
 from parley import logs
+from parley.cli.transcript import format_transcript
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -56,7 +57,7 @@ METRICS_PORT = click.option(
 
 def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis) -> Any:
     from parley.metrics import Health, serve
-    from schemas.keys import Keys
+    from parley.schemas.keys import Keys
 
     health = Health(connection)
     if port is not None:
@@ -113,12 +114,12 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     stand by and take over within a lease period when a holder dies. SIGTERM finishes the
     current transition and exits 0.
     """
-    from dispatcher.consume import Dispatcher
-    from dispatcher.machine import Limits
-    from parley.appinfo import app_info
-    from schemas.keys import Keys
-    from schemas.signing import Keyring
-    from workers.app import AppError, load_agents, load_app
+    from parley.cli.appinfo import app_info
+    from parley.dispatcher.consume import Dispatcher
+    from parley.dispatcher.machine import Limits
+    from parley.schemas.keys import Keys
+    from parley.schemas.signing import Keyring
+    from parley.workers.app import AppError, load_agents, load_app
 
     try:
         loaded = load_app(app)
@@ -156,10 +157,10 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
     """
-    from schemas.keys import Keys
-    from workers.app import AppError, load_agents, load_app
-    from workers.jobs import set_app, set_worker_id
-    from workers.worker import Heartbeat, make_worker, worker_id
+    from parley.schemas.keys import Keys
+    from parley.workers.app import AppError, load_agents, load_app
+    from parley.workers.jobs import set_app, set_worker_id
+    from parley.workers.worker import Heartbeat, make_worker, worker_id
 
     try:
         main_app = load_app(app)
@@ -280,34 +281,6 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
     click.echo(format_transcript(view))
 
 
-def format_transcript(view: dict[str, Any]) -> str:
-    lines = [f"session {view['session']}  head={view['head']}  parked={view['parked']}"]
-    children: dict[str | None, list[dict[str, Any]]] = {}
-    for m in view["messages"]:
-        children.setdefault(m["parent_id"], []).append(m)
-
-    def walk(parent: str | None, depth: int) -> None:
-        for m in children.get(parent, []):
-            text = m["content"]
-            if m.get("tool_calls"):
-                text = (text + " " if text else "") + ", ".join(
-                    f"{c['name']}({orjson.dumps(c['arguments']).decode()}) [{c['id']}]"
-                    for c in m["tool_calls"])
-            if m.get("tool_call_id"):
-                text = f"[{m['tool_call_id']}{' error' if m.get('error') else ''}] {text}"
-            marker = "*" if m["id"] == view["head"] else " "
-            lines.append(f"{marker}{'  ' * depth}{m['id']:>7} {m['role']:<9} {text}")
-            walk(m["id"], depth + 1)
-
-    walk(None, 0)
-    for i in view["interrupts"]:
-        lines.append(f"  interrupt {i['interrupt_id']} ({i['reason']}) at {i['anchor']}: "
-                     f"{orjson.dumps(i['payload']).decode()}")
-    for p in view["pending"]:
-        lines.append(f"  pending {p['call_id']} {p['kind']} {p['name'] or ''}")
-    return "\n".join(lines)
-
-
 @cli.command()
 @click.argument("session")
 @click.option("--from", "after", default="0-0", show_default=True, help="Start after this event id.")
@@ -359,7 +332,7 @@ def demo(ctx: click.Context, app: str, answer: str | None, message: str) -> None
     """The seed scenario end to end: a dispatcher and a worker, an email the app asks about
     before sending, a human answer, the transcript. Starts a private redis-server unless
     PARLEY_REDIS_URL is set; stops everything it started."""
-    from parley.demo import run_demo
+    from parley.cli.demo import run_demo
 
     assert ctx.parent is not None
     given = ctx.parent.get_parameter_source("redis_url") != click.core.ParameterSource.DEFAULT

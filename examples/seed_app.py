@@ -6,7 +6,7 @@
     parley resume s-42 int-1 '{"approved": true}'
 """
 
-from parley.workers.llm import ScriptedModel
+from parley import ScriptedModel
 
 
 def decide(trigger, proposed):

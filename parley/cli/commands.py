@@ -78,7 +78,10 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, principal: str | None,
         signing_key: str | None) -> None:
-    """Parley: agent sessions on RQ worker fleets, with durable interrupts."""
+    """Parley: agent sessions on RQ worker fleets, with durable interrupts.
+
+    Inputs, events and codes: docs/protocol.md. Interrupt rules: docs/rules.md.
+    """
     logs.setup(log_level)
     if (principal is None) != (signing_key is None):
         raise click.UsageError("--principal and --signing-key go together")
@@ -110,9 +113,9 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                require_signing: bool, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
-    Several can run: each partition is read by one lease holder at a time; the others
-    stand by and take over within a lease period when a holder dies. SIGTERM finishes the
-    current transition and exits 0.
+    Several can run: live dispatchers share the partitions (about N / live each), each
+    partition read by one lease holder at a time, and take over a dead one's partitions as
+    their leases lapse. SIGTERM finishes the current transition and exits 0.
     """
     from parley.cli.appinfo import app_info
     from parley.dispatcher.consume import Dispatcher
@@ -215,7 +218,8 @@ def _work_until_stopped(new_worker: Any, burst: bool) -> None:
 @click.option("--parent", default=None, help="Parent message id (default: the active head).")
 @click.option("--root", is_flag=True, help="Start a new root (parent_id null): an edit of the first message.")
 @click.option("--message-id", default=None, help="Choose the new message's id.")
-@click.option("--id", "idem", default=None, help="Idempotency key of this input.")
+@click.option("--id", "idem", default=None,
+              help="Idempotency key of this input: another with the same key is ignored for 24 h.")
 @click.pass_context
 def send(ctx: click.Context, session: str, text: str, parent: str | None, root: bool,
          message_id: str | None, idem: str | None) -> None:
@@ -259,7 +263,8 @@ def switch(ctx: click.Context, session: str, head: str) -> None:
 @click.option("--id", "idem", default=None, help="Idempotency key of this input.")
 @click.pass_context
 def input_(ctx: click.Context, session: str, value: str, idem: str | None) -> None:
-    """Send any input (a JSON object of SPEC 3.1) to SESSION, e.g. session.create or tool.result."""
+    """Send any input VALUE (a JSON object, docs/protocol.md "Inputs") to SESSION,
+    e.g. session.create or tool.result."""
     parsed = _json_arg(value, "VALUE")
     if not isinstance(parsed, dict):
         raise click.BadParameter("VALUE must be a JSON object")
@@ -268,7 +273,8 @@ def input_(ctx: click.Context, session: str, value: str, idem: str | None) -> No
 
 @cli.command()
 @click.argument("session")
-@click.option("--json", "as_json", is_flag=True, help="Print SPEC 3.3's JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the session as JSON (docs/protocol.md, "Reading a session").')
 @click.pass_context
 def show(ctx: click.Context, session: str, as_json: bool) -> None:
     """Print SESSION: its messages, open interrupts and pending work."""

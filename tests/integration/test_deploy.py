@@ -166,9 +166,14 @@ def test_dockerfile_builds_the_project_with_parley_as_entrypoint() -> None:
     for line in re.findall(r"^COPY (.+)$", text, re.M):
         for source in line.split()[:-1]:
             assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     copied = set(re.findall(r"^COPY (\S+) \./\1$", text, re.M))
-    assert {p.split(".")[0] for p in packages} <= copied, "the image must copy every package"
+    assert set(folders.values()) <= copied, "the image must copy every folder the package is built from"
+    # The default PARLEY_APP (the seed app) is not in the wheel: it must stay in the working
+    # directory the processes run in, after the sources are removed.
+    after_install = text[text.index("rm -rf /src"):]
+    assert re.search(r"^WORKDIR /app$", after_install, re.M)
+    assert after_install.index("WORKDIR /app") < after_install.index("COPY examples ./examples")
 
 
 # ---- compose ------------------------------------------------------------------------------

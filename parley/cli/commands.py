@@ -11,6 +11,7 @@ import orjson
 import redis
 
 from parley import logs
+from parley.cli.demo import SEED_APP
 from parley.cli.transcript import format_transcript
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -328,7 +329,7 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
 
 
 @cli.command()
-@click.option("--app", default="examples.seed_app", show_default=True, help="The app to run.")
+@click.option("--app", default=SEED_APP, show_default=True, help="The app to run.")
 @click.option("--yes", "answer", flag_value="yes", help="Approve without asking.")
 @click.option("--no", "answer", flag_value="no", help="Decline without asking.")
 @click.option("--message", default="Email bob@example.com: the launch moved to Friday.",

@@ -12,11 +12,19 @@ import redis
 from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.cli.transcript import format_transcript
 from parley.client import Client
+from parley.workers.app import AppError, load_app
 
 TIMEOUT_S = 60
+SEED_APP = "examples.seed_app"
 
 
 def run_demo(url: str | None, prefix: str, app: str, answer: str | None, message: str) -> int:
+    try:
+        load_app(app)  # here, with a clear message, rather than in the processes it starts
+    except AppError as exc:
+        hint = (" (the seed app lives in the repository's examples/ folder, which is not installed:"
+                " run the demo from a checkout, or pass --app)" if app == SEED_APP else "")
+        raise click.ClickException(f"{exc}{hint}") from None
     workdir = Path(tempfile.mkdtemp(prefix="parley-demo-"))
     server = None
     if url is None:

@@ -17,7 +17,6 @@ logged, shown in `repr` or echoed in an error.
 import json
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 
 from parley.logs import kv
+from parley.retry import backoff
 
 log = logging.getLogger("parley.llm")
 
@@ -191,7 +191,7 @@ class OpenAICompatible:
             hinted = _retry_after(response)
             if hinted is not None:
                 return min(hinted, self.max_backoff)
-        return random.uniform(0, min(self.max_backoff, self.backoff_base * 2 ** attempt))
+        return backoff(attempt, base=self.backoff_base, cap=self.max_backoff, jitter=True)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "***") if self._api_key else text

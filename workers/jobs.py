@@ -180,7 +180,8 @@ def run_decide(payload: dict[str, Any]) -> None:
 
 
 def check_response(response: Any) -> dict[str, Any]:
-    """The model's reply in the shape of SPEC 4 (`content`, `tool_calls`, `usage`)."""
+    """The model's reply in the shape an app's `llm` returns: `content`, `tool_calls`, `usage`
+    (README, "An app")."""
     if not isinstance(response, dict):
         raise ValueError(f"llm must return a dict, got {type(response).__name__}")
     content = response.get("content") or ""

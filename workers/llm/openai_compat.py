@@ -1,8 +1,8 @@
 """An `llm` for any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, LiteLLM, ...).
 
-`OpenAICompatible()` is a callable an app uses as its `llm` (SPEC 4): it turns Parley's
-request into a `POST {base_url}/chat/completions` and the server's reply into Parley's
-response shape. Configuration comes from the constructor or the environment:
+`OpenAICompatible()` is a callable an app uses as its `llm` (README, "Using a real model"): it
+turns Parley's request into a `POST {base_url}/chat/completions` and the server's reply into
+Parley's response shape. Configuration comes from the constructor or the environment:
 
 - `PARLEY_LLM_BASE_URL` (default `https://api.openai.com/v1`),
 - `PARLEY_LLM_MODEL` (a request's `model`, from an `llm.call` action, overrides it),
@@ -98,7 +98,7 @@ class OpenAICompatible:
         return parse_response(self._post(body))
 
     def build_body(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The chat-completions request body for Parley's `request` (SPEC 4)."""
+        """The chat-completions request body for Parley's `request` (README, "An app")."""
         model = request.get("model") or self.model
         if not model:
             raise LLMError("no model: pass OpenAICompatible(model=...), set PARLEY_LLM_MODEL, "

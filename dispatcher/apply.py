@@ -19,9 +19,16 @@ import orjson
 from redis import Redis
 
 from parley import metrics
-from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
+from parley.dispatcher.entries import (
+    Context,
+    EntryDecoder,
+    Prepared,
+    Refused,
+    Transition,
+    already_applied,
+    poisoned,
+)
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
-from parley.dispatcher.machine import Context, Transition
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.logs import kv
 from parley.schemas.codec import session_of

@@ -5,7 +5,8 @@ module that calls `apply_input`, `apply_outcome`, builds a `Context` or asks `en
 decoded entry becomes a `Prepared`, whose `compute(state, ctx)` is its transition once its
 session is loaded; a bad one becomes a `Refused`, for the rejected stream. No I/O happens
 here, so the consume loop decides when to load and commit (docs/design.md, "Consuming
-streams").
+streams"). The rest of the shell takes the machine's types (AppInfo, Limits, Context,
+Transition) from this module too, so pointing the shell at another core changes this file.
 """
 
 import logging

@@ -21,7 +21,7 @@ class Client:
         self._partitions: int | None = None
 
     def stream_for(self, session: str) -> str:
-        """SPEC 2: `parley:inputs` with one partition, else `parley:inputs:<crc32 mod N>`.
+        """docs/protocol.md, "Inputs": `parley:inputs` with one partition, else `parley:inputs:<crc32 mod N>`.
 
         N is fixed once a dispatcher has published it, so it is read once, not per entry."""
         if self._partitions is None:
@@ -33,7 +33,7 @@ class Client:
 
     def send(self, session: str, value: dict[str, Any], idempotency_key: str | None = None,
              principal: str | None = None, key: str | None = None) -> str:
-        """XADD one input; signed (SPEC 3.1) when given a principal and its key."""
+        """XADD one input; signed (docs/protocol.md, "Inputs") when given a principal and its key."""
         raw = orjson.dumps(value)
         fields: dict[Any, Any] = {"session": session, "input": raw}
         if principal is not None and key is not None:

@@ -1,4 +1,6 @@
-"""Prometheus metrics (SPEC 9) and health endpoints, served by every dispatcher and worker.
+"""Prometheus metrics and health endpoints, served by every dispatcher and worker.
+
+What each metric means: docs/operations.md, "Metrics".
 
 Counters and histograms count what this process did. Gauges that describe Redis state
 (open interrupts, parked branches, held decisions, stream lag, queue depths) are read

@@ -18,14 +18,6 @@ def max_input_bytes() -> int:
     return int(os.environ.get("PARLEY_MAX_INPUT_BYTES", DEFAULT_MAX_INPUT_BYTES))
 
 
-def dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
-
-
-def loads(raw: bytes | str) -> Any:
-    return orjson.loads(raw)
-
-
 class InputError(ValueError):
     """A stream entry that cannot be applied. `input_type` is None when its JSON did not parse."""
 

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,15 +60,23 @@ class Procs:
                 "PARLEY_LOG_LEVEL": "INFO"}
 
     def start(self, kind: str, app: str = "tests.apps.scenarios", *args: str,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+              env: dict[str, str] | None = None, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+        """`parley KIND ARGS...`; with `crash_at` ("POINT:N"), run through tests/e2e/crash_at.py,
+        which makes the process kill -9 itself at that point."""
         log = self.logdir / f"{kind}-{len(self.started)}.log"
-        proc = start_parley([kind, *args], {**self.env(app), **(env or {})}, log)
+        environ = {**self.env(app), **(env or {})}
+        if crash_at is None:
+            proc = start_parley([kind, *args], environ, log)
+        else:
+            with open(log, "ab") as out:
+                proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.crash_at", crash_at, kind, *args],
+                                        env={**os.environ, **environ}, stdout=out, stderr=subprocess.STDOUT)
         self.started.append((kind, proc, log))
         return proc
 
     def dispatcher(self, app: str = "tests.apps.scenarios", *args: str,
-                   env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        return self.start("dispatcher", app, *args, env=env)
+                   env: dict[str, str] | None = None, crash_at: str | None = None) -> subprocess.Popen[bytes]:
+        return self.start("dispatcher", app, *args, env=env, crash_at=crash_at)
 
     def forget(self, proc: subprocess.Popen[bytes]) -> None:
         """A process the test killed on purpose: not expected to exit 0 at teardown."""

@@ -427,7 +427,7 @@ NO_KEYS = Keyring({})
 def oracle(fields: dict[Any, Any], limit: int | None = None) -> InputEntry | InputError | Unauthorized:
     """What the dispatcher must make of an entry: the decoded entry, or why it is rejected.
 
-    The decoder decides; then, as in `Dispatcher.handle_input`, an entry carrying a `sig` is
+    The decoder decides; then, as in `EntryDecoder.prepare`, an entry carrying a `sig` is
     verified (with signing off, no principal is known: refused `unauthorized`).
     """
     try:

@@ -1,6 +1,6 @@
 """Load an app (`module` or `module:attr`) and describe its tools for the model.
 
-An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (SPEC 4). It needs
+An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (README, "An app"). It needs
 no import from Parley; tool kinds are plain function attributes (`fn.deferred = True`).
 """
 
@@ -80,7 +80,8 @@ def load_app(spec: str | None) -> App:
 
 
 def load_agents(app: App) -> dict[str, App]:
-    """Every sub-agent app reachable from `app` through tools' `fn.agent` (SPEC 6), by spec.
+    """Every sub-agent app reachable from `app` through tools' `fn.agent`, by spec (README,
+    "Pauses, limits, sub-agents, signing").
 
     Workers run jobs only for these apps: a job payload naming any other app is refused, so
     the payload cannot make a worker import arbitrary modules.

@@ -20,6 +20,7 @@ from rq.timeouts import JobTimeoutException
 
 from parley import metrics
 from parley.logs import kv
+from parley.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
@@ -73,7 +74,7 @@ OUTAGE_PATIENCE_S = 120
 def through_outages(action: Callable[[], Any], what: str) -> None:
     """Retry `action` while Redis is unreachable (restarting, loading its AOF), with backoff."""
     deadline = time.monotonic() + OUTAGE_PATIENCE_S
-    delay = 0.1
+    failures = 0
     while True:
         try:
             action()
@@ -81,9 +82,10 @@ def through_outages(action: Callable[[], Any], what: str) -> None:
         except (RedisConnectionError, RedisTimeoutError, BusyLoadingError) as exc:
             if time.monotonic() > deadline:
                 raise
+            delay = backoff(failures, base=0.1, cap=5.0)
+            failures += 1
             log.warning(f"redis unavailable; retrying to {what}", extra=kv(error=repr(exc), backoff_s=delay))
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 _agents: dict[str, App] = {}
@@ -178,7 +180,8 @@ def run_decide(payload: dict[str, Any]) -> None:
 
 
 def check_response(response: Any) -> dict[str, Any]:
-    """The model's reply in the shape of SPEC 4 (`content`, `tool_calls`, `usage`)."""
+    """The model's reply in the shape an app's `llm` returns: `content`, `tool_calls`, `usage`
+    (README, "An app")."""
     if not isinstance(response, dict):
         raise ValueError(f"llm must return a dict, got {type(response).__name__}")
     content = response.get("content") or ""

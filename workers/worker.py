@@ -26,6 +26,7 @@ from rq.utils import now
 from rq.worker import WorkerStatus
 
 from parley.metrics import JOBS_REFUSED, Health
+from parley.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
 from parley.workers.jobs import ALLOWED_FUNCS
@@ -184,7 +185,7 @@ class ParleyWorker(SimpleWorker):
         two, the job's in-flight record covers a kill -9 (the dispatcher posts the loss)."""
         self.set_state(WorkerStatus.IDLE)
         self.heartbeat()
-        connection_wait_time = 1.0
+        outages = 0  # consecutive failed attempts to reach Redis, for the backoff
         idle_since = time.monotonic()
         # Kept until a call gets its answer: the retry of a call that got no reply passes the
         # same token (and the same popped id) and gets what that call took.
@@ -223,11 +224,12 @@ class ParleyWorker(SimpleWorker):
             except DequeueTimeout:
                 continue
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as conn_err:
+                wait_s = backoff(outages, base=1.0, cap=self.max_connection_wait_time,
+                                 growth=self.exponential_backoff_factor)
+                outages += 1
                 self.log.error("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
-                               self.name, conn_err, connection_wait_time)
-                time.sleep(connection_wait_time)
-                connection_wait_time = min(connection_wait_time * self.exponential_backoff_factor,
-                                           self.max_connection_wait_time)
+                               self.name, conn_err, wait_s)
+                time.sleep(wait_s)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         if not getattr(job, "parley_claimed", False) or job.func_name not in self.lean_funcs:

@@ -13,6 +13,7 @@ import redis
 from parley import logs
 from parley.cli.demo import SEED_APP
 from parley.cli.transcript import format_transcript
+from parley.retry import backoff
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -205,11 +206,11 @@ def _work_until_stopped(new_worker: Any, burst: bool) -> None:
             if w is not None and w._stop_requested:
                 return
             restarts += 1
-            backoff = min(5.0, 0.25 * 2 ** min(restarts, 5))
+            delay = backoff(restarts, base=0.25, cap=5.0)
             log.warning("redis unavailable; restarting the worker loop",
-                        extra=logs.kv(error=repr(exc), backoff_s=backoff, restarts=restarts))
+                        extra=logs.kv(error=repr(exc), backoff_s=delay, restarts=restarts))
             stop = _stop_on_signals()
-            if stop.wait(backoff):
+            if stop.wait(delay):
                 return
 
 

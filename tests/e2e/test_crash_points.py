@@ -38,7 +38,7 @@ def normalized(client: Client, session: str) -> tuple[list[dict[str, Any]], dict
 def test_dispatcher_killed_at_a_chosen_point_changes_nothing(procs: Procs, r: redis.Redis, client: Client,
                                                              point: str, nth: int) -> None:
     crashing = procs.dispatcher("examples.seed_app", "--lease-ms", "2000",
-                                env={"PARLEY_CRASH_AT": f"{point}:{nth}"})
+                                crash_at=f"{point}:{nth}")
     time.sleep(0.8)  # it holds the lease; the next one stands by
     procs.dispatcher("examples.seed_app", "--lease-ms", "2000")
     procs.worker("examples.seed_app")

@@ -1,11 +1,12 @@
 """Helpers for the integration tests: a Dispatcher driven by hand against the private Redis.
 
 The dispatcher's loop is never started here: a test builds a `Dispatcher`, sets its
-partition count and calls `tick()` (or `maintain_leases()` then `apply()` /
-`handle_input()`) itself, so every step is deterministic.
+partition count and calls `tick(d)` (or `d.leases.maintain()` then `d.apply_entries(...)`)
+itself, so every step is deterministic.
 """
 
 import signal
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import orjson
 import pytest
 import redis
 
+from parley.dispatcher.apply import Replies
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.machine import AppInfo, ToolInfo, job_id
@@ -43,7 +45,7 @@ def make_dispatcher(r: redis.Redis) -> MakeDispatcher:
              **kwargs: Any) -> Dispatcher:
         kwargs.setdefault("block_ms", 5)
         d = Dispatcher(r, Keys(), app, name=name, **kwargs)
-        d.partitions = partitions
+        d.leases.partitions = partitions
         return d
 
     return make
@@ -80,9 +82,16 @@ def types(r: redis.Redis, session: str) -> list[str]:
     return [e["type"] for e in events(r, session)]
 
 
-def tick(d: Dispatcher, n: int = 3) -> None:
+# What each dispatcher's last tick read ahead, as `Dispatcher.run` keeps it between ticks.
+_ahead: "weakref.WeakKeyDictionary[Dispatcher, Replies | None]" = weakref.WeakKeyDictionary()
+
+
+def tick(d: Dispatcher, n: int = 3) -> Replies | None:
+    """n ticks of `d`, each given what the previous one read ahead, as its loop would; returns
+    what the last one read ahead (entries delivered to `d`, not yet applied)."""
     for _ in range(n):
-        d.tick()
+        _ahead[d] = d.tick(_ahead.get(d))
+    return _ahead.get(d)
 
 
 def pending_count(r: redis.Redis, stream: str) -> int:

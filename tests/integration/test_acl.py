@@ -33,15 +33,16 @@ from rq.serializers import JSONSerializer
 from parley.cli.appinfo import app_info
 from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
-from parley.dispatcher.consume import Dispatcher, get_partitions
+from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.enqueue import Outbox
+from parley.dispatcher.leases import get_partitions
 from parley.metrics import Health, RedisStateCollector
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker
-from tests.integration.conftest import enqueue_tool_job
+from tests.integration.conftest import enqueue_tool_job, tick
 
 pytestmark = pytest.mark.usefixtures("restore_signals")
 
@@ -156,7 +157,7 @@ def worker_app(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make_dispatcher(conn: redis.Redis) -> Dispatcher:
     d = Dispatcher(conn, Keys(), app_info(load_app(SCENARIOS)), block_ms=5)
-    d.partitions = get_partitions(conn, KEYS)
+    d.leases.partitions = get_partitions(conn, KEYS)
     return d
 
 
@@ -179,8 +180,7 @@ def drive(d: Dispatcher, worker_conn: redis.Redis, client: Client, session: str,
           rounds: int = 12) -> list[str]:
     """Dispatcher ticks and worker bursts, in turn, until the producer sees an `until` event."""
     for _ in range(rounds):
-        for _ in range(3):
-            d.tick()
+        tick(d)
         seen = types(client, session)
         if until in seen:
             return seen
@@ -286,8 +286,7 @@ def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.
     client = Client(producer)
     assert client.send("acl-p", {"type": "session.create"}, idempotency_key="k-1")
     d = make_dispatcher(dispatcher)
-    for _ in range(3):
-        d.tick()
+    tick(d)
     assert types(client, "acl-p") == ["session.created"]
     assert producer.xrange(KEYS.events("acl-p"))  # XRANGE and XREVRANGE too, for catching up
     assert producer.xrevrange(KEYS.events("acl-p"), count=1)
@@ -439,8 +438,7 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     client = Client(producer)
     d = make_dispatcher(dispatcher)
     client.send("acl-d", {"type": "message.create", "content": "hello"})
-    for _ in range(3):
-        d.tick()
+    tick(d)
     assert acl.admin.hget(KEYS.meta("acl-d"), "ver") == b"1"  # session state written
     queued = {q: text(j) for q in ("decide", "llm") for j in acl.admin.lrange(f"rq:queue:{q}", 0, -1)}
     assert len(queued) == 1  # and its first job enqueued
@@ -450,8 +448,7 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
 
     # a bad entry: copied to parley:inputs:rejected, reported on the session, its key kept
     producer.xadd("parley:inputs", {"session": "acl-d", "input": "{not json", "id": "bad-1"})
-    for _ in range(3):
-        d.tick()
+    tick(d)
     assert acl.admin.xlen("parley:inputs:rejected") == 1
     assert types(client, "acl-d")[-1] == "input.refused"
     assert acl.admin.exists(KEYS.idempotency("acl-d", "bad-1"))
@@ -468,24 +465,23 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     dispatcher.hset(KEYS.running, "parley-lost", orjson.dumps({
         "worker": "dead-worker", "session": "acl-y", "work": "call-1", "attempt": 1, "kind": "tool",
         "reply_to": "parley:results"}))
-    d.deadlines_checked = d.lost_checked = 0.0
-    d.fire_deadlines()
-    d.find_lost_work()
+    d.sweeps.deadlines_checked = d.sweeps.lost_checked = 0.0
+    d.sweeps.fire_deadlines()
+    d.sweeps.find_lost_work()
     posted = outcomes(acl.admin)
     assert [(o.session, o.kind) for o in posted] == [("acl-x", "deadline"), ("acl-y", "tool")]
     assert posted[1].lost is True and acl.admin.hlen(KEYS.running) == 0
-    for _ in range(3):
-        d.tick()  # applies them (both are for sessions that do not exist: dropped)
+    tick(d)  # applies them (both are for sessions that do not exist: dropped)
     assert acl.admin.xlen("parley:results") == 0
 
-    d.release_leases()
+    d.leases.release_all()
     assert acl.admin.exists(KEYS.lease(0)) == 0
     assert acl.denials() == []
 
 
 def test_metrics_and_health_read_what_they_need(acl: AclRedis, worker: redis.Redis,
                                                 dispatcher: redis.Redis) -> None:
-    make_dispatcher(dispatcher).maintain_leases()  # creates the streams' consumer groups
+    make_dispatcher(dispatcher).leases.maintain()  # creates the streams' consumer groups
     for conn in (worker, dispatcher):
         families = {m.name: m for m in RedisStateCollector(conn, KEYS).collect()}
         assert {"parley_open_interrupts", "parley_queue_depth", "parley_stream_lag"} <= set(families)
@@ -534,7 +530,7 @@ def test_reader_reads_sessions(acl: AclRedis, reader: redis.Redis, producer: red
                                dispatcher: redis.Redis) -> None:
     Client(producer).send("acl-r", {"type": "message.create", "content": "hi"})
     for _ in range(3):
-        make_dispatcher(dispatcher).tick()
+        tick(make_dispatcher(dispatcher), 1)
     view = Client(reader).show("acl-r")
     assert view is not None and view["messages"][0]["content"] == "hi"
     assert "message.created" in types(Client(reader), "acl-r")

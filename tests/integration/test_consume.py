@@ -16,7 +16,10 @@ from rq.serializers import JSONSerializer
 
 from parley.cli.appinfo import app_info
 from parley.client import Client
-from parley.dispatcher.consume import Dispatcher, get_partitions
+from parley.dispatcher.apply import Batch
+from parley.dispatcher.consume import Dispatcher
+from parley.dispatcher.entries import Prepared
+from parley.dispatcher.leases import get_partitions
 from parley.dispatcher.machine import AppInfo, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.workers.app import load_app
@@ -162,25 +165,29 @@ def test_inputs_of_one_session_apply_in_append_order(
 # ---- exactly once across crashes -----------------------------------------------------------------
 
 
-def flush(d: Dispatcher) -> None:
-    """What process() does after a batch: flush the effects its commits left."""
-    d.outbox.flush_many(d.unflushed)
-    d.unflushed = []
+def apply_entry(d: Dispatcher, entry_id: str, fields: dict[Any, Any]) -> Batch:
+    """One input entry through the dispatcher's apply path, outside any tick: applied (or
+    rejected), its effects left in the returned batch, nothing settled."""
+    batch = Batch()
+    d.apply_entries(d.leases.owned[0], INPUTS, [(entry_id, fields)], batch)
+    return batch
+
+
+def flush(d: Dispatcher, batch: Batch) -> None:
+    """What a settle does first: flush the effects the batch's commits left."""
+    d.outbox.flush_many(batch.effects)
 
 
 def test_applying_the_same_entry_twice_is_a_noop(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher()
-    d.maintain_leases()
-    p = d.owned[0]
+    d.leases.maintain()
     entry = send(r, "s-5", {"type": "message.create", "content": "once"})
     fields = r.xrange(INPUTS)[0][1]
-    d.handle_input(p, INPUTS, entry, fields)
-    flush(d)
+    flush(d, apply_entry(d, entry, fields))
     before = events(r, "s-5")
     assert [e["type"] for e in before] == ["session.created", "message.created", "llm.started"]
 
-    d.handle_input(p, INPUTS, entry, fields)
-    flush(d)
+    flush(d, apply_entry(d, entry, fields))
     assert events(r, "s-5") == before
     assert queue_ids(r, "llm") == [job_id("s-5", "llm-1", 1)]
     assert (d.stats.applied, d.stats.replays) == (1, 1)
@@ -188,7 +195,7 @@ def test_applying_the_same_entry_twice_is_a_noop(r: redis.Redis, make_dispatcher
 
     # an older entry of the same stream is a replay too (the marker is the last applied id)
     ms, _, seq = entry.partition("-")
-    d.handle_input(p, INPUTS, f"{int(ms) - 1}-{seq}", fields)
+    apply_entry(d, f"{int(ms) - 1}-{seq}", fields)
     assert d.stats.replays == 2
     assert events(r, "s-5") == before
 
@@ -225,8 +232,9 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
 
     # a further replay finds nothing left to flush
     applied = orjson.loads(r.hget(KEYS.meta("s-6"), "applied"))[INPUTS]
-    d2.apply(d2.owned[0], INPUTS, applied, "s-6", None,
-             lambda state: pytest.fail("a replay must not compute a transition"))
+    replay = Prepared(applied, {}, "s-6", None,
+                      lambda state, ctx: pytest.fail("a replay must not compute a transition"))
+    d2.applier.apply(d2.leases.owned[0], INPUTS, [replay], Batch())
     assert d2.stats.replays == 2
     assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]
 
@@ -370,11 +378,11 @@ def test_only_one_dispatcher_holds_a_partition_and_a_second_takes_over(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d1 = make_dispatcher(name="d1")
     d2 = make_dispatcher(name="d2")
-    d1.maintain_leases()
-    d2.maintain_leases()
-    assert list(d1.owned) == [0] and d2.owned == {}
-    assert r.get(KEYS.lease(0)).decode() == d1.owned[0].token
-    assert d1.owned[0].token.startswith("d1:")
+    d1.leases.maintain()
+    d2.leases.maintain()
+    assert list(d1.leases.owned) == [0] and d2.leases.owned == {}
+    assert r.get(KEYS.lease(0)).decode() == d1.leases.owned[0].token
+    assert d1.leases.owned[0].token.startswith("d1:")
     pttl = r.pttl(KEYS.lease(0))
     assert 0 < pttl <= 10_000
 
@@ -383,11 +391,11 @@ def test_only_one_dispatcher_holds_a_partition_and_a_second_takes_over(
     assert r.xlen(INPUTS) == 1 and events(r, "s-14") == []
 
     r.delete(KEYS.lease(0))  # d1's lease is gone (expired)
-    d2.maintain_leases()
-    assert list(d2.owned) == [0]
+    d2.leases.maintain()
+    assert list(d2.leases.owned) == [0]
     # d1 has not noticed yet: it reads the entry but its commit is fenced off
     tick(d1, 1)
-    assert d1.stats.applied == 0 and d1.owned == {}
+    assert d1.stats.applied == 0 and d1.leases.owned == {}
     assert events(r, "s-14") == []
     assert pending_count(r, INPUTS) == 1  # left for the new owner
 
@@ -401,39 +409,39 @@ def test_an_expired_lease_is_taken_over_and_the_old_holder_lets_go(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d1 = make_dispatcher(name="d1", lease_ms=300)
     d2 = make_dispatcher(name="d2", lease_ms=300)
-    d1.maintain_leases()
-    d2.maintain_leases()
-    assert list(d1.owned) == [0] and d2.owned == {}
+    d1.leases.maintain()
+    d2.leases.maintain()
+    assert list(d1.leases.owned) == [0] and d2.leases.owned == {}
     time.sleep(0.4)  # d1 stalls past its lease
     assert r.exists(KEYS.lease(0)) == 0
-    d2.maintain_leases()
-    assert list(d2.owned) == [0]
-    d1.maintain_leases()  # its renewal fails: the token is no longer its own
-    assert d1.owned == {}
-    assert r.get(KEYS.lease(0)).decode() == d2.owned[0].token
+    d2.leases.maintain()
+    assert list(d2.leases.owned) == [0]
+    d1.leases.maintain()  # its renewal fails: the token is no longer its own
+    assert d1.leases.owned == {}
+    assert r.get(KEYS.lease(0)).decode() == d2.leases.owned[0].token
 
 
 def test_a_held_lease_is_renewed(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher(lease_ms=10_000)
-    d.maintain_leases()
-    d.maintain_leases()  # fresh: not renewed yet
+    d.leases.maintain()
+    d.leases.maintain()  # fresh: not renewed yet
     r.pexpire(KEYS.lease(0), 1000)  # as if 9 s had passed...
-    d.owned[0].renewed_at -= 9  # ...since the last renewal
-    assert not d.lease_fresh(d.owned[0])
-    d.maintain_leases()
+    d.leases.owned[0].renewed_at -= 9  # ...since the last renewal
+    assert not d.leases.fresh(d.leases.owned[0])
+    d.leases.maintain()
     assert r.pttl(KEYS.lease(0)) > 9000
-    assert d.lease_fresh(d.owned[0])
-    assert list(d.owned) == [0]
-    d.release_leases()
-    assert r.exists(KEYS.lease(0)) == 0 and d.owned == {}
+    assert d.leases.fresh(d.leases.owned[0])
+    assert list(d.leases.owned) == [0]
+    d.leases.release_all()
+    assert r.exists(KEYS.lease(0)) == 0 and d.leases.owned == {}
 
 
 def test_release_does_not_delete_another_holders_lease(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher()
-    d.maintain_leases()
+    d.leases.maintain()
     r.set(KEYS.lease(0), "someone-else")
-    d.release_leases()
+    d.leases.release_all()
     assert r.get(KEYS.lease(0)) == b"someone-else"
 
 
@@ -449,7 +457,7 @@ def test_partitioned_streams_are_read_and_results_routed_per_partition(
         c.send(s, {"type": "message.create", "content": f"to {n}"})
     d = make_dispatcher(partitions=2)
     tick(d)
-    assert sorted(d.owned) == [0, 1]
+    assert sorted(d.leases.owned) == [0, 1]
     for n, s in sessions.items():
         assert types(r, s) == ["session.created", "message.created", "llm.started"]
         assert fetch(r, job_id(s, "llm-1", 1)).args[0]["reply_to"] == f"parley:results:{n}"
@@ -458,8 +466,8 @@ def test_partitioned_streams_are_read_and_results_routed_per_partition(
 
     # a second dispatcher finds both partitions taken
     other = make_dispatcher(name="other", partitions=2)
-    other.maintain_leases()
-    assert other.owned == {}
+    other.leases.maintain()
+    assert other.leases.owned == {}
 
 
 def test_first_dispatcher_publishes_its_partition_count(r: redis.Redis) -> None:
@@ -492,9 +500,9 @@ def test_version_conflict_is_retried_and_commits_once(
 
 def test_dispatcher_without_partitions_owns_nothing(r: redis.Redis) -> None:
     d = Dispatcher(r, KEYS, AppInfo(), block_ms=1)
-    assert d.partitions == 0  # set by run() from parley:config
-    d.maintain_leases()
-    assert d.owned == {}
+    assert d.leases.partitions == 0  # set by run() from parley:config
+    d.leases.maintain()
+    assert d.leases.owned == {}
 
 
 # ---- lost work (SPEC 6: a job a dead worker held is retried or settled worker_lost) --------------
@@ -516,9 +524,9 @@ def test_llm_job_of_a_dead_worker_is_posted_lost_once_and_retried(
     send(r, "s-16", {"type": "message.create", "content": "hello"})
     tick(d)
     jid = plant_running(r, "s-16", "llm-1", "llm", worker="w-dead")  # no heartbeat key: dead
-    d.lost_checked = standby.lost_checked = 0.0
-    d.find_lost_work()
-    standby.find_lost_work()  # every dispatcher sweeps; the loss is posted once
+    d.sweeps.lost_checked = standby.sweeps.lost_checked = 0.0
+    d.sweeps.find_lost_work()
+    standby.sweeps.find_lost_work()  # every dispatcher sweeps; the loss is posted once
     [(_id, fields)] = r.xrange(RESULTS)
     lost = orjson.loads(fields[b"outcome"])
     assert lost == {**lost, "session": "s-16", "work": "llm-1", "attempt": 1, "kind": "llm",
@@ -550,7 +558,7 @@ def test_tool_job_of_a_dead_worker_is_settled_worker_lost(
                  value={"content": "", "tool_calls": [{"id": "a", "name": "lookup", "arguments": {}}]})
     tick(d)
     plant_running(r, "s-17", "call-1", "tool", worker="w-gone")
-    d.lost_checked = 0.0
+    d.sweeps.lost_checked = 0.0
     tick(d)
     tick(d)
     completed = [e for e in events(r, "s-17") if e["type"] == "tool.completed"]
@@ -564,8 +572,8 @@ def test_a_job_of_a_live_worker_is_left_alone(r: redis.Redis, make_dispatcher: M
     d = make_dispatcher()
     jid = plant_running(r, "s-18", "llm-1", "llm", worker="w-alive")
     r.set(KEYS.worker_alive("w-alive"), 1, px=5000)
-    d.lost_checked = 0.0
-    d.find_lost_work()
+    d.sweeps.lost_checked = 0.0
+    d.sweeps.find_lost_work()
     assert r.hexists(KEYS.running, jid) == 1
     assert r.exists(RESULTS) == 0
 
@@ -585,32 +593,32 @@ def test_a_planted_running_record_cannot_aim_the_lost_work_post_elsewhere(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     """A worker may write parley:running; a record naming another stream is ignored."""
     d = make_dispatcher()
-    d.partitions = 1
+    d.leases.partitions = 1
     r.hset(KEYS.running, "planted", orjson.dumps({
         "worker": "ghost", "session": "victim", "work": "llm-1", "attempt": 1, "kind": "llm",
         "reply_to": KEYS.events("victim")}))
-    d.lost_checked = 0.0
-    d.find_lost_work()
+    d.sweeps.lost_checked = 0.0
+    d.sweeps.find_lost_work()
     assert r.xlen(KEYS.events("victim")) == 0
 
 
 def test_two_dispatchers_share_the_partitions(r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     """Each live dispatcher takes about N / live partitions; a dead one's share is taken over."""
     a = make_dispatcher(name="a", partitions=4, lease_ms=2000)
-    a.partitions = 4
-    a.maintain_leases()
-    assert sorted(a.owned) == [0, 1, 2, 3]  # alone: everything
+    a.leases.partitions = 4
+    a.leases.maintain()
+    assert sorted(a.leases.owned) == [0, 1, 2, 3]  # alone: everything
     b = make_dispatcher(name="b", partitions=4, lease_ms=2000)
-    b.partitions = 4
-    b.maintain_leases()  # registers; nothing free yet
-    a.maintained_at = 0.0
-    a.maintain_leases()  # sees two live dispatchers: gives two back
-    b.maintain_leases()
-    assert sorted(a.owned) == [0, 1] and sorted(b.owned) == [2, 3]
-    a.release_leases()  # a stops: b takes everything at its next look
-    b.maintained_at = 0.0
-    b.maintain_leases()
-    assert sorted(b.owned) == [0, 1, 2, 3]
+    b.leases.partitions = 4
+    b.leases.maintain()  # registers; nothing free yet
+    a.leases.maintained_at = 0.0
+    a.leases.maintain()  # sees two live dispatchers: gives two back
+    b.leases.maintain()
+    assert sorted(a.leases.owned) == [0, 1] and sorted(b.leases.owned) == [2, 3]
+    a.leases.release_all()  # a stops: b takes everything at its next look
+    b.leases.maintained_at = 0.0
+    b.leases.maintain()
+    assert sorted(b.leases.owned) == [0, 1, 2, 3]
 
 
 def test_a_bad_entry_with_a_non_utf8_field_name_is_rejected_and_the_partition_goes_on(
@@ -627,16 +635,16 @@ def test_a_bad_entry_with_a_non_utf8_field_name_is_rejected_and_the_partition_go
 
 def apply_input_fails_for(monkeypatch: pytest.MonkeyPatch, session: str) -> None:
     """A machine bug that shows only for one session: applying its inputs raises."""
-    import parley.dispatcher.consume as consume
+    import parley.dispatcher.entries as entries
 
-    real = consume.apply_input
+    real = entries.apply_input
 
     def buggy(state, entry, entry_id, ctx, **kw):  # type: ignore[no-untyped-def]
         if entry.session == session:
             raise RuntimeError("a bug")
         return real(state, entry, entry_id, ctx, **kw)
 
-    monkeypatch.setattr(consume, "apply_input", buggy)
+    monkeypatch.setattr(entries, "apply_input", buggy)
 
 
 def test_an_unexpected_error_moves_the_entry_aside_instead_of_stopping_the_partition(
@@ -664,10 +672,10 @@ def test_a_job_dequeued_by_a_worker_that_died_before_starting_it_is_retried(
     for job in (first, waiting):  # both enqueued long ago
         rec = orjson.loads(r.hget(KEYS.inflight, job))
         r.hset(KEYS.inflight, job, orjson.dumps({**rec, "at": 0}))
-    d.unclaimed_checked = 0.0
-    d.find_unclaimed_work()
-    d.unclaimed_checked = 0.0
-    d.find_unclaimed_work()  # posted once, not twice
+    d.sweeps.unclaimed_checked = 0.0
+    d.sweeps.find_unclaimed_work()
+    d.sweeps.unclaimed_checked = 0.0
+    d.sweeps.find_unclaimed_work()  # posted once, not twice
     assert r.hexists(KEYS.inflight, waiting) and not r.hexists(KEYS.inflight, first)
     assert r.exists(f"rq:job:{first}") == 0  # RQ's own cleanup cannot run it after all
     tick(d)
@@ -756,8 +764,8 @@ def test_a_batch_is_applied_in_waves_with_the_result_of_one_entry_at_a_time(
     monkeypatch.setattr(d.store, "commit_many", commit_many)
     ids = send_all(r, MIXED)
     evalsha_before = r.info("commandstats")["cmdstat_evalsha"]["calls"]
-    d.maintain_leases()
-    d.process(d.owned[0], INPUTS, r.xreadgroup(Keys.GROUP, d.name, {INPUTS: ">"}, count=100)[0][1])
+    d.leases.maintain()
+    d.process(d.leases.owned[0], INPUTS, r.xreadgroup(Keys.GROUP, d.name, {INPUTS: ">"}, count=100)[0][1])
     # the refused entry of w-b first applies what precedes it (2 waves), then 2 more waves
     assert loads == commits == [["w-a", "w-b"], ["w-a"], ["w-c", "w-a", "w-b"], ["w-c", "w-a"]]
     assert d.stats.waves == 4 and d.stats.applied == 8 and d.stats.rejected == 1
@@ -817,7 +825,7 @@ def test_lease_lost_in_the_middle_of_a_wave_leaves_the_rest_to_the_next_owner(
     entries = {s: send(r, s, message(f"{s} hello")) for s in ("l-a", "l-b", "l-c")}
     send(r, "l-a", message("l-a again"))
     tick(d1, 1)
-    assert d1.owned == {} and d1.stats.applied == 1
+    assert d1.leases.owned == {} and d1.stats.applied == 1
     # l-a's first entry is committed, but d1 no longer holds the partition: the settle is fenced,
     # so nothing is flushed or acknowledged (the next owner's replay flushes it, once)
     assert types(r, "l-a") == ["session.created", "message.created", "llm.started"]
@@ -893,17 +901,17 @@ def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
 def test_a_tick_acknowledges_and_reads_the_next_entries_in_one_round_trip(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher(batch=2)
-    d.maintain_leases()
+    d.leases.maintain()
     for i in range(4):
         send(r, f"pf-{i}", message("hi"))
     execs = r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0)
-    d.tick()
+    ahead = d.tick()
     # the first two are applied, flushed and acknowledged; the next two were read by the same
     # MULTI: delivered to this consumer (pending), not yet applied
     assert d.stats.applied == 2 and r.xlen(INPUTS) == 2 and pending_count(r, INPUTS) == 2
-    assert d.prefetched and sum(len(entries) for _s, entries in d.prefetched) == 2
+    assert ahead and sum(len(entries) for _s, entries in ahead) == 2
     assert r.info("commandstats")["cmdstat_exec"]["calls"] - execs == 1
-    d.tick()
+    d.tick(ahead)
     assert d.stats.applied == 4 and r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
     assert all("llm.started" in types(r, f"pf-{i}") for i in range(4))
     assert len(queue_ids(r, "llm")) == 4
@@ -912,11 +920,11 @@ def test_a_tick_acknowledges_and_reads_the_next_entries_in_one_round_trip(
 def test_entries_read_ahead_by_a_dispatcher_that_dies_are_applied_by_the_next_owner(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d1 = make_dispatcher(name="d1", batch=1)
-    d1.maintain_leases()
+    d1.leases.maintain()
     send(r, "pf-a", message("one"))
     send(r, "pf-b", message("two"))
-    d1.tick()
-    assert d1.prefetched and pending_count(r, INPUTS) == 1  # pf-b: read ahead, then d1 dies
+    ahead = d1.tick()
+    assert ahead and pending_count(r, INPUTS) == 1  # pf-b: read ahead, then d1 dies
     r.delete(KEYS.lease(0))
     d2 = make_dispatcher(name="d2")
     tick(d2)
@@ -926,26 +934,28 @@ def test_entries_read_ahead_by_a_dispatcher_that_dies_are_applied_by_the_next_ow
 
 
 def test_a_dispatcher_stalled_past_its_lease_settles_nothing(
-        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
     """A commits, then stalls past its lease; B takes the partition over and replays what A
     committed. A's settle is fenced: it flushes, acknowledges and reads nothing (else the job
     would be enqueued twice, and entries read ahead by A would be stranded in A's pending list)."""
     a = make_dispatcher(name="A", lease_ms=400)
     b = make_dispatcher(name="B", lease_ms=400)
-    a.maintain_leases()
+    a.leases.maintain()
     stalled: list[str] = []
+    real_commit_many = a.store.commit_many
 
-    def stall(_tr: Any) -> None:
-        if stalled:
-            return
-        time.sleep(0.5)  # past A's lease
-        b.tick()  # B takes partition 0 and replays A's committed entry
-        stalled.append(send(r, "st-2", message("second")))
+    def commit_then_stall(batch, lease_key, token):  # type: ignore[no-untyped-def]
+        rcs = real_commit_many(batch, lease_key, token)
+        if not stalled:
+            time.sleep(0.5)  # past A's lease
+            tick(b, 1)  # B takes partition 0 and replays A's committed entry
+            stalled.append(send(r, "st-2", message("second")))
+        return rcs
 
-    a.on_transition = stall
+    monkeypatch.setattr(a.store, "commit_many", commit_then_stall)
     send(r, "st-1", message("first"))
-    a.tick()
-    assert a.owned == {} and not a.prefetched
+    ahead = a.tick()
+    assert a.leases.owned == {} and not ahead
     tick(b, 3)
     assert "llm.started" in types(r, "st-1") and "llm.started" in types(r, "st-2")
     assert sorted(queue_ids(r, "llm")) == sorted([job_id("st-1", "llm-1", 1), job_id("st-2", "llm-1", 1)])

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parley.client import Client
-from parley.dispatcher.consume import entry_key
+from parley.dispatcher.entries import entry_key
 from parley.dispatcher.store import Store
 from parley.schemas.codec import (
     DEFAULT_MAX_INPUT_BYTES,

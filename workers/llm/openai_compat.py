@@ -1,8 +1,8 @@
 """An `llm` for any OpenAI-compatible chat-completions server (OpenAI, vLLM, Ollama, LiteLLM, ...).
 
-`OpenAICompatible()` is a callable an app uses as its `llm` (SPEC 4): it turns Parley's
-request into a `POST {base_url}/chat/completions` and the server's reply into Parley's
-response shape. Configuration comes from the constructor or the environment:
+`OpenAICompatible()` is a callable an app uses as its `llm` (README, "Using a real model"): it
+turns Parley's request into a `POST {base_url}/chat/completions` and the server's reply into
+Parley's response shape. Configuration comes from the constructor or the environment:
 
 - `PARLEY_LLM_BASE_URL` (default `https://api.openai.com/v1`),
 - `PARLEY_LLM_MODEL` (a request's `model`, from an `llm.call` action, overrides it),
@@ -17,7 +17,6 @@ logged, shown in `repr` or echoed in an error.
 import json
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 
 from parley.logs import kv
+from parley.retry import backoff
 
 log = logging.getLogger("parley.llm")
 
@@ -98,7 +98,7 @@ class OpenAICompatible:
         return parse_response(self._post(body))
 
     def build_body(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The chat-completions request body for Parley's `request` (SPEC 4)."""
+        """The chat-completions request body for Parley's `request` (README, "An app")."""
         model = request.get("model") or self.model
         if not model:
             raise LLMError("no model: pass OpenAICompatible(model=...), set PARLEY_LLM_MODEL, "
@@ -191,7 +191,7 @@ class OpenAICompatible:
             hinted = _retry_after(response)
             if hinted is not None:
                 return min(hinted, self.max_backoff)
-        return random.uniform(0, min(self.max_backoff, self.backoff_base * 2 ** attempt))
+        return backoff(attempt, base=self.backoff_base, cap=self.max_backoff, jitter=True)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key, "***") if self._api_key else text

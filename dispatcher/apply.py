@@ -1,0 +1,215 @@
+"""Apply prepared entries: waves of distinct sessions, commits fenced by the lease, rejections.
+
+One path for every entry (docs/design.md, "Consuming streams", waves): a wave is one
+pipelined load of its sessions, the pure transitions, and one pipeline of commit scripts.
+Each commit writes the transition together with the session's "entry applied" marker, so a
+replay is a no-op; an entry whose commit met a version conflict goes round again (reload,
+recompute, commit) in a smaller wave until it commits; a fenced commit (LEASE_LOST) stops
+the batch; an exception computing one transition rejects that entry alone. What a commit
+asks the shell to do next (its effects) is handed over, unread, to the tick's `Batch`,
+which the settle flushes.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis import Redis
+
+from parley import metrics
+from parley.dispatcher.entries import (
+    Context,
+    EntryDecoder,
+    Prepared,
+    Refused,
+    Transition,
+    already_applied,
+    poisoned,
+)
+from parley.dispatcher.leases import LeaseLost, Leases, Partition
+from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
+from parley.logs import kv
+from parley.schemas.codec import session_of
+from parley.schemas.keys import Keys
+from parley.schemas.state import SessionState
+
+log = logging.getLogger("parley.dispatcher")
+
+REJECTED_MAXLEN = 10_000
+# What XREADGROUP answers: [(stream, [(entry id, fields), ...]), ...]
+Replies = list[tuple[Any, list[Any]]]
+
+
+@dataclass
+class Stats:
+    applied: int = 0
+    replays: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    conflicts: int = 0
+    # waves of distinct sessions (a conflicted entry's extra rounds are not counted again)
+    waves: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass
+class Batch:
+    """What one tick did, held until its settle: one settle (one MULTI) flushes `effects` and
+    acknowledges `acks`, and may read the next tick's entries into `ahead`. A fresh Batch per
+    tick means a tick that failed before its settle leaves nothing behind: its entries stay
+    pending and are replayed."""
+
+    # stream -> ids of its entries applied, replayed or rejected
+    acks: dict[str, list[str]] = field(default_factory=dict)
+    # (session, effects) of every commit, and what replays found still in an outbox
+    effects: list[tuple[str, Any]] = field(default_factory=list)
+    # the next entries, read by the settle's MULTI
+    ahead: Replies | None = None
+
+    def ack(self, stream: str, entry_id: str) -> None:
+        self.acks.setdefault(stream, []).append(entry_id)
+
+
+def waves(queued: list[Prepared]) -> list[list[Prepared]]:
+    """Entries in stream order, split so that each session appears at most once a wave: a
+    session's n-th entry goes to wave n. Sessions are independent of each other (a transition
+    reads and writes its own session only), so only their own order must be kept."""
+    out: list[list[Prepared]] = []
+    depth: dict[str, int] = {}
+    for prep in queued:
+        n = depth.get(prep.session, 0)
+        depth[prep.session] = n + 1
+        if n == len(out):
+            out.append([])
+        out[n].append(prep)
+    return out
+
+
+@dataclass(slots=True)
+class Ready:
+    """A transition computed from a loaded version, waiting for its commit."""
+
+    prep: Prepared
+    version: str
+    tr: Transition
+
+
+class Applier:
+    def __init__(self, redis: Redis, keys: Keys, store: Store, leases: Leases, decoder: EntryDecoder,
+                 stats: Stats):
+        self.redis = redis
+        self.keys = keys
+        self.store = store
+        self.leases = leases
+        self.decoder = decoder
+        self.stats = stats
+
+    def apply(self, p: Partition, stream: str, queued: list[Prepared], batch: Batch) -> None:
+        """Apply entries of one stream of p, in waves; raise LeaseLost when p is no longer ours."""
+        for wave in waves(queued):
+            self.leases.check(p)
+            self.stats.waves += 1
+            while wave:
+                wave = self._round(p, stream, wave, batch)
+
+    def _round(self, p: Partition, stream: str, wave: list[Prepared], batch: Batch) -> list[Prepared]:
+        """Distinct sessions: one round trip loads them all, the transitions are computed, one
+        round trip commits them all (a pipeline of EVALSHAs, each atomic and fenced by itself).
+        Returns the entries that met a version conflict, to go round again."""
+        started = time.perf_counter()
+        loaded = self.store.load_many([(prep.session, prep.idem) for prep in wave])
+        ctx = self.decoder.context(p.streams[1])
+        ready = [r for prep, (state, version) in zip(wave, loaded, strict=True)
+                 if (r := self._compute(stream, prep, state, version, ctx, batch)) is not None]
+        if not ready:
+            return []
+        rcs = self.store.commit_many([(r.prep.session, r.version, r.tr) for r in ready],
+                                     self.keys.lease(p.n), p.token)
+        lost = False
+        conflicted: list[Prepared] = []
+        for r, rc in zip(ready, rcs, strict=True):
+            if rc == COMMITTED:
+                self._committed(stream, r, started, batch)
+            elif rc == LEASE_LOST:
+                lost = True  # those committed before it are recorded (flushed, acknowledged)
+            else:
+                assert rc == CONFLICT
+                # another writer moved the session on between our load and commit
+                self.stats.conflicts += 1
+                conflicted.append(r.prep)
+        if lost:
+            raise LeaseLost()
+        return conflicted
+
+    def _compute(self, stream: str, prep: Prepared, state: SessionState, version: str, ctx: Context,
+                 batch: Batch) -> Ready | None:
+        """The entry's transition, or None when there is nothing to commit: a replay (its effects
+        still in the outbox go to the batch) or a poison entry (rejected; the wave goes on)."""
+        if already_applied(state.applied.get(stream), prep.entry_id):
+            self.stats.replays += 1
+            metrics.REPLAYS.inc()
+            batch.effects.append((prep.session, self.store.pending_effects(prep.session)))
+            batch.ack(stream, prep.entry_id)
+            return None
+        try:
+            tr = prep.compute(state, ctx)
+        except Exception as exc:  # nothing of it is committed
+            self.reject(stream, prep.entry_id, prep.fields, poisoned(stream, prep.entry_id, exc), batch)
+            return None
+        tr.state.applied[stream] = prep.entry_id
+        return Ready(prep, version, tr)
+
+    def _committed(self, stream: str, r: Ready, started: float, batch: Batch) -> None:
+        session, tr = r.prep.session, r.tr
+        self.stats.applied += 1
+        if tr.dropped:
+            self.stats.dropped += 1
+            log.info("outcome dropped", extra=kv(session=session, entry=r.prep.entry_id, why=tr.dropped))
+        for key, n in tr.counts.items():
+            self.stats.counts[key] = self.stats.counts.get(key, 0) + n
+        batch.effects.append((session, tr.effects))
+        batch.ack(stream, r.prep.entry_id)
+        metrics.record_transition(tr, time.perf_counter() - started)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("applied", extra=kv(session=session, stream=stream, entry=r.prep.entry_id,
+                                          events=len(tr.events), effects=len(tr.effects)))
+
+    def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
+               batch: Batch) -> None:
+        """Bad entries are never lost: copied with the error to the rejected stream (docs/protocol.md,
+        "Rejected entries"), reported on their session (`input.refused`) and acknowledged, in
+        one MULTI."""
+        exc, code = refused.error, refused.code
+        self.stats.rejected += 1
+        metrics.INPUTS.labels(exc.input_type or "unknown", "rejected", code).inc()
+        copy: dict[Any, Any] = {k: v for k, v in fields.items()
+                                if _field_name(k) not in ("error", "source", "entry")}
+        copy.update({"error": str(exc), "source": stream, "entry": entry_id})
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xadd(self.keys.rejected, copy, maxlen=REJECTED_MAXLEN, approximate=True)
+        session = session_of(fields)
+        if session is not None:
+            event = {"type": "input.refused", "at": int(time.time() * 1000),
+                     "input": {"entry": entry_id, "type": exc.input_type, **exc.ids},
+                     "code": code, "message": str(exc)}
+            pipe.xadd(self.keys.events(session), {"event": orjson.dumps(event)},
+                      maxlen=self.store.events_maxlen, approximate=True)
+            idem = fields.get(b"id", fields.get("id"))
+            # docs/protocol.md, "Inputs": a key counts as used whatever became of its entry
+            # (not a forged one's)
+            if idem and code == "invalid_input":
+                key = idem.decode("utf-8", "replace") if isinstance(idem, bytes) else str(idem)
+                pipe.set(self.keys.idempotency(session, key), 1, ex=IDEMPOTENCY_TTL_S)
+        pipe.xack(stream, self.keys.GROUP, entry_id)
+        pipe.xdel(stream, entry_id)
+        pipe.execute()
+        batch.ack(stream, entry_id)
+        log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session,
+                                            error=str(exc)[:200]))
+
+
+def _field_name(key: bytes | str) -> str:
+    # Field names are producer bytes: never trust them to be UTF-8.
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else key

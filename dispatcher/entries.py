@@ -1,0 +1,124 @@
+"""Stream entries to transitions: decode, verify, and bind each entry to the machine.
+
+This is the dispatcher's one door into the pure machine (dispatcher/machine.py): the only
+module that calls `apply_input`, `apply_outcome`, builds a `Context` or asks `entry_ids`. A
+decoded entry becomes a `Prepared`, whose `compute(state, ctx)` is its transition once its
+session is loaded; a bad one becomes a `Refused`, for the rejected stream. No I/O happens
+here, so the consume loop decides when to load and commit (docs/design.md, "Consuming
+streams"). The rest of the shell takes the machine's types (AppInfo, Limits, Context,
+Transition) from this module too, so pointing the shell at another core changes this file.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from parley.dispatcher.machine import (
+    AppInfo,
+    Context,
+    Limits,
+    Transition,
+    apply_input,
+    apply_outcome,
+    entry_ids,
+)
+from parley.logs import kv
+from parley.schemas.codec import InputError, decode_input_entry
+from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import Keyring, Unauthorized
+from parley.schemas.state import SessionState
+
+log = logging.getLogger("parley.dispatcher")
+
+
+@dataclass(slots=True)
+class Prepared:
+    """An entry decoded and verified, waiting for its wave: its session, its idempotency key,
+    and its transition as a function of the loaded state and the wave's context."""
+
+    entry_id: str
+    fields: dict[Any, Any]
+    session: str
+    idem: str | None
+    compute: Callable[[SessionState, Context], Transition]
+
+
+@dataclass(slots=True)
+class Refused:
+    """An entry for the rejected stream (bad, unauthorized, or its decoder raised)."""
+
+    error: InputError
+    code: str = "invalid_input"
+
+
+def entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def already_applied(marker: str | None, entry_id: str) -> bool:
+    """Entry ids of a stream only grow and one reader applies them in order, so an id at or
+    below the session's marker for that stream was applied before: its replay is a no-op."""
+    return marker is not None and entry_key(entry_id) <= entry_key(marker)
+
+
+def poisoned(stream: str, entry_id: str, exc: BaseException | None) -> Refused:
+    """An exception decoding an entry or computing its transition (a bug, nothing committed):
+    the entry goes to the rejected stream with the error rather than stopping its partition
+    for good. A failure after the commit propagates instead: the entry stays pending and its
+    replay flushes what the commit left (docs/design.md, "Consuming streams")."""
+    log.error("entry could not be applied; moved to the rejected stream",
+              extra=kv(stream=stream, entry=entry_id), exc_info=exc)
+    return Refused(InputError(f"internal error: {type(exc).__name__}: {exc}"))
+
+
+@dataclass(frozen=True)
+class EntryDecoder:
+    """What the machine needs besides the state: the app's shape, limits, sub-agents, keys."""
+
+    app: AppInfo
+    limits: Limits = field(default_factory=Limits)
+    agents: dict[str, AppInfo] = field(default_factory=dict)
+    keyring: Keyring = field(default_factory=lambda: Keyring({}))
+
+    def context(self, results_stream: str) -> Context:
+        """The context of one load-compute-commit round: the time is read once for all of it."""
+        return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=results_stream,
+                       limits=self.limits, agents=self.agents)
+
+    def prepare(self, stream: str, inputs: bool, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
+        """An entry of an input stream (`inputs`) or of a results stream, ready for its wave."""
+        return self._input(stream, entry_id, fields) if inputs else self._outcome(entry_id, fields)
+
+    def _input(self, stream: str, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
+        try:
+            entry = decode_input_entry(fields)
+        except InputError as exc:
+            return Refused(exc)
+        except Exception as exc:  # the decoder's own bug: same as a machine bug
+            return poisoned(stream, entry_id, exc)
+        try:
+            principal = self.keyring.verify(fields, int(time.time() * 1000))
+        except Unauthorized as exc:
+            # Refused before it touches the session: a forged entry must not even use up the
+            # idempotency key its `id` names.
+            value = entry.input.model_dump(mode="json", exclude_unset=True)
+            return Refused(InputError(f"unauthorized: {exc}", entry.input.type, entry_ids(value)),
+                           code="unauthorized")
+        entry = replace(entry, principal=principal)
+        # The state handed to the transition is a fresh load used once: no defensive copy.
+        return Prepared(entry_id, fields, entry.session, entry.idempotency_key,
+                        lambda state, ctx: apply_input(state, entry, entry_id, ctx, owned=True))
+
+    def _outcome(self, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
+        raw = fields.get(b"outcome", fields.get("outcome"))
+        try:
+            outcome = WorkOutcome.model_validate_json(raw or b"")
+        except ValidationError as exc:
+            return Refused(InputError(f"invalid work outcome: {exc}"))
+        return Prepared(entry_id, fields, outcome.session, None,
+                        lambda state, ctx: apply_outcome(state, outcome, ctx, owned=True))

@@ -1,0 +1,152 @@
+"""Sweeps: work that no stream entry announces, found by looking at Redis on a timer.
+
+Three things happen without anyone posting them: an interrupt's deadline passes; a worker
+dies holding a job; a worker dies between RQ's dequeue and the job's first line. Each sweep
+turns what it finds into a work outcome on the session's results stream, with a script that
+posts it exactly once (every dispatcher sweeps, standbys too, whoever looks first wins); the
+machine then applies it like any other outcome. Nothing here holds a lease or touches session
+state (docs/design.md, "Pauses the engine makes": deadlines; "Lost work").
+"""
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from redis import Redis
+from rq.job import Job
+
+from parley import metrics
+from parley.dispatcher.leases import Leases
+from parley.dispatcher.store import load_script
+from parley.logs import kv
+from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
+
+log = logging.getLogger("parley.dispatcher")
+
+
+def lost_outcome(rec: dict[str, Any]) -> WorkOutcome:
+    """What a job of a dead worker comes back as: `worker_lost` (retried or settled by the machine)."""
+    return WorkOutcome(session=rec["session"], work=rec["work"], attempt=rec["attempt"],
+                       kind=rec["kind"], ok=False, error="worker_lost", lost=True)
+
+
+class Sweeps:
+    """The three sweeps, each at its own pace; `run()` does whichever is due."""
+
+    DEADLINES_EVERY_S = 0.2
+    LOST_EVERY_S = 1.0
+    UNCLAIMED_EVERY_S = 5.0
+    # a worker alive records its job within milliseconds of taking it
+    UNCLAIMED_AFTER_MS = 15_000
+
+    def __init__(self, redis: Redis, keys: Keys, leases: Leases):
+        self.redis = redis
+        self.keys = keys
+        self.leases = leases  # for N, which names each session's results stream
+        self.deadlines_checked = 0.0
+        self.lost_checked = 0.0
+        self.unclaimed_checked = 0.0
+        self._fire_deadline = load_script(redis, "fire_deadline")
+        self._settle_lost = load_script(redis, "settle_lost")
+        self._settle_unclaimed = load_script(redis, "settle_unclaimed")
+
+    def run(self) -> None:
+        self.fire_deadlines()
+        self.find_lost_work()
+        self.find_unclaimed_work()
+
+    def results_of(self, session: str) -> str:
+        return self.keys.results_of(session, self.leases.partitions)
+
+    def fire_deadlines(self) -> None:
+        """Interrupts past their timeout_s: a resume with `default` goes to the results stream.
+
+        Deadlines live in Redis only (no timer anywhere); whichever dispatcher looks first
+        fires them, after a restart too. The machine drops one whose interrupt was resumed.
+        """
+        now = time.monotonic()
+        if now - self.deadlines_checked < self.DEADLINES_EVERY_S:
+            return
+        self.deadlines_checked = now
+        now_ms = int(time.time() * 1000)
+        due: Any = self.redis.zrangebyscore(self.keys.deadlines, "-inf", now_ms, start=0, num=100)
+        for raw in due or []:
+            member = raw.decode() if isinstance(raw, bytes) else raw
+            session, _, interrupt_id = member.partition("\x1f")
+            outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
+            if self._fire_deadline(keys=[self.keys.deadlines, self.results_of(session)],
+                                   args=[member, now_ms, outcome.model_dump_json()]):
+                log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
+
+    def find_lost_work(self) -> None:
+        """Jobs recorded as running on a worker whose heartbeat is gone: hand them back.
+
+        The machine retries decide and LLM jobs and idempotent tools, and settles other
+        tools as `worker_lost` (docs/design.md, "Lost work"); a result that still arrives
+        later is dropped.
+        """
+        now = time.monotonic()
+        if now - self.lost_checked < self.LOST_EVERY_S:
+            return
+        self.lost_checked = now
+        running: Any = self.redis.hgetall(self.keys.running)
+        if not running:
+            return
+        records = {job: (raw, orjson.loads(raw)) for job, raw in running.items()}
+        workers = sorted({rec["worker"] for _raw, rec in records.values()})
+        alive: Any = self.redis.mget([self.keys.worker_alive(w) for w in workers])
+        dead = {w for w, beat in zip(workers, alive, strict=True) if beat is None}
+        for job, (raw, rec) in records.items():
+            if rec["worker"] in dead:
+                self._post_lost(job, raw, rec)
+
+    def _post_lost(self, job: Any, raw: Any, rec: dict[str, Any]) -> None:
+        if rec.get("reply_to") != self.results_of(rec["session"]):
+            # Workers may write this hash; a record naming any other stream is not ours
+            # to act on (it could aim our XADD at a session's events).
+            log.error("ignored a running-job record with a foreign reply_to",
+                      extra=kv(job=job, session=rec.get("session")))
+            return
+        if self._settle_lost(keys=[self.keys.running, rec["reply_to"], self.keys.inflight],
+                             args=[job, raw, lost_outcome(rec).model_dump_json()]):
+            metrics.WORK_LOST.labels(rec["kind"]).inc()
+            log.warning("worker lost holding a job", extra=kv(
+                worker=rec["worker"], session=rec["session"], work=rec["work"], kind=rec["kind"]))
+
+    def find_unclaimed_work(self) -> None:
+        """Jobs that left their queue but were never recorded as running: their worker died
+        between RQ's dequeue and the job's first line. After 15 s they are lost, like work
+        held by a dead worker."""
+        now = time.monotonic()
+        if now - self.unclaimed_checked < self.UNCLAIMED_EVERY_S:
+            return
+        self.unclaimed_checked = now
+        inflight: Any = self.redis.hgetall(self.keys.inflight)
+        now_ms = int(time.time() * 1000)
+        old = [(job, raw, orjson.loads(raw)) for job, raw in (inflight or {}).items()]
+        old = [(job, raw, rec) for job, raw, rec in old if now_ms - rec["at"] > self.UNCLAIMED_AFTER_MS]
+        if not old:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for job, _raw, rec in old:
+            pipe.hexists(self.keys.running, job)
+            pipe.lpos(rec["queue"], job)
+        answers: Any = pipe.execute()
+        for i, (job, raw, rec) in enumerate(old):
+            claimed, position = answers[2 * i], answers[2 * i + 1]
+            if claimed or position is not None:
+                continue  # running on a live worker (the heartbeat path watches it), or waiting
+            self._post_unclaimed(job, raw, rec)
+
+    def _post_unclaimed(self, job: Any, raw: Any, rec: dict[str, Any]) -> None:
+        if rec.get("reply_to") != self.results_of(rec["session"]):
+            return
+        job_key = Job.key_for(job.decode() if isinstance(job, bytes) else job)
+        # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
+        if self._settle_unclaimed(keys=[self.keys.inflight, self.keys.running, rec["reply_to"], job_key],
+                                  args=[job, raw, lost_outcome(rec).model_dump_json()]):
+            metrics.WORK_LOST.labels(rec["kind"]).inc()
+            log.warning("job dequeued but never started (its worker died)", extra=kv(
+                session=rec["session"], work=rec["work"], kind=rec["kind"]))

@@ -1,0 +1,61 @@
+"""Layers import one way (docs/design.md): the CLI face on top; dispatcher and workers below
+it; metrics, logging and retry below those; the wire contract (schemas) at the bottom. Read
+from the source with `ast`, so nothing is imported and a lazy import inside a function counts."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every `parley...` module a file imports, at any depth (relative imports are not used)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "parley" or name.startswith("parley.")}
+
+
+def files(*parts: str) -> list[Path]:
+    out: list[Path] = []
+    for part in parts:
+        target = ROOT / part
+        out += sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    return out
+
+
+def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    bad = {}
+    for path in sources:
+        hits = sorted(m for m in imports_of(path) if m.startswith(forbidden))
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    return bad
+
+
+@pytest.mark.parametrize(("sources", "forbidden"), [
+    # the engine never reaches up into the command line
+    (("dispatcher", "workers"), ("parley.cli",)),
+    # the ops floor: usable by dispatcher, workers and CLI alike, importing none of them
+    (("parley/metrics.py", "parley/logs.py", "parley/retry.py"),
+     ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client")),
+    # a producer needs neither the dispatcher nor the workers installed and imported
+    (("parley/client.py",), ("parley.cli", "parley.dispatcher", "parley.workers")),
+    # the wire contract is the bottom layer
+    (("schemas",), ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client",
+                    "parley.metrics")),
+    # workers never touch session state, so they need nothing of the dispatcher
+    (("workers",), ("parley.dispatcher",)),
+], ids=["engine-below-cli", "ops-floor", "client", "schemas", "workers-not-dispatcher"])
+def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
+    assert offenders(files(*sources), forbidden) == {}
+
+
+def test_the_retry_module_imports_nothing_of_parley() -> None:
+    assert imports_of(ROOT / "parley/retry.py") == set()

@@ -28,19 +28,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.job import Job
 
 from parley import metrics
+from parley.dispatcher.core import AppInfo, Context, Effect, Limits, Transition, apply_input, apply_outcome
 from parley.dispatcher.enqueue import Outbox
-from parley.dispatcher.machine import (
-    AppInfo,
-    Context,
-    Limits,
-    Transition,
-    apply_input,
-    apply_outcome,
-    entry_ids,
-)
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store, load_script
 from parley.logs import kv
-from parley.schemas.codec import InputError, decode_input_entry, session_of
+from parley.schemas.codec import InputError, decode_input_entry, entry_ids, session_of
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import Keyring, Unauthorized
@@ -169,7 +161,7 @@ class Dispatcher:
         self.lost_checked = 0.0
         self.crash = CrashPoint(os.environ.get("PARLEY_CRASH_AT"))
         # effects committed in the current batch, flushed together before its acknowledgement
-        self.unflushed: list[tuple[str, list[dict[str, Any]]]] = []
+        self.unflushed: list[tuple[str, list[Effect]]] = []
         # entries applied in the current tick, acknowledged with the flush (settle)
         self.acks: dict[str, list[str]] = {}
         # the next entries, read in the same round trip as the last tick's acknowledgement

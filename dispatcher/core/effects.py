@@ -115,14 +115,16 @@ class Stat:
 
 Effect = Enqueue | Cancel | IndexAdd | IndexRemove | Spawn | Report | Stat
 
-_CLASSES: dict[EffectKind, type[Effect]] = {
+#: The class of each effect kind (what `effect_from_dict` builds).
+EFFECT_TYPES: dict[EffectKind, type[Effect]] = {
     EffectKind.ENQUEUE: Enqueue, EffectKind.CANCEL: Cancel, EffectKind.INDEX_ADD: IndexAdd,
     EffectKind.INDEX_REMOVE: IndexRemove, EffectKind.SPAWN: Spawn, EffectKind.REPORT: Report,
     EffectKind.STAT: Stat,
 }
 
 
-def _model(value: Any) -> Any:
+def _json_default(value: Any) -> Any:
+    """orjson hook: the pydantic models an effect carries (Spawn.parent, Report.outcome)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     raise TypeError(f"{type(value).__name__} is not JSON")
@@ -130,7 +132,7 @@ def _model(value: Any) -> Any:
 
 def effect_to_json(fx: Effect) -> bytes:
     """The stored form: the effect's fields, `op` naming its kind."""
-    return orjson.dumps(fx, default=_model)
+    return orjson.dumps(fx, default=_json_default)
 
 
 def effect_to_dict(fx: Effect) -> dict[str, Any]:
@@ -146,14 +148,14 @@ def effect_from_dict(value: dict[str, Any]) -> Effect:
         return _legacy_enqueue(value)
     if kind is EffectKind.CANCEL and "job" not in value:
         return _legacy_cancel(value)
-    known = {f.name: value[f.name] for f in fields(_CLASSES[kind]) if f.init and f.name in value}
+    known = {f.name: value[f.name] for f in fields(EFFECT_TYPES[kind]) if f.init and f.name in value}
     if "job" in known:
         known["job"] = JobKind(known["job"])
     if kind is EffectKind.SPAWN:
         known["parent"] = ParentLink.model_construct(**known["parent"])  # checked by the child
     elif kind is EffectKind.REPORT:
         known["outcome"] = WorkOutcome.model_validate(known["outcome"])
-    return _CLASSES[kind](**known)
+    return EFFECT_TYPES[kind](**known)
 
 
 def _legacy_enqueue(value: dict[str, Any]) -> Enqueue:

@@ -1,8 +1,8 @@
 """Client inputs (docs/protocol.md, "Inputs"): one handler per input type, routed by `_HANDLERS`.
 
-A handler either changes the session or says why it will not, by raising `Refused` or
-`Ignored`; `apply_input` turns those into the `input.refused` / `input.ignored` event in
-one place. Refusals and ignores are events for the sender, never errors of the engine.
+A handler either changes the session or says why it will not, by raising `RefuseInput`
+or `IgnoreInput`; `apply_input` turns those into the `input.refused` / `input.ignored`
+event in one place. Refusals and ignores are events for the sender, never errors of the engine.
 """
 
 from collections.abc import Callable
@@ -28,7 +28,7 @@ from parley.schemas.state import Core, SessionState, Turn
 from parley.schemas.view import public_message
 
 
-class Refused(Exception):
+class RefuseInput(Exception):
     """The input is refused: it changes nothing, and its sender is told why."""
 
     def __init__(self, code: RefusalCode, message: str, **extra: Any):
@@ -38,7 +38,7 @@ class Refused(Exception):
         self.extra = extra
 
 
-class Ignored(Exception):
+class IgnoreInput(Exception):
     """The input asks for what is already so (a replay, a late answer): nothing to do."""
 
     def __init__(self, code: IgnoreCode):
@@ -58,13 +58,13 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
     tx.out.input_outcome = (inp.type, InputOutcome.APPLIED, "")
     try:
         if state.duplicate:
-            raise Ignored(IgnoreCode.DUPLICATE)
+            raise IgnoreInput(IgnoreCode.DUPLICATE)
         _HANDLERS[type(inp)](tx, inp, entry)
-    except Refused as no:
+    except RefuseInput as no:
         tx.out.input_outcome = (inp.type, InputOutcome.REFUSED, no.code)
         tx.emit("input.refused", input=_input_ref(entry_id, inp), code=no.code, message=no.message,
                 **no.extra)
-    except Ignored as noop:
+    except IgnoreInput as noop:
         tx.out.input_outcome = (inp.type, InputOutcome.IGNORED, noop.code)
         tx.emit("input.ignored", input=_input_ref(entry_id, inp), code=noop.code)
     return finish(tx)
@@ -86,30 +86,30 @@ def _create(tx: Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | No
 
 def _session_create(tx: Tx, inp: SessionCreate, entry: InputEntry) -> None:
     if tx.core is not None:
-        raise Ignored(IgnoreCode.SESSION_EXISTS)
+        raise IgnoreInput(IgnoreCode.SESSION_EXISTS)
     _create(tx, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
             inp.parent.model_dump() if inp.parent else None)
 
 
 def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
     if tx.core is None and inp.parent_given and inp.parent_id is not None:
-        raise Refused(RefusalCode.UNKNOWN_PARENT, f"no message {inp.parent_id!r} in this session")
+        raise RefuseInput(RefusalCode.UNKNOWN_PARENT, f"no message {inp.parent_id!r} in this session")
     if tx.core is None:
         _create(tx, None, None)  # implicit creation fires session.created first
     c = tx.c
     parent = inp.parent_id if inp.parent_given else c.head
     if parent is not None and tx.msg(parent) is None:
-        raise Refused(RefusalCode.UNKNOWN_PARENT, f"no message {parent!r} in this session")
+        raise RefuseInput(RefusalCode.UNKNOWN_PARENT, f"no message {parent!r} in this session")
     parked = tx.parking(parent) if parent is not None else [
         i.id for i in c.interrupts.values() if i.anchor is None]
     if parked:  # I5 (and I3: a global interrupt refuses new roots too)
-        raise Refused(RefusalCode.BRANCH_PARKED, "the branch is parked by an open interrupt",
+        raise RefuseInput(RefusalCode.BRANCH_PARKED, "the branch is parked by an open interrupt",
                       interrupt_ids=parked)
     parent_turn = tx.turn_of(parent)
     if parent_turn is not None and parent_turn.tip == parent:
-        raise Refused(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
+        raise RefuseInput(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
     if inp.message_id is not None and tx.msg(inp.message_id) is not None:
-        raise Refused(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
+        raise RefuseInput(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
     mid = inp.message_id or tx.mint("msg")
     message = {"id": mid, "parent_id": parent, "role": "user", "content": inp.content, "turn": mid}
     turn = Turn(id=mid, tip=mid)
@@ -121,7 +121,7 @@ def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
 
 def _branch_switch(tx: Tx, inp: BranchSwitch, entry: InputEntry) -> None:
     if tx.core is None or tx.msg(inp.head) is None:
-        raise Refused(RefusalCode.UNKNOWN_MESSAGE, f"no message {inp.head!r} in this session")
+        raise RefuseInput(RefusalCode.UNKNOWN_MESSAGE, f"no message {inp.head!r} in this session")
     tx.c.head = inp.head
     ids = tx.parking(inp.head)
     tx.emit("branch.switched", head=inp.head, parked=bool(ids), interrupt_ids=ids)  # I8
@@ -130,14 +130,14 @@ def _branch_switch(tx: Tx, inp: BranchSwitch, entry: InputEntry) -> None:
 
 def _interrupt_resume(tx: Tx, inp: InterruptResume, entry: InputEntry) -> None:
     if tx.core is None:
-        raise Ignored(IgnoreCode.UNKNOWN_INTERRUPT)
+        raise IgnoreInput(IgnoreCode.UNKNOWN_INTERRUPT)
     rec = tx.c.interrupts.get(inp.interrupt_id)
     if rec is None:  # I11
         resumed = inp.interrupt_id in tx.c.resumed
-        raise Ignored(IgnoreCode.ALREADY_RESUMED if resumed else IgnoreCode.UNKNOWN_INTERRUPT)
+        raise IgnoreInput(IgnoreCode.ALREADY_RESUMED if resumed else IgnoreCode.UNKNOWN_INTERRUPT)
     if rec.resumable_by is not None and entry.principal not in rec.resumable_by:
         # Only a signed resume by one of them clears it (unsigned: no principal).
-        raise Refused(RefusalCode.FORBIDDEN, "this interrupt may be resumed only by "
+        raise RefuseInput(RefusalCode.FORBIDDEN, "this interrupt may be resumed only by "
                       + ", ".join(rec.resumable_by))
     resume(tx, rec, inp.payload, False, entry.principal)
 
@@ -146,7 +146,7 @@ def _tool_result(tx: Tx, inp: ToolResultInput, entry: InputEntry) -> None:
     w = open_tool(tx, inp.call_id) if tx.core is not None else None
     if w is None or w.status != "deferred":
         settled = tx.core is not None and _was_minted(tx.c, inp.call_id)
-        raise Ignored(IgnoreCode.ALREADY_SETTLED if settled else IgnoreCode.UNKNOWN_CALL)
+        raise IgnoreInput(IgnoreCode.ALREADY_SETTLED if settled else IgnoreCode.UNKNOWN_CALL)
     if "error" in inp.model_fields_set:
         settle(tx, w, error=inp.error)
     else:

@@ -1,7 +1,7 @@
 """Work outcomes: one handler per outcome kind, routed by `_HANDLERS`.
 
 Results arrive late, twice, for an old attempt or for work a pause voided; each such
-outcome is *dropped* (`Dropped`, mapped in `apply_outcome`) and changes nothing
+outcome is *dropped* (`DropOutcome`, mapped in `apply_outcome`) and changes nothing
 (docs/guarantees.md, late results). Work lost with its worker is retried when running it
 again is safe: decide jobs, model calls and idempotent tools (docs/design.md, lost work).
 """
@@ -22,7 +22,7 @@ from parley.schemas.results import WorkOutcome
 from parley.schemas.state import SessionState, Work
 
 
-class Dropped(Exception):
+class DropOutcome(Exception):
     """The outcome changes nothing. `counted`: a worker's late result, which the
     `parley_results_dropped_total` metric counts (a dispatcher's own outcomes are not)."""
 
@@ -39,9 +39,9 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
     tx = Tx(state, ctx, outcome.session, owned)
     try:
         if tx.core is None:
-            raise Dropped(DropReason.NO_SESSION)
+            raise DropOutcome(DropReason.NO_SESSION)
         _HANDLERS[outcome.kind](tx, outcome)
-    except Dropped as drop:
+    except DropOutcome as drop:
         tx.out.dropped = drop.reason
         if drop.counted:
             tx.count("result_dropped", drop.reason)
@@ -52,7 +52,7 @@ def _deadline(tx: Tx, outcome: WorkOutcome) -> None:
     """An interrupt's timeout_s passed unanswered: it is resumed with its `default`."""
     rec = tx.c.interrupts.get(outcome.work)
     if rec is None or rec.deadline is None:
-        raise Dropped(DropReason.ALREADY_RESUMED)
+        raise DropOutcome(DropReason.ALREADY_RESUMED)
     resume(tx, rec, rec.default, True, None)
 
 
@@ -60,7 +60,7 @@ def _decide(tx: Tx, outcome: WorkOutcome) -> None:
     c = tx.c
     deciding = c.deciding
     if deciding is None or deciding.work != outcome.work or deciding.attempt != outcome.attempt:
-        raise Dropped(DropReason.STALE_DECISION)
+        raise DropOutcome(DropReason.STALE_DECISION)
     if outcome.lost and deciding.attempt < work.MAX_ATTEMPTS:
         # decide has no side effects: run it again
         tx.count("work_retried", "decide")
@@ -80,16 +80,16 @@ def _decide(tx: Tx, outcome: WorkOutcome) -> None:
 
 
 def _running(tx: Tx, outcome: WorkOutcome) -> Work:
-    """The running work this outcome settles, or Dropped."""
+    """The running work this outcome settles, or DropOutcome."""
     w = tx.c.work.get(outcome.work)
     if w is not None and w.child != outcome.source:
         # an agent call is settled only by its own child's report, and a tool job's result
         # never claims to come from a child
-        raise Dropped(DropReason.WRONG_SOURCE, counted=True)
+        raise DropOutcome(DropReason.WRONG_SOURCE, counted=True)
     if w is None:
-        raise Dropped(DropReason.ALREADY_SETTLED, counted=True)
+        raise DropOutcome(DropReason.ALREADY_SETTLED, counted=True)
     if w.attempt != outcome.attempt or w.status != "running" or w.kind != outcome.kind:
-        raise Dropped(DropReason.STALE_ATTEMPT, counted=True)
+        raise DropOutcome(DropReason.STALE_ATTEMPT, counted=True)
     return w
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from parley.dispatcher.core.context import AppInfo, Context
 from parley.dispatcher.core.effects import Cancel, Effect, Enqueue
 from parley.schemas import tree
-from parley.schemas.codes import DropReason
+from parley.schemas.codes import DropReason, InputOutcome
 from parley.schemas.jobs import JobKind
 from parley.schemas.state import Core, SessionState, Turn
 from parley.schemas.view import public_message
@@ -33,7 +33,7 @@ class Transition:
     #: counts for metrics: (kind, label) -> n
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     #: the input's (type, outcome: applied/refused/ignored, code) for metrics
-    input_outcome: tuple[str, str, str] | None = None
+    input_outcome: tuple[str, InputOutcome, str] | None = None
     #: seconds from raise to resume of the interrupts this transition resumed
     waits: list[float] = field(default_factory=list)
 

@@ -18,7 +18,7 @@ from parley.dispatcher.core import (
     effect_to_dict,
     effect_to_json,
 )
-from parley.dispatcher.core.effects import _CLASSES
+from parley.dispatcher.core.effects import EFFECT_TYPES
 from parley.schemas.codes import DropReason, EffectKind, IgnoreCode, RefusalCode
 from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.inputs import ParentLink
@@ -53,8 +53,8 @@ def test_every_effect_round_trips_through_its_stored_form(fx: Effect):
 
 
 def test_each_effect_kind_has_one_class():
-    assert set(_CLASSES) == set(EffectKind) == {fx.op for fx in ONE_OF_EACH}
-    assert all(type(fx) is _CLASSES[fx.op] for fx in ONE_OF_EACH)
+    assert set(EFFECT_TYPES) == set(EffectKind) == {fx.op for fx in ONE_OF_EACH}
+    assert all(type(fx) is EFFECT_TYPES[fx.op] for fx in ONE_OF_EACH)
 
 
 def test_effects_say_which_job_never_how_rq_names_it():

@@ -19,15 +19,8 @@ import orjson
 from redis import Redis
 
 from parley import metrics
-from parley.dispatcher.entries import (
-    Context,
-    EntryDecoder,
-    Prepared,
-    Refused,
-    Transition,
-    already_applied,
-    poisoned,
-)
+from parley.dispatcher.core import Context, Effect, Transition
+from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.logs import kv
@@ -64,7 +57,7 @@ class Batch:
     # stream -> ids of its entries applied, replayed or rejected
     acks: dict[str, list[str]] = field(default_factory=dict)
     # (session, effects) of every commit, and what replays found still in an outbox
-    effects: list[tuple[str, Any]] = field(default_factory=list)
+    effects: list[tuple[str, list[Effect]]] = field(default_factory=list)
     # the next entries, read by the settle's MULTI
     ahead: Replies | None = None
 

@@ -26,8 +26,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
 from parley.dispatcher.apply import Applier, Batch, Replies, Stats
+from parley.dispatcher.core import AppInfo, Limits
 from parley.dispatcher.enqueue import Outbox
-from parley.dispatcher.entries import AppInfo, EntryDecoder, Limits, Prepared
+from parley.dispatcher.entries import EntryDecoder, Prepared
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.store import Store
 from parley.dispatcher.sweeps import Sweeps

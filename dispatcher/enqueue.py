@@ -1,4 +1,4 @@
-"""The outbox flush: RQ enqueues, cancels and index updates, done after a commit.
+"""The outbox flush: the effects a commit left (dispatcher/core/effects.py), done.
 
 One MULTI does the effects and deletes them from the session's outbox, so a crash
 leaves both or neither; an entry is acknowledged only after its flush, so the next
@@ -8,7 +8,7 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 import orjson
 from redis import Redis
@@ -16,11 +16,12 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from parley.dispatcher.core.effects import Cancel, Effect, Enqueue, IndexAdd, IndexRemove, Report, Spawn, Stat
+from parley.schemas.jobs import JOBS, job_id
 from parley.schemas.keys import Keys
 
-# Finished jobs leave nothing behind (SPEC 3.2): outcomes go to our results stream.
+# Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
-KIND_OF_QUEUE = {"decide": "decide", "llm": "llm", "tools": "tool"}
 FAILURE_TTL = 24 * 3600
 
 
@@ -31,11 +32,12 @@ class Outbox:
         self._queues: dict[str, Queue] = {}
         self._partitions: int | None = None
 
-    def queue(self, kind: str) -> Queue:
-        q = self._queues.get(kind)
+    def queue(self, name: str) -> Queue:
+        """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
+        q = self._queues.get(name)
         if q is None:
-            q = Queue(self.keys.queue(kind), connection=self.redis, serializer=JSONSerializer)
-            self._queues[kind] = q
+            q = Queue(self.keys.queue(name), connection=self.redis, serializer=JSONSerializer)
+            self._queues[name] = q
         return q
 
     def input_stream(self, session: str) -> str:
@@ -44,10 +46,10 @@ class Outbox:
             self._partitions = int(raw) if raw else 1
         return self.keys.inputs_of(session, self._partitions)
 
-    def flush(self, session: str, effects: list[dict[str, Any]]) -> None:
+    def flush(self, session: str, effects: list[Effect]) -> None:
         self.flush_many([(session, effects)])
 
-    def flush_many(self, batch: list[tuple[str, list[dict[str, Any]]]],
+    def flush_many(self, batch: list[tuple[str, list[Effect]]],
                    then: Callable[[Any], None] | None = None, pipe: Any = None) -> list[Any] | None:
         """Every session's effects and their outbox deletion in one MULTI: one round trip
         (and, with appendfsync always, one fsync) for a whole batch of transitions. `then`
@@ -57,10 +59,10 @@ class Outbox:
         # An effect is an outbox field (session, seq): each is done once per flush, even when
         # two replays of one session in the batch both collected what its outbox still held.
         seen: set[tuple[str, Any]] = set()
-        todo: list[tuple[str, list[dict[str, Any]]]] = []
+        todo: list[tuple[str, list[Effect]]] = []
         for session, effects in batch:
-            fresh = [fx for fx in effects if (session, fx["seq"]) not in seen]
-            seen.update((session, fx["seq"]) for fx in fresh)
+            fresh = [fx for fx in effects if (session, fx.seq) not in seen]
+            seen.update((session, fx.seq) for fx in fresh)
             if fresh:
                 todo.append((session, fresh))
         batch = todo
@@ -78,54 +80,70 @@ class Outbox:
         replies: list[Any] = pipe.execute()
         return replies
 
-    def _queue_effects(self, pipe: Any, session: str, effects: list[dict[str, Any]]) -> None:
+    def _queue_effects(self, pipe: Any, session: str, effects: list[Effect]) -> None:
         for fx in effects:
-            op = fx["op"]
-            if op == "enqueue":
-                queue = self.queue(fx["queue"])
-                job = Job.create(fx["func"], args=[fx["payload"]], id=fx["job_id"],
-                                 connection=self.redis, serializer=JSONSerializer,
-                                 timeout=max(1, math.ceil(fx["timeout"])), result_ttl=RESULT_TTL,
-                                 failure_ttl=FAILURE_TTL,
-                                 description=f"{fx['payload']['work']} of {session}")
-                queue.enqueue_job(job, pipeline=pipe)
-                payload = fx["payload"]
-                pipe.hset(self.keys.inflight, fx["job_id"], orjson.dumps({
-                    "session": payload["session"], "work": payload["work"], "attempt": payload["attempt"],
-                    "kind": KIND_OF_QUEUE[fx["queue"]], "queue": queue.key,
-                    "reply_to": payload["reply_to"], "at": int(time.time() * 1000)}))
-            elif op == "cancel":
-                # Best effort: a queued job is removed; a running one finishes and its result
-                # is dropped by the machine (voiding is logical, stopping is not relied on).
-                queue = self.queue(fx["queue"])
-                pipe.lrem(queue.key, 0, fx["job_id"])
-                pipe.delete(Job.key_for(fx["job_id"]))
-                pipe.hdel(self.keys.inflight, fx["job_id"])
-            elif op == "index_add":
-                member = self.keys.index_member(session, fx["interrupt_id"])
-                pipe.zadd(self.keys.interrupt_index, {member: fx["raised_at"]})
-                pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
-                    "session": session, "interrupt_id": fx["interrupt_id"], "reason": fx["reason"],
-                    "anchor": fx["anchor"], "raised_at": fx["raised_at"], "parent": fx.get("parent")}))
-                if fx.get("deadline") is not None:
-                    pipe.zadd(self.keys.deadlines, {member: fx["deadline"]})
-            elif op == "index_remove":
-                member = self.keys.index_member(session, fx["interrupt_id"])
-                pipe.zrem(self.keys.interrupt_index, member)
-                pipe.hdel(self.keys.interrupt_info, member)
-                pipe.zrem(self.keys.deadlines, member)
-            elif op == "spawn":
-                # The child's first inputs, as a client would send them; their idempotency
-                # keys make a second flush (after a crash) a no-op.
-                stream = self.input_stream(fx["child"])
-                pipe.xadd(stream, {"session": fx["child"], "id": "parley-spawn", "input": orjson.dumps(
-                    {"type": "session.create", "parent": fx["parent"]})})
-                pipe.xadd(stream, {"session": fx["child"], "id": "parley-task", "input": orjson.dumps(
-                    {"type": "message.create", "content": fx["content"]})})
-            elif op == "report":
-                pipe.xadd(fx["stream"], {"outcome": orjson.dumps(fx["outcome"])})
-            elif op == "stat":
-                pipe.hincrby(self.keys.stats, fx["field"], fx["delta"])
-            else:
-                raise ValueError(f"unknown outbox effect {op!r}")
-        pipe.hdel(self.keys.outbox(session), *[fx["seq"] for fx in effects])
+            match fx:
+                case Enqueue():
+                    self._enqueue(pipe, session, fx)
+                case Cancel():
+                    self._cancel(pipe, session, fx)
+                case IndexAdd():
+                    self._index_add(pipe, session, fx)
+                case IndexRemove():
+                    self._index_remove(pipe, session, fx)
+                case Spawn():
+                    self._spawn(pipe, fx)
+                case Report():
+                    pipe.xadd(fx.stream, {"outcome": fx.outcome.model_dump_json()})
+                case Stat():
+                    pipe.hincrby(self.keys.stats, fx.field, fx.delta)
+                case _:
+                    assert_never(fx)
+        pipe.hdel(self.keys.outbox(session), *[fx.seq for fx in effects])
+
+    def _enqueue(self, pipe: Any, session: str, fx: Enqueue) -> None:
+        """The job, and our record of it as in flight (for the unclaimed-work sweep)."""
+        spec = JOBS[fx.job]
+        jid = job_id(session, fx.work, fx.attempt)
+        queue = self.queue(spec.queue)
+        args = {"session": session, "work": fx.work, "attempt": fx.attempt, "reply_to": fx.reply_to,
+                "app": fx.app, **fx.args}
+        job = Job.create(spec.func, args=[args], id=jid, connection=self.redis, serializer=JSONSerializer,
+                         timeout=max(1, math.ceil(fx.timeout)), result_ttl=RESULT_TTL,
+                         failure_ttl=FAILURE_TTL, description=f"{fx.work} of {session}")
+        queue.enqueue_job(job, pipeline=pipe)
+        pipe.hset(self.keys.inflight, jid, orjson.dumps({
+            "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
+            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)}))
+
+    def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
+        # Best effort: a queued job is removed; a running one finishes and its result is
+        # dropped by the core (voiding is logical, stopping is not relied on: I4).
+        jid = job_id(session, fx.work, fx.attempt)
+        pipe.lrem(self.queue(JOBS[fx.job].queue).key, 0, jid)
+        pipe.delete(Job.key_for(jid))
+        pipe.hdel(self.keys.inflight, jid)
+
+    def _index_add(self, pipe: Any, session: str, fx: IndexAdd) -> None:
+        member = self.keys.index_member(session, fx.interrupt_id)
+        pipe.zadd(self.keys.interrupt_index, {member: fx.raised_at})
+        pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
+            "session": session, "interrupt_id": fx.interrupt_id, "reason": fx.reason,
+            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent}))
+        if fx.deadline is not None:
+            pipe.zadd(self.keys.deadlines, {member: fx.deadline})
+
+    def _index_remove(self, pipe: Any, session: str, fx: IndexRemove) -> None:
+        member = self.keys.index_member(session, fx.interrupt_id)
+        pipe.zrem(self.keys.interrupt_index, member)
+        pipe.hdel(self.keys.interrupt_info, member)
+        pipe.zrem(self.keys.deadlines, member)
+
+    def _spawn(self, pipe: Any, fx: Spawn) -> None:
+        # The child's first inputs, as a client would send them; their idempotency keys
+        # make a second flush (after a crash) a no-op.
+        stream = self.input_stream(fx.child)
+        pipe.xadd(stream, {"session": fx.child, "id": "parley-spawn", "input": orjson.dumps(
+            {"type": "session.create", "parent": fx.parent.model_dump()})})
+        pipe.xadd(stream, {"session": fx.child, "id": "parley-task", "input": orjson.dumps(
+            {"type": "message.create", "content": fx.content})})

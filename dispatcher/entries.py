@@ -1,12 +1,11 @@
 """Stream entries to transitions: decode, verify, and bind each entry to the machine.
 
-This is the dispatcher's one door into the pure machine (dispatcher/machine.py): the only
+This is the dispatcher's one door into the pure core (dispatcher/core/): the only
 module that calls `apply_input`, `apply_outcome`, builds a `Context` or asks `entry_ids`. A
 decoded entry becomes a `Prepared`, whose `compute(state, ctx)` is its transition once its
 session is loaded; a bad one becomes a `Refused`, for the rejected stream. No I/O happens
 here, so the consume loop decides when to load and commit (docs/design.md, "Consuming
-streams"). The rest of the shell takes the machine's types (AppInfo, Limits, Context,
-Transition) from this module too, so pointing the shell at another core changes this file.
+streams").
 """
 
 import logging
@@ -17,17 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from parley.dispatcher.machine import (
-    AppInfo,
-    Context,
-    Limits,
-    Transition,
-    apply_input,
-    apply_outcome,
-    entry_ids,
-)
+from parley.dispatcher.core import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
 from parley.logs import kv
-from parley.schemas.codec import InputError, decode_input_entry
+from parley.schemas.codec import InputError, decode_input_entry, entry_ids
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import Keyring, Unauthorized
 from parley.schemas.state import SessionState

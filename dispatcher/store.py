@@ -1,4 +1,4 @@
-"""Redis shell around the machine: load a session's state, commit a transition atomically."""
+"""Redis shell around the core: load a session's state, commit a transition atomically."""
 
 from collections.abc import Sequence
 from importlib.resources import files
@@ -9,7 +9,7 @@ from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from parley.dispatcher.machine import Transition
+from parley.dispatcher.core import Effect, Transition, effect_from_dict, effect_to_json
 from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState
 
@@ -117,12 +117,14 @@ class Store:
         argv += [orjson.dumps(e) for e in tr.events]
         argv.append(len(tr.effects))
         for fx in tr.effects:
-            argv += [fx["seq"], orjson.dumps(fx)]
+            argv += [fx.seq, effect_to_json(fx)]
         idem = k.idempotency(session, tr.idempotency_key) if tr.idempotency_key else k.meta(session)
         keys = [k.meta(session), k.messages(session), k.events(session), k.outbox(session), idem,
                 lease_key]
         return keys, argv
 
-    def pending_effects(self, session: str) -> list[dict[str, Any]]:
+    def pending_effects(self, session: str) -> list[Effect]:
+        """What the session's outbox still holds (a crash came between commit and flush),
+        in the order the transitions asked for it."""
         raw = self.redis.hgetall(self.keys.outbox(session))
-        return sorted((orjson.loads(v) for v in raw.values()), key=lambda fx: fx["seq"])
+        return sorted((effect_from_dict(orjson.loads(v)) for v in raw.values()), key=lambda fx: fx.seq)

@@ -62,7 +62,7 @@ JOBS_REFUSED = Counter("parley_jobs_refused_total", "Job hashes naming a functio
 
 
 def record_transition(tr: Any, seconds: float) -> None:
-    """Count what one committed transition did (`dispatcher.machine.Transition`)."""
+    """Count what one committed transition did (`parley.dispatcher.core.Transition`)."""
     TRANSITIONS.inc()
     TRANSITION_SECONDS.observe(seconds)
     if tr.input_outcome is not None:

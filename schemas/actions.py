@@ -1,4 +1,4 @@
-"""Actions (SPEC 4.2): what `decide` returns, as a `Decision`."""
+"""Actions (docs/protocol.md, Actions): what `decide` returns, as a `Decision`."""
 
 from typing import Annotated, Any, Literal
 
@@ -56,7 +56,7 @@ Action = Annotated[
     Field(discriminator="type"),
 ]
 
-# Actions that only record: the ones allowed after an `interrupt` in one decision (SPEC 4.2).
+# Actions that only record: the ones allowed after an `interrupt` in one decision (docs/protocol.md, Actions).
 RECORDING_ACTIONS = frozenset({"message", "tool.result", "tool.error"})
 
 

@@ -55,6 +55,11 @@ def _depth(value: Any, limit: int) -> int:
 ID_FIELDS = ("interrupt_id", "call_id", "parent_id", "message_id", "head")
 
 
+def entry_ids(value: dict[str, Any]) -> dict[str, Any]:
+    """The ids an input names (`input.refused` reports them, so a sender can match its entry)."""
+    return {k: value[k] for k in ID_FIELDS if isinstance(value.get(k), str)}
+
+
 def _text(fields: dict[bytes | str, bytes | str], name: str) -> str | None:
     raw = fields.get(name.encode()) if name.encode() in fields else fields.get(name)
     if raw is None:
@@ -89,7 +94,7 @@ def decode_input_entry(fields: dict[Any, Any], limit: int | None = None) -> Inpu
     if not isinstance(value, dict):
         raise InputError("`input` must be a JSON object")
     input_type = value.get("type")
-    ids = {k: value[k] for k in ID_FIELDS if isinstance(value.get(k), str)}
+    ids = entry_ids(value)
     type_name = input_type if isinstance(input_type, str) else None
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise InputError(f"`input` is nested deeper than {MAX_DEPTH}", type_name, ids)

@@ -1,6 +1,6 @@
-"""Events (SPEC 3.2): what the engine tells observers on `parley:{S}:events`.
+"""Events (docs/protocol.md, Events): what the engine tells observers on `parley:{S}:events`.
 
-The machine builds events as plain dicts (fast, and exactly the JSON written);
+The core builds events as plain dicts (fast, and exactly the JSON written);
 these models are the contract they are checked against in tests and by clients.
 """
 
@@ -8,14 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-REFUSAL_CODES = frozenset({
-    "invalid_input", "unknown_parent", "branch_parked", "turn_in_progress",
-    "duplicate_message_id", "unknown_message", "unauthorized", "forbidden",
-})
-IGNORE_CODES = frozenset({
-    "unknown_interrupt", "already_resumed", "duplicate", "unknown_call", "already_settled",
-    "session_exists",
-})
+from parley.schemas.codes import IgnoreCode, RefusalCode
 
 
 class _Event(BaseModel):
@@ -153,10 +146,7 @@ class DecisionFailed(_Event):
 class InputRefused(_Event):
     type: Literal["input.refused"]
     input: InputRef
-    code: Literal[
-        "invalid_input", "unknown_parent", "branch_parked", "turn_in_progress",
-        "duplicate_message_id", "unknown_message", "unauthorized", "forbidden",
-    ]
+    code: RefusalCode
     message: str
     interrupt_ids: list[str] | None = None
 
@@ -164,10 +154,7 @@ class InputRefused(_Event):
 class InputIgnored(_Event):
     type: Literal["input.ignored"]
     input: InputRef
-    code: Literal[
-        "unknown_interrupt", "already_resumed", "duplicate", "unknown_call", "already_settled",
-        "session_exists",
-    ]
+    code: IgnoreCode
 
 
 Event = Annotated[

@@ -1,15 +1,15 @@
-"""Identifier rules shared by inputs, the machine and the CLI."""
+"""Identifier rules shared by inputs, the dispatcher and the CLI."""
 
 import re
 
-# SPEC 1: producer-chosen session ids; ids the engine makes for sub-agents may reach 256.
+# Producer-chosen session ids (docs/protocol.md, Inputs); ids the engine makes for sub-agents may reach 256.
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
 PRODUCER_SESSION_MAX = 128
 # Message, interrupt and call ids named by clients and apps: same alphabet, bounded.
 NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-# Ids the engine makes for sub-agents: the parent's id and `:sub-N` (SPEC 1: up to 256).
+# Ids the engine makes for sub-agents: the parent's id and `:sub-N` (up to 256 characters).
 CHILD_SUFFIX_RE = re.compile(r":sub-\d+$")
 
 

@@ -1,4 +1,4 @@
-"""Client inputs (SPEC 3.1): what producers write to `parley:inputs`."""
+"""Client inputs (docs/protocol.md, Inputs): what producers write to `parley:inputs`."""
 
 from typing import Annotated, Any, Literal
 
@@ -21,8 +21,8 @@ class Budget(BaseModel):
 
 
 class ParentLink(BaseModel):
-    """A sub-agent's parent call (SPEC 6), written by the parent's dispatcher when it spawns
-    the child. The parent checks it again when the child reports (the call, attempt and
+    """A sub-agent's parent call, written by the parent's dispatcher when it spawns the
+    child session. The parent checks it again when the child reports (the call, attempt and
     child must all match), so a forged link settles nothing."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

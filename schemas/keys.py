@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 
 def partition_of(session: str, partitions: int) -> int:
-    """SPEC 2: n = crc32(session id) mod N."""
+    """The partition of a session: n = crc32(session id) mod N (docs/design.md)."""
     return zlib.crc32(session.encode()) % partitions
 
 
@@ -30,7 +30,7 @@ class Keys:
         return f"{self.prefix}:results" if partitions <= 1 else f"{self.prefix}:results:{partition}"
 
     def inputs_of(self, session: str, partitions: int) -> str:
-        """The input stream a session's entries go to (SPEC 2 partitioning)."""
+        """The input stream a session's entries go to (its partition's)."""
         return self.inputs(partition_of(session, partitions), partitions)
 
     def results_of(self, session: str, partitions: int) -> str:

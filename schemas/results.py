@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class WorkOutcome(BaseModel):
-    """One finished job. `work` and `attempt` let the machine drop late or stale results."""
+    """One finished job. `work` and `attempt` let the dispatcher drop late or stale results."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

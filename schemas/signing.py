@@ -1,4 +1,4 @@
-"""Signed inputs (SPEC 3.1): HMAC-SHA256 over `session\\nid\\nts\\ninput`, per principal.
+"""Signed inputs (docs/protocol.md, Signing): HMAC-SHA256 over `session\\nid\\nts\\ninput`, per principal.
 
 Keys come from a JSON file `{principal: secret}` named by the dispatcher's configuration;
 they are never logged and never appear in events.

@@ -1,6 +1,6 @@
 """The stored shape of a session, apart from its messages (which live in their own hash).
 
-Messages are plain dicts in the wire shape of SPEC 1 plus one internal field, `turn`
+Messages are plain dicts in the wire shape of docs/protocol.md (Messages) plus one internal field, `turn`
 (the client message that started the turn the message belongs to), stripped for readers.
 """
 
@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 
 class QueuedTrigger(BaseModel):
-    """A fired trigger with the actions proposed for it, as of when it fired (SPEC 4.1)."""
+    """A fired trigger with the actions proposed for it, as of when it fired (docs/protocol.md, Triggers)."""
 
     trigger: dict[str, Any]
     proposed: list[dict[str, Any]]
@@ -88,7 +88,7 @@ class Core(BaseModel):
     resumed: list[str] = Field(default_factory=list)
     queue: list[QueuedTrigger] = Field(default_factory=list)
     deciding: Deciding | None = None
-    # sub-agents (SPEC 6): this session's app when it is a child, its parent call, its children
+    # sub-agents: this session's app when it is a child, its parent call, its children
     app: str | None = None
     parent: dict[str, Any] | None = None
     reported: bool = False

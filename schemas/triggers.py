@@ -1,4 +1,4 @@
-"""Triggers (SPEC 4.1): what `decide(trigger, proposed)` receives.
+"""Triggers (docs/protocol.md, Triggers): what `decide(trigger, proposed)` receives.
 
 One permissive model: a field that this type of trigger lacks reads as None, so
 an app's checks read naturally (`trigger.name == "send_email"` on any trigger).

@@ -22,15 +22,15 @@ from parley import metrics
 from parley.logs import kv
 from parley.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
+from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
 from parley.schemas.keys import Keys
+from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.schemas.triggers import Trigger
 from parley.workers.app import App
 
 log = logging.getLogger("parley.worker")
 
-ALLOWED_FUNCS = frozenset({"parley.workers.jobs.run_decide", "parley.workers.jobs.run_llm",
-                           "parley.workers.jobs.run_tool"})
 RESULTS_STREAM_RE = re.compile(r"^[A-Za-z0-9._-]+:results(:\d+)?$")
 
 _app: App | None = None
@@ -133,7 +133,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         pipe.execute()
 
     # An outcome is the only trace of work done: ride out a Redis restart rather than lose it.
-    # Posting twice is harmless (the machine drops the second as already settled).
+    # Posting twice is harmless (the dispatcher drops the second as already settled).
     through_outages(post, "post an outcome")
     metrics.timed(kind)(time.monotonic() - (started or time.monotonic()), ok)
     log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
@@ -180,25 +180,12 @@ def run_decide(payload: dict[str, Any]) -> None:
 
 
 def check_response(response: Any) -> dict[str, Any]:
-    """The model's reply in the shape an app's `llm` returns: `content`, `tool_calls`, `usage`
-    (README, "An app")."""
-    if not isinstance(response, dict):
-        raise ValueError(f"llm must return a dict, got {type(response).__name__}")
-    content = response.get("content") or ""
-    if not isinstance(content, str):
-        raise ValueError("llm response `content` must be a string")
-    calls = []
-    for call in response.get("tool_calls") or []:
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            raise ValueError(f"llm response has a malformed tool call: {call!r}")
-        arguments = call.get("arguments") or {}
-        if not isinstance(arguments, dict):
-            raise ValueError(f"tool call {call['name']!r}: `arguments` must be an object")
-        calls.append({"id": call.get("id"), "name": call["name"], "arguments": arguments})
-    out: dict[str, Any] = {"content": content, "tool_calls": calls}
-    if isinstance(response.get("usage"), dict):
-        out["usage"] = response["usage"]
-    return out
+    """The app's reply in the shape the engine records (parley.schemas.llm), checked here so
+    that an app's mistake fails its own job, with the same error the dispatcher would give."""
+    try:
+        return parse_llm_reply(response).to_wire()
+    except InvalidLlmReply as exc:
+        raise JobFailure(str(exc)) from None
 
 
 def run_llm(payload: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """What the dispatcher is told of an app: its shape (decide_on, tool kinds), never its code."""
 
-from parley.dispatcher.machine import AppInfo, ToolInfo
+from parley.dispatcher.core import AppInfo, ToolInfo
 from parley.workers.app import App
 
 

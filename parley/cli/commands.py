@@ -121,7 +121,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     """
     from parley.cli.appinfo import app_info
     from parley.dispatcher.consume import Dispatcher
-    from parley.dispatcher.machine import Limits
+    from parley.dispatcher.core import Limits
     from parley.schemas.keys import Keys
     from parley.schemas.signing import Keyring
     from parley.workers.app import AppError, load_agents, load_app

@@ -13,11 +13,13 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from rq import Queue
 
 from parley.dispatcher.apply import Replies
 from parley.dispatcher.consume import Dispatcher
+from parley.dispatcher.core import AppInfo, Enqueue, ToolInfo
 from parley.dispatcher.enqueue import Outbox
-from parley.dispatcher.machine import AppInfo, ToolInfo, job_id
+from parley.schemas.jobs import JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
 
@@ -108,10 +110,19 @@ def enqueue_tool_job(conn: redis.Redis, session: str, work: str, name: str, argu
                      reply_to: str = RESULTS, queue: str = "tools", timeout: int = 30, seq: int = 1) -> str:
     """A tool job enqueued exactly as the dispatcher's outbox flush does it (in-flight record
     included, so ParleyWorker takes it on its lean path); its RQ job id."""
-    jid = job_id(session, work, 1)
-    payload = {"session": session, "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
-               "arguments": arguments}
-    Outbox(conn, KEYS).flush(session, [{"seq": seq, "op": "enqueue", "queue": queue,
-                                        "func": "parley.workers.jobs.run_tool", "job_id": jid,
-                                        "timeout": timeout, "payload": payload}])
-    return jid
+    _OnQueue(conn, KEYS, queue).flush(session, [Enqueue(seq=seq, job=JobKind.TOOL, work=work, attempt=1,
+                                                        timeout=timeout, reply_to=reply_to, app=None,
+                                                        args={"name": name, "arguments": arguments})])
+    return job_id(session, work, 1)
+
+
+class _OnQueue(Outbox):
+    """The outbox flush, with its jobs put on one given queue (tests run tool jobs from every
+    queue, to check what a worker may read)."""
+
+    def __init__(self, conn: redis.Redis, keys: Keys, name: str):
+        super().__init__(conn, keys)
+        self.name = name
+
+    def queue(self, name: str) -> Queue:
+        return super().queue(self.name)

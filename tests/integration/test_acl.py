@@ -34,9 +34,11 @@ from parley.cli.appinfo import app_info
 from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
 from parley.dispatcher.consume import Dispatcher
+from parley.dispatcher.core import Cancel, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import get_partitions
 from parley.metrics import Health, RedisStateCollector
+from parley.schemas.jobs import KIND_OF_QUEUE, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
@@ -454,10 +456,13 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     assert acl.admin.exists(KEYS.idempotency("acl-d", "bad-1"))
 
     # a cancel (voided work): the queued job is removed
-    Outbox(dispatcher, KEYS).flush("acl-d", [{"seq": 99, "op": "cancel", "queue": queue, "job_id": jid}])
+    args = Job.fetch(jid, connection=acl.admin, serializer=JSONSerializer).args[0]
+    assert job_id("acl-d", args["work"], args["attempt"]) == jid
+    Outbox(dispatcher, KEYS).flush("acl-d", [Cancel(seq=99, job=KIND_OF_QUEUE[queue], work=args["work"],
+                                                    attempt=args["attempt"])])
     assert acl.admin.exists(Job.key_for(jid)) == 0 and acl.admin.llen(f"rq:queue:{queue}") == 0
     # the fleet-wide gauges kept through the outbox (held decisions)
-    Outbox(dispatcher, KEYS).flush("acl-d", [{"seq": 100, "op": "stat", "field": "held", "delta": 1}])
+    Outbox(dispatcher, KEYS).flush("acl-d", [Stat(seq=100, field="held", delta=1)])
     assert acl.admin.hget(KEYS.stats, "held") == b"1"
 
     # a due deadline is handed to the results stream; a dead worker's job is posted as lost

@@ -18,9 +18,10 @@ from parley.cli.appinfo import app_info
 from parley.client import Client
 from parley.dispatcher.apply import Batch
 from parley.dispatcher.consume import Dispatcher
+from parley.dispatcher.core import AppInfo
 from parley.dispatcher.entries import Prepared
 from parley.dispatcher.leases import get_partitions
-from parley.dispatcher.machine import AppInfo, job_id
+from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.workers.app import load_app
 from tests.integration.conftest import (
@@ -237,6 +238,32 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
     d2.applier.apply(d2.leases.owned[0], INPUTS, [replay], Batch())
     assert d2.stats.replays == 2
     assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]
+
+
+def test_outbox_written_before_typed_effects_is_flushed_as_it_was_meant(
+        r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upgrade over a crash: the outbox still holds an enqueue in the form stored before
+    effects were typed (RQ queue, function and job id, the job's identity in its payload)."""
+    d1 = make_dispatcher(name="d1")
+    monkeypatch.setattr(d1.outbox, "flush_many", lambda batch, **kw: pytest.fail("crashed"))
+    send(r, "s-old", {"type": "message.create", "content": "from before"})
+    with pytest.raises(pytest.fail.Exception):
+        tick(d1)
+    [(seq, raw)] = r.hgetall(KEYS.outbox("s-old")).items()
+    new = orjson.loads(raw)
+    jid = job_id("s-old", "llm-1", 1)
+    args = {"session": "s-old", "work": new["work"], "attempt": new["attempt"], "reply_to": new["reply_to"],
+            "app": new["app"], **new["args"]}
+    r.hset(KEYS.outbox("s-old"), seq, orjson.dumps({
+        "seq": new["seq"], "op": "enqueue", "queue": "llm", "func": "parley.workers.jobs.run_llm",
+        "job_id": jid, "timeout": new["timeout"], "payload": args}))
+
+    r.delete(KEYS.lease(0))
+    tick(make_dispatcher(name="d2"))
+    assert queue_ids(r, "llm") == [jid]
+    job = fetch(r, jid)
+    assert job.func_name == "parley.workers.jobs.run_llm" and job.args == [args] and job.timeout == 120
+    assert r.hlen(KEYS.outbox("s-old")) == 0
 
 
 def test_entries_left_pending_by_a_dead_consumer_are_claimed_in_order(

@@ -6,7 +6,7 @@ import orjson
 import pytest
 import redis
 
-from parley.dispatcher.machine import Transition
+from parley.dispatcher.core import Effect, IndexRemove, Transition, effect_to_dict
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.schemas.keys import Keys
 from parley.schemas.state import Core, SessionState
@@ -33,7 +33,7 @@ def event(kind: str, n: int) -> dict[str, Any]:
 
 
 def transition(entry: str, *, head: str | None = "msg-1", messages: list[dict[str, Any]] | None = None,
-               evs: list[dict[str, Any]] | None = None, effects: list[dict[str, Any]] | None = None,
+               evs: list[dict[str, Any]] | None = None, effects: list[Effect] | None = None,
                idem: str | None = None, exists: bool = True, session: str = S) -> Transition:
     core = Core(session=session, created_at=1000, head=head, seq={"msg": 1}) if exists else None
     return Transition(state=SessionState(core=core, applied={"parley:inputs": entry}),
@@ -65,8 +65,8 @@ def test_load_of_a_missing_session(store: Store, r: redis.Redis) -> None:
 
 
 def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Store, r: redis.Redis) -> None:
-    effects = [{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"},
-               {"seq": 2, "op": "index_remove", "interrupt_id": "int-2"}]
+    effects = [IndexRemove(seq=1, interrupt_id="int-1"),
+               IndexRemove(seq=2, interrupt_id="int-2")]
     tr = transition("5-0", messages=[msg(1)], evs=[event("session.created", 1), event("message.created", 2)],
                     effects=effects)
     assert store.commit(S, "0", tr, LEASE, TOKEN) == COMMITTED
@@ -80,7 +80,7 @@ def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Stor
     assert [list(fields) for _id, fields in written] == [[b"event"], [b"event"]]
     assert [orjson.loads(f[b"event"]) for _id, f in written] == tr.events
     assert {k: orjson.loads(v) for k, v in r.hgetall(KEYS.outbox(S)).items()} == {
-        b"1": effects[0], b"2": effects[1]}
+        b"1": effect_to_dict(effects[0]), b"2": effect_to_dict(effects[1])}
 
     state, version = store.load(S)
     assert version == "1"
@@ -101,20 +101,20 @@ def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Stor
 
 
 def test_pending_effects_are_sorted_by_numeric_seq(store: Store) -> None:
-    effects = [{"seq": n, "op": "index_remove", "interrupt_id": f"int-{n}"} for n in (10, 2, 1)]
+    effects = [IndexRemove(seq=n, interrupt_id=f"int-{n}") for n in (10, 2, 1)]
     assert store.commit(S, "0", transition("1-0", effects=effects), LEASE, TOKEN) == COMMITTED
-    assert [fx["seq"] for fx in store.pending_effects(S)] == [1, 2, 10]
+    assert [fx.seq for fx in store.pending_effects(S)] == [1, 2, 10]
 
 
 def test_stale_version_is_a_conflict_and_writes_nothing(store: Store, r: redis.Redis) -> None:
     first = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
-                       effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}])
+                       effects=[IndexRemove(seq=1, interrupt_id="int-1")])
     assert store.commit(S, "0", first, LEASE, TOKEN) == COMMITTED
     before = snapshot(r)
 
     stale = transition("2-0", head="msg-2", messages=[msg(2, 1)],
                        evs=[event("message.created", 2), event("llm.started", 3)],
-                       effects=[{"seq": 2, "op": "index_remove", "interrupt_id": "int-2"}],
+                       effects=[IndexRemove(seq=2, interrupt_id="int-2")],
                        idem="req-2")
     assert store.commit(S, "0", stale, LEASE, TOKEN) == CONFLICT  # computed from version 0
     assert store.commit(S, "7", stale, LEASE, TOKEN) == CONFLICT  # a version from nowhere
@@ -129,7 +129,7 @@ def test_stale_version_is_a_conflict_and_writes_nothing(store: Store, r: redis.R
 
 def test_wrong_lease_token_is_lease_lost_and_writes_nothing(store: Store, r: redis.Redis) -> None:
     tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
-                    effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}], idem="req-1")
+                    effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="req-1")
     assert store.commit(S, "0", tr, LEASE, "dispatcher-b:9999") == LEASE_LOST
     assert snapshot(r) == {"meta": {}, "msgs": {}, "events": [], "outbox": {}, "idem": []}
 
@@ -214,7 +214,7 @@ def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
     r.set(keys.lease(0), TOKEN)
     store = Store(r, keys)
     tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
-                    effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}], idem="k")
+                    effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="k")
     assert store.commit("s:1.x-y", "0", tr, keys.lease(0), TOKEN) == COMMITTED
     written = sorted(k.decode() for k in r.keys("*") if k.decode() != keys.lease(0))
     assert written == ["acme:{s:1.x-y}:events", "acme:{s:1.x-y}:idem:k", "acme:{s:1.x-y}:meta",
@@ -246,7 +246,7 @@ def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r
     batch = [("s-a", "0", transition("2-0", session="s-a", evs=[event("session.created", 1)])),
              ("s-b", "0", transition("3-0", session="s-b")),  # stale: s-b is at version 1
              ("s-c", "0", transition("4-0", session="s-c", idem="k-c",
-                                     effects=[{"seq": 1, "op": "index_remove", "interrupt_id": "int-1"}]))]
+                                     effects=[IndexRemove(seq=1, interrupt_id="int-1")]))]
     before = r.info("commandstats")["cmdstat_evalsha"]["calls"]
     assert store.commit_many(batch, LEASE, TOKEN) == [COMMITTED, CONFLICT, COMMITTED]
     assert r.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 3

@@ -20,7 +20,7 @@ from rq.serializers import JSONSerializer
 
 from parley.cli.appinfo import app_info
 from parley.cli.procs import RedisServer
-from parley.dispatcher.machine import job_id
+from parley.schemas.jobs import job_id
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core
 from parley.workers import jobs

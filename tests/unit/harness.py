@@ -1,4 +1,4 @@
-"""A driver for the pure session machine (dispatcher/machine.py), for unit tests.
+"""A driver for the pure core (dispatcher/core/), for unit tests.
 
 `Sim` keeps one session's state, applies client inputs (built through the real codec) and
 work outcomes, and collects every event and effect. Every emitted event is validated
@@ -15,17 +15,23 @@ from typing import Any
 
 import orjson
 
-from parley.dispatcher.machine import (
+from parley.dispatcher.core import (
     AppInfo,
+    Cancel,
     Context,
+    Effect,
+    Enqueue,
+    IndexAdd,
     ToolInfo,
     Transition,
     apply_input,
     apply_outcome,
+    effect_to_dict,
     next_state,
 )
 from parley.schemas.codec import decode_input_entry
 from parley.schemas.events import EVENT_ADAPTER
+from parley.schemas.jobs import JobKind
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
 from parley.schemas.view import public_message, show
@@ -59,7 +65,8 @@ def checked(apply: Callable[..., Transition], state: SessionState, *args: Any) -
 
 
 def _comparable(tr: Transition) -> tuple[Any, ...]:
-    return (tr.state.model_dump_json(), orjson.dumps([tr.new_messages, tr.events, tr.effects, tr.waits]),
+    return (tr.state.model_dump_json(),
+            orjson.dumps([tr.new_messages, tr.events, [effect_to_dict(f) for f in tr.effects], tr.waits]),
             tr.idempotency_key, tr.dropped, tr.counts, tr.input_outcome)
 
 
@@ -74,7 +81,7 @@ class Sim:
         self.session = session
         self.state = SessionState(core=None)
         self.events: list[dict[str, Any]] = []
-        self.effects: list[dict[str, Any]] = []
+        self.effects: list[Effect] = []
         self.transitions: list[Transition] = []
         self.last: Transition | None = None
         self.now = 1_000
@@ -303,18 +310,20 @@ class Sim:
         assert len(found) == 1, (event_type, [e["type"] for e in tr.events])
         return found[0]
 
-    def enqueued(self, queue: str | None = None, tr: Transition | None = None) -> list[dict[str, Any]]:
+    def enqueued(self, job: str | None = None, tr: Transition | None = None) -> list[Enqueue]:
+        """The jobs a transition enqueued (default: the last one), of one kind (decide/llm/tool)."""
         tr = tr or self.last
         assert tr is not None
-        return [f for f in tr.effects if f["op"] == "enqueue" and (queue is None or f["queue"] == queue)]
+        kind = JobKind(job) if job is not None else None  # a misspelt kind fails, not matches nothing
+        return [f for f in tr.effects if isinstance(f, Enqueue) and (kind is None or f.job == kind)]
 
-    def enqueued_work(self, queue: str | None = None, tr: Transition | None = None) -> list[str]:
-        return [f["payload"]["work"] for f in self.enqueued(queue, tr)]
+    def enqueued_work(self, job: str | None = None, tr: Transition | None = None) -> list[str]:
+        return [f.work for f in self.enqueued(job, tr)]
 
-    def cancelled(self, tr: Transition | None = None) -> list[dict[str, Any]]:
+    def cancelled(self, tr: Transition | None = None) -> list[Cancel]:
         tr = tr or self.last
         assert tr is not None
-        return [f for f in tr.effects if f["op"] == "cancel"]
+        return [f for f in tr.effects if isinstance(f, Cancel)]
 
     # ---- scenarios ----------------------------------------------------------------------------
 
@@ -363,7 +372,7 @@ class Sim:
         """What a dispatcher posts when an interrupt's timeout_s has passed (SPEC 4.2)."""
         return self.outcome("deadline", interrupt_id, attempt, ok=True)
 
-    def index_adds(self, tr: Transition | None = None) -> list[dict[str, Any]]:
+    def index_adds(self, tr: Transition | None = None) -> list[IndexAdd]:
         tr = tr or self.last
         assert tr is not None
-        return [f for f in tr.effects if f["op"] == "index_add"]
+        return [f for f in tr.effects if isinstance(f, IndexAdd)]

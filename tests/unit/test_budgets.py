@@ -3,8 +3,6 @@ parks), on the pure machine. Each test's name carries the rules it checks."""
 
 from typing import Any
 
-from parley.dispatcher.machine import job_id
-
 from .harness import Sim, make_app
 
 NO_LIMIT: dict[str, Any] = {"llm_calls": None, "tool_calls": None, "tokens": None}
@@ -44,8 +42,8 @@ def test_I3_llm_calls_budget_blocks_the_second_llm_call_before_it_starts():
     assert [e["call_id"] for e in s.of("llm.started")] == ["llm-1"]
     assert s.core.used["llm_calls"] == 1
     [fx] = s.index_adds()
-    assert fx["interrupt_id"] == "int-1" and fx["reason"] == "budget" and fx["anchor"] is None
-    assert fx["deadline"] is None
+    assert fx.interrupt_id == "int-1" and fx.reason == "budget" and fx.anchor is None
+    assert fx.deadline is None
     view = s.show()
     assert view["parked"] is True and view["interrupts"][0]["anchor"] is None
     assert view["interrupts"][0]["reason"] == "budget"
@@ -91,7 +89,7 @@ def test_I3_blocked_decision_comes_back_whole_as_the_resumes_proposed_and_nothin
     s.decide()
     assert s.types() == ["message.created", "llm.started"]
     assert s.ev("llm.started")["head"] == "msg-2"
-    assert s.enqueued("llm")[0]["payload"]["request"]["model"] == "big"
+    assert s.enqueued("llm")[0].args["request"]["model"] == "big"
 
 
 def test_I3_budget_resume_without_raising_the_limit_is_not_delivered_and_raises_again_at_once():
@@ -105,7 +103,7 @@ def test_I3_budget_resume_without_raising_the_limit_is_not_delivered_and_raises_
     assert raised["interrupt_id"] == "int-2" and raised["reason"] == "budget"
     assert raised["anchor"] is None
     assert raised["payload"] == budget_payload({"llm_calls": 1}, {"llm_calls": 1}, "llm_calls")
-    assert [f["op"] for f in tr.effects] == ["index_remove", "index_add"]
+    assert [f.op for f in tr.effects] == ["index_remove", "index_add"]
     assert s.enqueued() == [] and s.deciding is None and s.running_llm() == []
     assert list(s.core.interrupts) == ["int-2"] and s.core.budget == {"llm_calls": 1}
     # the blocked decision is kept for the next resume
@@ -190,7 +188,7 @@ def test_I3_I10_tool_calls_budget_resume_runs_the_blocked_call_then_releases_the
     assert s.types() == ["tool.started", "decision.released"]
     assert s.ev("tool.started")["call_id"] == calls[1]
     assert s.ev("decision.released")["trigger"] == {"type": "tool.completed", "call_id": calls[0]}
-    assert s.enqueued_work("tools") == [calls[1]]
+    assert s.enqueued_work("tool") == [calls[1]]
     assert s.trigger["call_id"] == calls[0] and s.proposed == []  # calls[1] still pending then
     s.decide()
     s.finish_tool(calls[1])
@@ -312,7 +310,7 @@ def test_I3_I4_tokens_stop_voids_a_call_of_the_same_turn_and_the_resume_proposes
     assert s.types() == ["message.created", "llm.completed", "interrupt.raised", "llm.voided",
                          "decision.held"]
     assert s.ev("llm.voided")["call_id"] == "llm-3"
-    assert [(f["queue"], f["job_id"]) for f in s.cancelled()] == [("llm", job_id("s1", "llm-3", 1))]
+    assert [(f.job, f.work, f.attempt) for f in s.cancelled()] == [("llm", "llm-3", 1)]
     s.resume("int-1", {"budget": {"tokens": 1000}})
     assert s.proposed == [{"type": "llm.call"}]  # "go on as if never paused"
     s.decide()
@@ -337,7 +335,7 @@ def test_I3_I4_budget_stop_voids_llm_calls_of_other_branches_whose_triggers_are_
     assert s.ev("interrupt.raised")["payload"]["exceeded"] == "llm_calls"
     assert s.ev("llm.voided") | {"at": 0} == {"type": "llm.voided", "at": 0, "call_id": "llm-1",
                                               "interrupt_id": "int-1"}
-    assert [(f["queue"], f["job_id"]) for f in s.cancelled()] == [("llm", job_id("s1", "llm-1", 1))]
+    assert [(f.job, f.work, f.attempt) for f in s.cancelled()] == [("llm", "llm-1", 1)]
     assert s.ev("decision.held") | {"at": 0} == {
         "type": "decision.held", "at": 0,
         "trigger": {"type": "message.created", "message_id": "msg-1"}, "head": "msg-1"}
@@ -411,7 +409,7 @@ def test_I6a_tokens_stop_voids_the_decide_in_flight_of_another_branch_and_holds_
     held = [(e["trigger"], e["head"]) for e in s.last.events if e["type"] == "decision.held"]
     assert held == [({"type": "tool.execute", "call_id": "call-1"}, "msg-3"),
                     ({"type": "llm.completed", "message_id": "msg-4"}, "msg-4")]
-    assert [(f["queue"], f["job_id"]) for f in s.cancelled()] == [("decide", job_id("s1", work, 1))]
+    assert [(f.job, f.work, f.attempt) for f in s.cancelled()] == [("decide", work, 1)]
     assert s.deciding is None and s.enqueued() == []
     # the voided decision, arriving late, is dropped unapplied
     tr = s.outcome("decide", work, 1, value={"actions": [{"type": "tool.execute"}]})
@@ -457,7 +455,7 @@ def test_I6a_budget_raised_again_on_resume_voids_an_interrupt_resumed_decide_in_
     assert s.ev("decision.held") | {"at": 0} == {
         "type": "decision.held", "at": 0, "head": "msg-2",
         "trigger": {"type": "interrupt.resumed", "call_id": calls[0], "interrupt_id": "int-1"}}
-    assert [(f["queue"], f["job_id"]) for f in s.cancelled()] == [("decide", job_id("s1", work, 1))]
+    assert [(f.job, f.work, f.attempt) for f in s.cancelled()] == [("decide", work, 1)]
     assert s.deciding is None
     tr = s.outcome("decide", work, 1, value={"actions": [{"type": "tool.execute"}]})
     assert tr.dropped == "stale_decision" and s.work(calls[0]).status == "new"

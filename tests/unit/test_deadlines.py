@@ -3,6 +3,8 @@ interrupt is resumed with `default` and `timed_out: true` (I9, I11 for the races
 
 from typing import Any
 
+from parley.dispatcher.core import IndexRemove, effect_to_dict
+
 from .harness import Sim
 
 TIMED: dict[str, Any] = {"timeout_s": 5, "default": {"approved": False}}
@@ -22,9 +24,9 @@ def test_interrupt_with_timeout_records_a_deadline_and_indexes_it():
     assert rec.deadline == raised_at + 5000
     assert rec.default == {"approved": False}
     [fx] = s.index_adds()
-    assert fx | {"seq": 0} == {"seq": 0, "op": "index_add", "interrupt_id": iid, "reason": "confirm",
-                               "anchor": "msg-2", "raised_at": raised_at, "deadline": raised_at + 5000,
-                              "parent": None}
+    assert effect_to_dict(fx) | {"seq": 0} == {
+        "seq": 0, "op": "index_add", "interrupt_id": iid, "reason": "confirm", "anchor": "msg-2",
+        "raised_at": raised_at, "deadline": raised_at + 5000, "parent": None}
     # the event tells nothing of the deadline: the contract's fields only
     assert s.ev("interrupt.raised") | {"at": 0} == {
         "type": "interrupt.raised", "at": 0, "interrupt_id": iid, "reason": "confirm",
@@ -35,14 +37,14 @@ def test_interrupt_with_a_fractional_timeout_gets_a_millisecond_deadline():
     s = Sim()
     s.pause_on_tool("send_email", timeout_s=0.25)
     raised_at = s.ev("interrupt.raised")["at"]
-    assert s.index_adds()[0]["deadline"] == raised_at + 250
+    assert s.index_adds()[0].deadline == raised_at + 250
 
 
 def test_interrupt_without_timeout_has_no_deadline():
     s = Sim()
     _, _, iid = s.pause_on_tool("send_email")
     assert s.interrupt(iid).deadline is None
-    assert s.index_adds()[0]["deadline"] is None
+    assert s.index_adds()[0].deadline is None
     tr = s.deadline(iid)  # nothing to time out
     assert tr.dropped == "already_resumed" and tr.events == [] and tr.effects == []
     assert iid in s.core.interrupts
@@ -58,8 +60,8 @@ def test_I9_deadline_resumes_with_the_default_and_timed_out_true():
     assert s.ev("interrupt.resumed") | {"at": 0} == {
         "type": "interrupt.resumed", "at": 0, "interrupt_id": iid, "payload": {"approved": False},
         "delivered": True, "timed_out": True}
-    assert [f["op"] for f in tr.effects] == ["index_remove", "enqueue"]
-    assert tr.effects[0]["interrupt_id"] == iid
+    assert [f.op for f in tr.effects] == ["index_remove", "enqueue"]
+    assert isinstance(tr.effects[0], IndexRemove) and tr.effects[0].interrupt_id == iid
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
                          "interrupt_id": iid, "payload": {"approved": False}, "timed_out": True,
                          "origin": origin.trigger, "call_id": calls[0]}

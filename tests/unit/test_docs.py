@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from parley.cli.commands import cli
 from parley.schemas import actions, events, inputs, triggers
+from parley.schemas.codes import IgnoreCode, RefusalCode
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = ROOT / "docs" / "protocol.md"
@@ -35,12 +36,8 @@ TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 
 
 def codes() -> set[str]:
-    """Every refusal and ignore code the code defines: the one place to re-point when the
-    codes move (to StrEnums in `parley.schemas.codes`, say: return their members' values)."""
-    found = set(events.REFUSAL_CODES) | set(events.IGNORE_CODES)
-    for model in (events.InputRefused, events.InputIgnored):
-        found |= {c for c in typing.get_args(model.model_fields["code"].annotation) if isinstance(c, str)}
-    return found
+    """Every refusal and ignore code: the members of the enums the core and the events use."""
+    return {c.value for c in RefusalCode} | {c.value for c in IgnoreCode}
 
 
 def union_models(annotated: Any) -> list[type[BaseModel]]:

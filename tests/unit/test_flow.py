@@ -3,7 +3,7 @@ pure machine, without interrupts (those are in test_interrupts.py)."""
 
 import pytest
 
-from parley.dispatcher.machine import job_id
+from parley.schemas.jobs import JOBS
 
 from .harness import Sim, make_app
 
@@ -17,12 +17,12 @@ def test_session_create_fires_session_created_event_and_trigger():
     ev = s.ev("session.created")
     assert ev["budget"] == {"llm_calls": 3} and ev["metadata"] == {"user": "ann"}
     [job] = s.enqueued("decide")
-    trigger = job["payload"]["trigger"]
+    trigger = job.args["trigger"]
     assert trigger == {"type": "session.created", "session": "s1", "head": None,
                        "budget": {"llm_calls": 3}, "metadata": {"user": "ann"}}
-    assert job["payload"]["proposed"] == {"actions": []}
-    assert job["payload"]["work"] == "dec-1" and job["payload"]["attempt"] == 1
-    assert job["job_id"] == job_id("s1", "dec-1", 1) and job["func"] == "parley.workers.jobs.run_decide"
+    assert job.args["proposed"] == {"actions": []}
+    assert job.work == "dec-1" and job.attempt == 1
+    assert job.job == "decide" and JOBS[job.job].func == "parley.workers.jobs.run_decide"
     s.decide()
     assert s.types() == [] and s.deciding is None
     assert s.show() == {"session": "s1", "head": None, "parked": False, "messages": [],
@@ -109,7 +109,7 @@ def test_message_with_explicit_parent_forks_there():
     s.decide(expect="message.created")
     # the model sees the branch root -> head, not the sibling reply
     [job] = s.enqueued("llm")
-    assert [m["id"] for m in job["payload"]["request"]["messages"]] == ["msg-1", "msg-3"]
+    assert [m["id"] for m in job.args["request"]["messages"]] == ["msg-1", "msg-3"]
 
 
 def test_message_with_null_parent_is_a_new_root():
@@ -277,9 +277,9 @@ def test_message_created_proposes_llm_call_which_starts_with_the_branch():
     assert s.ev("llm.started") | {"at": 0} == {"type": "llm.started", "at": 0, "call_id": "llm-1",
                                                "head": "msg-1"}
     [job] = s.enqueued("llm")
-    assert job["func"] == "parley.workers.jobs.run_llm" and job["job_id"] == job_id("s1", "llm-1", 1)
-    assert job["timeout"] == 120
-    assert job["payload"]["request"] == {"messages": [
+    assert JOBS[job.job].func == "parley.workers.jobs.run_llm" and (job.work, job.attempt) == ("llm-1", 1)
+    assert job.timeout == 120
+    assert job.args["request"] == {"messages": [
         {"id": "msg-1", "parent_id": None, "role": "user", "content": "hello"}]}
     assert s.show()["pending"] == [{"call_id": "llm-1", "kind": "llm", "name": None}]
 
@@ -289,7 +289,7 @@ def test_llm_call_action_passes_model_and_params():
     s.send("hello")
     s.decide()
     s.decide([{"type": "llm.call", "model": "big", "params": {"temperature": 0}}])
-    req = s.enqueued("llm")[0]["payload"]["request"]
+    req = s.enqueued("llm")[0].args["request"]
     assert req["model"] == "big" and req["params"] == {"temperature": 0}
 
 
@@ -332,14 +332,14 @@ def test_llm_reply_with_two_tool_calls_fires_two_tool_executes_in_order_with_cal
     assert s.types() == ["tool.started"]
     assert s.ev("tool.started") | {"at": 0} == {"type": "tool.started", "at": 0, "call_id": "call-1",
                                                 "name": "search"}
-    [job] = s.enqueued("tools")
-    assert job["payload"]["name"] == "search" and job["payload"]["arguments"] == {"q": "a"}
-    assert job["payload"]["work"] == "call-1" and job["payload"]["attempt"] == 1
-    assert job["func"] == "parley.workers.jobs.run_tool" and job["timeout"] == 300
+    [job] = s.enqueued("tool")
+    assert job.args["name"] == "search" and job.args["arguments"] == {"q": "a"}
+    assert job.work == "call-1" and job.attempt == 1
+    assert JOBS[job.job].func == "parley.workers.jobs.run_tool" and job.timeout == 300
     assert s.trigger["type"] == "tool.execute" and s.trigger["call_id"] == "call-2"
     assert s.trigger["arguments"] == {"to": "bob"}
     s.decide()
-    assert s.enqueued("tools")[0]["timeout"] == 30  # the tool's own timeout_s
+    assert s.enqueued("tool")[0].timeout == 30  # the tool's own timeout_s
     assert [p["call_id"] for p in s.show()["pending"]] == ["call-1", "call-2"]
 
 
@@ -367,7 +367,7 @@ def test_tool_completed_pending_and_llm_call_only_when_nothing_pending():
     assert s.trigger["pending"] == [] and s.proposed == [{"type": "llm.call"}]
     s.decide()
     assert s.enqueued_work("llm") == ["llm-2"]
-    req = s.enqueued("llm")[0]["payload"]["request"]
+    req = s.enqueued("llm")[0].args["request"]
     assert [m["id"] for m in req["messages"]] == ["msg-1", "msg-2", "msg-3", "msg-4"]
 
 
@@ -408,7 +408,7 @@ def test_tool_execute_with_a_name_of_the_workers_own_appends_assistant_message_f
     assert msg == {"id": "msg-2", "parent_id": "msg-1", "role": "assistant", "content": "",
                    "tool_calls": [{"id": "call-1", "name": "search", "arguments": {"q": "z"}}]}
     assert s.ev("tool.started")["call_id"] == "call-1"
-    assert s.enqueued("tools")[0]["payload"]["arguments"] == {"q": "z"}
+    assert s.enqueued("tool")[0].args["arguments"] == {"q": "z"}
     assert s.head == "msg-2"
     s.finish_tool("call-1", result="r")
     assert s.ev("message.created")["message"]["parent_id"] == "msg-2"
@@ -422,7 +422,7 @@ def test_tool_result_action_settles_the_call_without_running_it():
     s.decide([{"type": "tool.result", "result": {"sent": False}}])
     assert s.types() == ["message.created", "tool.completed"]
     assert s.ev("message.created")["message"]["content"] == '{"sent":false}'
-    assert s.enqueued("tools") == [] and "tool.started" not in s.types()
+    assert s.enqueued("tool") == [] and "tool.started" not in s.types()
     assert s.trigger["type"] == "tool.completed" and s.trigger["call_id"] == call
     assert s.trigger["result"] == {"sent": False}
 
@@ -471,7 +471,7 @@ def test_unknown_tool_settles_the_call_as_unknown_tool():
     assert s.types() == ["message.created", "tool.completed"]
     assert s.ev("tool.completed")["error"] == "unknown_tool"
     assert s.ev("message.created")["message"]["content"] == "unknown_tool"
-    assert s.enqueued("tools") == []
+    assert s.enqueued("tool") == []
     assert s.trigger["type"] == "tool.completed" and s.trigger["error"] == "unknown_tool"
 
 
@@ -539,7 +539,7 @@ def test_invalid_decision_applies_nothing_and_fails(value, fragment):
     ev = s.ev("decision.failed")
     assert fragment in ev["error"]
     assert "interrupt.raised" not in s.types() and "tool.started" not in s.types()
-    assert s.enqueued("tools") == [] and s.enqueued("llm") == []
+    assert s.enqueued("tool") == [] and s.enqueued("llm") == []
     assert s.core.interrupts == {}
     # the tool.execute's call is settled as decision_failed (SPEC 4.2)
     assert s.ev("tool.completed")["error"] == "decision_failed"

@@ -2,7 +2,10 @@
 
 from typing import Any
 
-from parley.dispatcher.machine import _Tx, job_id
+from parley.dispatcher.core import IndexAdd, interrupts
+from parley.dispatcher.core.transition import Tx
+from parley.dispatcher.core.turns import finish
+from parley.schemas.actions import InterruptAction
 from parley.schemas.state import Interrupt
 
 from .harness import Sim
@@ -14,14 +17,14 @@ def enqueue_turns(s: Sim, tr: Any) -> list[str | None]:
     """The turn (client message id) each enqueue effect of a transition works for."""
     turns: list[str | None] = []
     for f in s.enqueued(tr=tr):
-        p = f["payload"]
-        if f["queue"] == "decide":
+        p = f.args
+        if f.job == "decide":
             head = p["trigger"]["head"]
-        elif f["queue"] == "llm":
+        elif f.job == "llm":
             head = p["request"]["messages"][-1]["id"]
         else:  # the assistant message that carries the tool call
             head = next(m["id"] for m in s.state.messages.values()
-                        if any(c["id"] == p["work"] for c in m.get("tool_calls") or []))
+                        if any(c["id"] == f.work for c in m.get("tool_calls") or []))
         turns.append(s.state.messages[head]["turn"] if head else None)
     return turns
 
@@ -47,8 +50,8 @@ def test_I1_interrupt_action_opens_an_interrupt_with_reason_payload_and_minted_i
     assert s.ev("interrupt.raised") | {"at": 0} == {
         "type": "interrupt.raised", "at": 0, "interrupt_id": "int-1", "reason": "confirm",
         "payload": {"message": "Send?"}, "anchor": "msg-2"}
-    [fx] = [f for f in s.last.effects if f["op"] == "index_add"]
-    assert fx["interrupt_id"] == "int-1" and fx["anchor"] == "msg-2" and fx["reason"] == "confirm"
+    [fx] = [f for f in s.last.effects if isinstance(f, IndexAdd)]
+    assert fx.interrupt_id == "int-1" and fx.anchor == "msg-2" and fx.reason == "confirm"
     view = s.show()
     assert view["parked"] is True
     assert view["interrupts"] == [{"interrupt_id": "int-1", "reason": "confirm",
@@ -236,7 +239,7 @@ def test_I4_park_voids_llm_calls_of_the_branch_but_not_tools_or_other_branches()
     assert s.types() == ["interrupt.raised", "llm.voided"]
     assert s.ev("llm.voided") | {"at": 0} == {"type": "llm.voided", "at": 0, "call_id": "llm-3",
                                               "interrupt_id": "int-1"}
-    assert [(f["queue"], f["job_id"]) for f in s.cancelled()] == [("llm", job_id("s1", "llm-3", 1))]
+    assert [(f.job, f.work, f.attempt) for f in s.cancelled()] == [("llm", "llm-3", 1)]
     assert s.running_llm() == ["llm-1"]  # the other branch's call keeps going
     assert s.work(calls[2]).status == "running"  # the running tool keeps going
     assert s.interrupt("int-1").voided_llm is True
@@ -297,7 +300,7 @@ def test_I4_resume_proposes_at_most_one_llm_call():
     # the origin (message.created) proposes llm.call, and the interrupt voids the one just started
     s.decide([{"type": "llm.call"}, INTERRUPT], expect="message.created")
     assert s.types() == ["llm.started", "interrupt.raised", "llm.voided"]
-    assert [f["op"] for f in s.last.effects] == ["enqueue", "index_add", "cancel"]
+    assert [f.op for f in s.last.effects] == ["enqueue", "index_add", "cancel"]
     s.resume("int-1")
     assert s.proposed == [{"type": "llm.call"}]
     assert s.trigger["origin"]["type"] == "message.created"
@@ -388,13 +391,13 @@ def engine_park(s: Sim, turn: str | None, reason: str = "budget") -> None:
 
     No input sequence leaves a decide job in flight when a branch parks: decisions are one at a
     time and only a decision raises an interrupt (the budget stop is not in the machine yet), so
-    this calls the machine's own path, `_Tx.raise_interrupt`, with no origin trigger, inside one
-    transition committed like any other."""
+    this calls the core's own path, `interrupts.raise_interrupt`, with no origin trigger, inside
+    one transition committed like any other."""
     ctx = s.ctx()
-    tx = _Tx(s.state, ctx, s.session)
-    tx.raise_interrupt(None, tx.c.turns[turn] if turn else None,  # type: ignore[arg-type]
-                       {"reason": reason, "payload": {"used": 1, "limit": 1}})
-    s.commit(tx.finish(), ctx)
+    tx = Tx(s.state, ctx, s.session)
+    interrupts.raise_interrupt(tx, None, tx.c.turns[turn] if turn else None,
+                               InterruptAction(reason=reason, payload={"used": 1, "limit": 1}))
+    s.commit(finish(tx), ctx)
 
 
 def test_I6a_decide_in_flight_is_voided_when_a_global_park_happens():
@@ -407,7 +410,7 @@ def test_I6a_decide_in_flight_is_voided_when_a_global_park_happens():
     engine_park(s, None)
     assert s.types() == ["interrupt.raised", "decision.held"]
     assert s.ev("decision.held")["trigger"] == {"type": "message.created", "message_id": "msg-1"}
-    assert [(f["queue"], f["job_id"]) for f in s.cancelled()] == [("decide", job_id("s1", work, 1))]
+    assert [(f.job, f.work, f.attempt) for f in s.cancelled()] == [("decide", work, 1)]
     assert s.deciding is None and s.enqueued() == []
     # its decision, arriving late, is dropped unapplied
     tr = s.outcome("decide", work, 1, value={"actions": [{"type": "llm.call"}]})
@@ -433,7 +436,7 @@ def test_I6a_decide_in_flight_is_voided_when_its_branch_is_anchored_parked():
     # the one in flight first, then the queued one, in order
     assert [e["trigger"]["call_id"] for e in s.last.events if e["type"] == "decision.held"] == [
         "call-1", "call-2"]
-    assert s.cancelled()[0]["queue"] == "decide"
+    assert s.cancelled()[0].job == "decide"
     s.resume("int-1")
     assert s.proposed == []  # no origin
     s.decide()
@@ -525,7 +528,7 @@ def test_I9_resume_of_the_active_turn_delivers_interrupt_resumed_at_once():
     assert s.ev("interrupt.resumed") | {"at": 0} == {
         "type": "interrupt.resumed", "at": 0, "interrupt_id": "int-1", "payload": {"approved": True},
         "delivered": True, "timed_out": False}  # an unsigned principal is not reported
-    assert [f["op"] for f in tr.effects] == ["index_remove", "enqueue"]
+    assert [f.op for f in tr.effects] == ["index_remove", "enqueue"]
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
                          "interrupt_id": "int-1", "payload": {"approved": True}, "timed_out": False,
                          "origin": origin.trigger, "call_id": calls[0]}

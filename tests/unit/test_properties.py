@@ -42,7 +42,18 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from parley.dispatcher.machine import AppInfo, Context, ToolInfo, Transition, apply_outcome, next_state
+from parley.dispatcher.core import (
+    AppInfo,
+    Cancel,
+    Context,
+    Enqueue,
+    IndexAdd,
+    IndexRemove,
+    ToolInfo,
+    Transition,
+    apply_outcome,
+    next_state,
+)
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core, SessionState
 from parley.schemas.view import show
@@ -239,12 +250,12 @@ class Checker:
 
         # the index of open interrupts, from index_add / index_remove effects
         for f in tr.effects:
-            if f["op"] == "index_add":
-                assert f["interrupt_id"] not in self.indexed, f
-                self.indexed.add(f["interrupt_id"])
-            elif f["op"] == "index_remove":
-                assert f["interrupt_id"] in self.indexed, f
-                self.indexed.discard(f["interrupt_id"])
+            if isinstance(f, IndexAdd):
+                assert f.interrupt_id not in self.indexed, f
+                self.indexed.add(f.interrupt_id)
+            elif isinstance(f, IndexRemove):
+                assert f.interrupt_id in self.indexed, f
+                self.indexed.discard(f.interrupt_id)
 
         for e in tr.events:
             t = e["type"]
@@ -293,15 +304,15 @@ class Checker:
             ref(q.trigger) for turn in core.turns.values() for q in turn.held), "held decisions"
 
         # decide jobs: one in flight, the enqueued one is the one in flight, each trigger once
-        decides = [f for f in tr.effects if f["op"] == "enqueue" and f["queue"] == "decide"]
+        decides = [f for f in tr.effects if isinstance(f, Enqueue) and f.job == "decide"]
         assert len(decides) <= 1, decides
         d = core.deciding
         if decides:
             [f] = decides
-            p = f["payload"]
-            assert d is not None and (p["work"], p["attempt"]) == (d.work, d.attempt), (p, d)
+            p = f.args
+            assert d is not None and (f.work, f.attempt) == (d.work, d.attempt), (f, d)
             assert p["trigger"] == d.item.trigger and p["proposed"] == {"actions": d.item.proposed}
-            if p["attempt"] == 1:
+            if f.attempt == 1:
                 r = ref(p["trigger"])
                 assert r not in self.delivered or r in self.rearmed, f"{r} decided twice"
                 if r in self.held_as:  # SPEC 4.1: a held trigger is delivered exactly as fired
@@ -359,7 +370,7 @@ class Checker:
                 assert anchor in ancestors(after, core.turns[turn].tip), (e, turn)
                 assert anchor not in prev.messages or anchor == turn_tip(prev, turn), (e, turn)
         for f in tr.effects:
-            if f["op"] == "cancel" and f["queue"] == "decide":
+            if isinstance(f, Cancel) and f.job == "decide":
                 # I6a: a decision in flight is voided only when its branch becomes parked
                 assert pd is not None and pd.item.turn is not None
                 assert parking(after, turn_tip(after, pd.item.turn)), f
@@ -373,8 +384,7 @@ class Checker:
             return
         expected = rec.anchor is None or (rec.turn is not None and active_turn(prev) == rec.turn)
         assert e["delivered"] is expected, (e, rec)
-        decides = [f["payload"]["trigger"] for f in tr.effects
-                   if f["op"] == "enqueue" and f["queue"] == "decide"]
+        decides = [f.args["trigger"] for f in tr.effects if isinstance(f, Enqueue) and f.job == "decide"]
         if expected:
             if prev.core.deciding is None:
                 assert [(t["type"], t.get("interrupt_id")) for t in decides] == [
@@ -422,20 +432,20 @@ class Checker:
         never reaches a queue (the outbox flushes a transition's effects in one MULTI)."""
         core = after.core
         assert core is not None
-        cancelled = {f["job_id"]: f["seq"] for f in tr.effects if f["op"] == "cancel"}
-        added = {f["interrupt_id"]: f["seq"] for f in tr.effects if f["op"] == "index_add"}
+        cancelled = {(f.job, f.work, f.attempt): f.seq for f in tr.effects if isinstance(f, Cancel)}
+        added = {f.interrupt_id: f.seq for f in tr.effects if isinstance(f, IndexAdd)}
         for f in tr.effects:
-            if f["op"] != "enqueue" or cancelled.get(f["job_id"], -1) > f["seq"]:
+            if not isinstance(f, Enqueue) or cancelled.get((f.job, f.work, f.attempt), -1) > f.seq:
                 continue
-            work = f["payload"]["work"]
-            if f["queue"] == "decide":
+            work = f.work
+            if f.job == "decide":
                 assert core.deciding is not None
                 item = core.deciding.item
                 if item.bypass:
                     assert item.trigger["type"] == "interrupt.resumed"
                     continue
                 turn = item.turn
-            elif f["queue"] == "llm":
+            elif f.job == "llm":
                 assert work in core.work, f"LLM call {work} enqueued and gone"
                 turn = core.work[work].turn
             else:
@@ -443,9 +453,9 @@ class Checker:
                             if any(c["id"] == work for c in m.get("tool_calls") or []))
             tip = turn_tip(after, turn)
             ids = parking(after, tip) if tip is not None else set()
-            if f["queue"] == "tools" and ids and all(added.get(i, -1) > f["seq"] for i in ids):
+            if f.job == "tool" and ids and all(added.get(i, -1) > f.seq for i in ids):
                 continue
-            assert not ids, f"I12: {f['queue']} job {work} enqueued for turn {turn}, parked by {ids}"
+            assert not ids, f"I12: {f.job} job {work} enqueued for turn {turn}, parked by {ids}"
 
     # ---- per state --------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ def test_tool_execute_naming_another_turns_call_settles_only_its_own_call():
     # SPEC 4.2: the trigger's own call is settled decision_failed; call-2 does not run
     assert s.ev("tool.completed")["call_id"] == calls[0]
     assert s.ev("tool.completed")["error"] == "decision_failed"
-    assert s.enqueued("tools") == [] and s.enqueued_work("decide") != []
+    assert s.enqueued("tool") == [] and s.enqueued_work("decide") != []
     assert s.of("tool.started") == [] and s.work("call-2").status == "new"
 
 
@@ -159,7 +159,7 @@ def test_tool_result_after_tool_execute_of_the_same_call_is_an_invalid_decision(
     [call] = s.reply_tools("search")
     s.decide([{"type": "tool.execute"}, {"type": "tool.result", "result": "fake"}])
     assert "not open" in s.ev("decision.failed")["error"]
-    assert s.enqueued("tools") == []
+    assert s.enqueued("tool") == []
     assert s.ev("tool.completed")["call_id"] == call
     assert s.ev("tool.completed")["error"] == "decision_failed"
 

@@ -1,0 +1,175 @@
+"""Effects: what a transition asks the shell to do once it is committed.
+
+A transition cannot enqueue a job or touch another session's keys inside its own atomic
+commit (those keys live in other Redis slots), so it writes what it wants done into the
+session's outbox, in the same commit; the shell then does it (dispatcher/enqueue.py)
+and deletes it from the outbox in one MULTI (docs/design.md, "The outbox").
+
+Effects are stored, so they have a JSON form: `effect_to_dict` / `effect_from_dict`
+(`effect_to_json` is the same thing, faster, for the commit). `seq` numbers a session's
+effects in the order they were asked for: the outbox field, and the flush order.
+
+The core says *what* job it wants (kind, work, attempt), never how RQ names it: the job id
+and the function come from `parley.schemas.jobs`, where the worker's allowlist reads too.
+"""
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from parley.schemas.codes import EffectKind
+from parley.schemas.inputs import ParentLink
+from parley.schemas.jobs import KIND_OF_QUEUE, JobKind
+from parley.schemas.results import WorkOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Enqueue:
+    """Run a job. Its payload is what the worker receives: the shell adds the job's
+    identity (session, work, attempt) and where to answer (reply_to, app) to `args`."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.ENQUEUE, init=False)
+    job: JobKind
+    work: str
+    attempt: int
+    #: seconds the job may run (RQ's job timeout)
+    timeout: float
+    #: the results stream the job posts its outcome to
+    reply_to: str
+    #: the session's sub-agent app spec, or None for the worker's own app
+    app: str | None
+    #: the kind's own arguments: decide {trigger, proposed}, llm {request}, tool {name, arguments}
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancel:
+    """Take a voided job off its queue (best effort: stopping is never relied on, I4)."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.CANCEL, init=False)
+    job: JobKind
+    work: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexAdd:
+    """An interrupt opened: list it in the fleet-wide index (`parley interrupts`)."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.INDEX_ADD, init=False)
+    interrupt_id: str
+    reason: str
+    anchor: str | None
+    raised_at: int
+    #: Unix ms when its timeout_s passes (the deadline sweep resumes it with `default`)
+    deadline: int | None
+    #: the parent session, when this one is a sub-agent's
+    parent: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexRemove:
+    """An interrupt resumed: out of the index and the deadlines."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.INDEX_REMOVE, init=False)
+    interrupt_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Spawn:
+    """Start a sub-agent's child session with its first message (the call's arguments)."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.SPAWN, init=False)
+    child: str
+    content: str
+    parent: ParentLink
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    """A child session's first turn ended: post its reply as the parent call's outcome."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.REPORT, init=False)
+    stream: str
+    outcome: WorkOutcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stat:
+    """Move a fleet-wide counter, exactly once with the transition that moved it."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.STAT, init=False)
+    field: str
+    delta: int
+
+
+Effect = Enqueue | Cancel | IndexAdd | IndexRemove | Spawn | Report | Stat
+
+#: The class of each effect kind (what `effect_from_dict` builds).
+EFFECT_TYPES: dict[EffectKind, type[Effect]] = {
+    EffectKind.ENQUEUE: Enqueue, EffectKind.CANCEL: Cancel, EffectKind.INDEX_ADD: IndexAdd,
+    EffectKind.INDEX_REMOVE: IndexRemove, EffectKind.SPAWN: Spawn, EffectKind.REPORT: Report,
+    EffectKind.STAT: Stat,
+}
+
+
+def _json_default(value: Any) -> Any:
+    """orjson hook: the pydantic models an effect carries (Spawn.parent, Report.outcome)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def effect_to_json(fx: Effect) -> bytes:
+    """The stored form: the effect's fields, `op` naming its kind."""
+    return orjson.dumps(fx, default=_json_default)
+
+
+def effect_to_dict(fx: Effect) -> dict[str, Any]:
+    """The stored form as plain JSON values (what `effect_to_json` writes)."""
+    out: dict[str, Any] = orjson.loads(effect_to_json(fx))
+    return out
+
+
+def effect_from_dict(value: dict[str, Any]) -> Effect:
+    """An effect from its stored form (also the form written before effects were typed)."""
+    kind = EffectKind(value["op"])
+    if kind is EffectKind.ENQUEUE and "job" not in value:
+        return _legacy_enqueue(value)
+    if kind is EffectKind.CANCEL and "job" not in value:
+        return _legacy_cancel(value)
+    known = {f.name: value[f.name] for f in fields(EFFECT_TYPES[kind]) if f.init and f.name in value}
+    if "job" in known:
+        known["job"] = JobKind(known["job"])
+    if kind is EffectKind.SPAWN:
+        known["parent"] = ParentLink.model_construct(**known["parent"])  # checked by the child
+    elif kind is EffectKind.REPORT:
+        known["outcome"] = WorkOutcome.model_validate(known["outcome"])
+    return EFFECT_TYPES[kind](**known)
+
+
+def _legacy_enqueue(value: dict[str, Any]) -> Enqueue:
+    """An enqueue written with its RQ queue, function and job id, the job's identity inside
+    its payload: everything the shell derives now is recomputed from that identity."""
+    payload = dict(value["payload"])
+    return Enqueue(seq=value["seq"], job=KIND_OF_QUEUE[value["queue"]], work=payload.pop("work"),
+                   attempt=payload.pop("attempt"), timeout=value["timeout"],
+                   reply_to=payload.pop("reply_to"), app=payload.pop("app"),
+                   args={k: v for k, v in payload.items() if k != "session"})
+
+
+def _legacy_cancel(value: dict[str, Any]) -> Cancel:
+    """A cancel written with only its RQ job id, which cannot be turned back into (work,
+    attempt): it cancels nothing. Cancels are best effort (I4): the voided job's result, if
+    it comes, is dropped as settled."""
+    return Cancel(seq=value["seq"], job=KIND_OF_QUEUE[value["queue"]], work="", attempt=0)

@@ -1,0 +1,169 @@
+"""Client inputs (docs/protocol.md, "Inputs"): one handler per input type, routed by `_HANDLERS`.
+
+A handler either changes the session or says why it will not, by raising `RefuseInput`
+or `IgnoreInput`; `apply_input` turns those into the `input.refused` / `input.ignored`
+event in one place. Refusals and ignores are events for the sender, never errors of the engine.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from parley.dispatcher.core.context import Context
+from parley.dispatcher.core.interrupts import resume
+from parley.dispatcher.core.transition import Transition, Tx
+from parley.dispatcher.core.triggers import fire, release
+from parley.dispatcher.core.turns import finish
+from parley.dispatcher.core.work import open_tool, settle
+from parley.schemas.codec import InputEntry, entry_ids
+from parley.schemas.codes import IgnoreCode, InputOutcome, RefusalCode
+from parley.schemas.inputs import (
+    BranchSwitch,
+    Input,
+    InterruptResume,
+    MessageCreate,
+    SessionCreate,
+    ToolResultInput,
+)
+from parley.schemas.state import Core, SessionState, Turn
+from parley.schemas.view import public_message
+
+
+class RefuseInput(Exception):
+    """The input is refused: it changes nothing, and its sender is told why."""
+
+    def __init__(self, code: RefusalCode, message: str, **extra: Any):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+class IgnoreInput(Exception):
+    """The input asks for what is already so (a replay, a late answer): nothing to do."""
+
+    def __init__(self, code: IgnoreCode):
+        super().__init__(code)
+        self.code = code
+
+
+def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Context, *,
+                owned: bool = False) -> Transition:
+    """Apply one client input.
+
+    `owned=True`: the caller will not use `state` again, so its core is edited in place
+    rather than copied (it may be left half-changed if this raises)."""
+    tx = Tx(state, ctx, entry.session, owned)
+    tx.out.idempotency_key = entry.idempotency_key
+    inp = entry.input
+    tx.out.input_outcome = (inp.type, InputOutcome.APPLIED, "")
+    try:
+        if state.duplicate:
+            raise IgnoreInput(IgnoreCode.DUPLICATE)
+        _HANDLERS[type(inp)](tx, inp, entry)
+    except RefuseInput as no:
+        tx.out.input_outcome = (inp.type, InputOutcome.REFUSED, no.code)
+        tx.emit("input.refused", input=_input_ref(entry_id, inp), code=no.code, message=no.message,
+                **no.extra)
+    except IgnoreInput as noop:
+        tx.out.input_outcome = (inp.type, InputOutcome.IGNORED, noop.code)
+        tx.emit("input.ignored", input=_input_ref(entry_id, inp), code=noop.code)
+    return finish(tx)
+
+
+def _input_ref(entry_id: str, inp: Input) -> dict[str, Any]:
+    """How a refusal names its input: the entry, the type and the ids the input names."""
+    raw = inp.model_dump(mode="json", exclude_unset=True) | {"type": inp.type}
+    return {"entry": entry_id, "type": raw.get("type"), **entry_ids(raw)}
+
+
+def _create(tx: Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | None,
+            parent: dict[str, Any] | None = None) -> None:
+    tx.core = Core(session=tx.session, created_at=tx.ctx.now_ms, budget=budget, metadata=metadata,
+                   parent=parent, app=parent["app"] if parent else None)
+    tx.emit("session.created", budget=budget, metadata=metadata)
+    fire(tx, "session.created", None, [], budget=budget, metadata=metadata)
+
+
+def _session_create(tx: Tx, inp: SessionCreate, entry: InputEntry) -> None:
+    if tx.core is not None:
+        raise IgnoreInput(IgnoreCode.SESSION_EXISTS)
+    _create(tx, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
+            inp.parent.model_dump() if inp.parent else None)
+
+
+def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
+    if tx.core is None and inp.parent_given and inp.parent_id is not None:
+        raise RefuseInput(RefusalCode.UNKNOWN_PARENT, f"no message {inp.parent_id!r} in this session")
+    if tx.core is None:
+        _create(tx, None, None)  # implicit creation fires session.created first
+    c = tx.c
+    parent = inp.parent_id if inp.parent_given else c.head
+    if parent is not None and tx.msg(parent) is None:
+        raise RefuseInput(RefusalCode.UNKNOWN_PARENT, f"no message {parent!r} in this session")
+    parked = tx.parking(parent) if parent is not None else [
+        i.id for i in c.interrupts.values() if i.anchor is None]
+    if parked:  # I5 (and I3: a global interrupt refuses new roots too)
+        raise RefuseInput(RefusalCode.BRANCH_PARKED, "the branch is parked by an open interrupt",
+                      interrupt_ids=parked)
+    parent_turn = tx.turn_of(parent)
+    if parent_turn is not None and parent_turn.tip == parent:
+        raise RefuseInput(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
+    if inp.message_id is not None and tx.msg(inp.message_id) is not None:
+        raise RefuseInput(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
+    mid = inp.message_id or tx.mint("msg")
+    message = {"id": mid, "parent_id": parent, "role": "user", "content": inp.content, "turn": mid}
+    turn = Turn(id=mid, tip=mid)
+    c.turns[mid] = turn
+    c.head = mid
+    tx.add_message(message)
+    fire(tx, "message.created", turn, [{"type": "llm.call"}], message=public_message(message))
+
+
+def _branch_switch(tx: Tx, inp: BranchSwitch, entry: InputEntry) -> None:
+    if tx.core is None or tx.msg(inp.head) is None:
+        raise RefuseInput(RefusalCode.UNKNOWN_MESSAGE, f"no message {inp.head!r} in this session")
+    tx.c.head = inp.head
+    ids = tx.parking(inp.head)
+    tx.emit("branch.switched", head=inp.head, parked=bool(ids), interrupt_ids=ids)  # I8
+    release(tx, tx.turn_of(inp.head))  # I10
+
+
+def _interrupt_resume(tx: Tx, inp: InterruptResume, entry: InputEntry) -> None:
+    if tx.core is None:
+        raise IgnoreInput(IgnoreCode.UNKNOWN_INTERRUPT)
+    rec = tx.c.interrupts.get(inp.interrupt_id)
+    if rec is None:  # I11
+        resumed = inp.interrupt_id in tx.c.resumed
+        raise IgnoreInput(IgnoreCode.ALREADY_RESUMED if resumed else IgnoreCode.UNKNOWN_INTERRUPT)
+    if rec.resumable_by is not None and entry.principal not in rec.resumable_by:
+        # Only a signed resume by one of them clears it (unsigned: no principal).
+        raise RefuseInput(RefusalCode.FORBIDDEN, "this interrupt may be resumed only by "
+                      + ", ".join(rec.resumable_by))
+    resume(tx, rec, inp.payload, False, entry.principal)
+
+
+def _tool_result(tx: Tx, inp: ToolResultInput, entry: InputEntry) -> None:
+    w = open_tool(tx, inp.call_id) if tx.core is not None else None
+    if w is None or w.status != "deferred":
+        settled = tx.core is not None and _was_minted(tx.c, inp.call_id)
+        raise IgnoreInput(IgnoreCode.ALREADY_SETTLED if settled else IgnoreCode.UNKNOWN_CALL)
+    if "error" in inp.model_fields_set:
+        settle(tx, w, error=inp.error)
+    else:
+        settle(tx, w, result=inp.result)
+
+
+def _was_minted(core: Core, work_id: str) -> bool:
+    """An id of a call this session made and has since settled (`call-N` / `llm-N`, N minted)."""
+    kind, _, n = work_id.rpartition("-")
+    return kind in ("call", "llm") and n.isdigit() and 0 < int(n) <= core.seq.get(kind, 0) \
+        and work_id not in core.work
+
+
+_HANDLERS: dict[type[Any], Callable[[Tx, Any, InputEntry], None]] = {
+    SessionCreate: _session_create,
+    MessageCreate: _message_create,
+    BranchSwitch: _branch_switch,
+    InterruptResume: _interrupt_resume,
+    ToolResultInput: _tool_result,
+}

@@ -1,0 +1,162 @@
+"""A transition's result, and the working copy of a session while one is computed.
+
+`Transition` is what the store commits. `Tx` is the session being changed: its core
+(edited in place), the messages it adds, and the events, effects and counts it emits.
+Every other module of the core is a set of functions over a `Tx`; this one holds only
+the plumbing they share (ids, messages, events, effects, tree queries).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from parley.dispatcher.core.context import AppInfo, Context
+from parley.dispatcher.core.effects import Cancel, Effect, Enqueue
+from parley.schemas import tree
+from parley.schemas.codes import DropReason, InputOutcome
+from parley.schemas.jobs import JobKind
+from parley.schemas.state import Core, SessionState, Turn
+from parley.schemas.view import public_message
+
+
+@dataclass(slots=True)
+class Transition:
+    """What one applied entry changes: the state to store and what to append and do."""
+
+    state: SessionState
+    new_messages: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    idempotency_key: str | None = None
+    #: why a work outcome changed nothing (stale attempt, voided, settled): for logs and metrics
+    dropped: DropReason | None = None
+    #: counts for metrics: (kind, label) -> n
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: the input's (type, outcome: applied/refused/ignored, code) for metrics
+    input_outcome: tuple[str, InputOutcome, str] | None = None
+    #: seconds from raise to resume of the interrupts this transition resumed
+    waits: list[float] = field(default_factory=list)
+
+
+class Tx:
+    """One transition in progress: a working copy of the session and what it emits."""
+
+    def __init__(self, state: SessionState, ctx: Context, session: str, owned: bool = False):
+        self.ctx = ctx
+        self.session = session
+        # The transition edits the core in place: a copy, unless the caller hands its state
+        # over (the dispatcher's freshly loaded state, used once and dropped).
+        self.core: Core | None = state.core
+        if self.core is not None and not owned:
+            self.core = self.core.model_copy(deep=True)
+        self.msgs = state.messages  # existing messages are immutable; new ones go to self.added
+        self.added: dict[str, dict[str, Any]] = {}
+        self.out = Transition(state=SessionState(core=None, messages={}, applied=dict(state.applied)))
+        self.held_before = self.held_count()
+
+    @property
+    def c(self) -> Core:
+        """The core, for code that runs only once the session exists."""
+        assert self.core is not None
+        return self.core
+
+    @property
+    def app(self) -> AppInfo:
+        """The session's own app: a child session runs its sub-agent's app."""
+        if self.core is not None and self.core.app is not None:
+            return self.ctx.agents.get(self.core.app, AppInfo())
+        return self.ctx.app
+
+    def held_count(self) -> int:
+        return sum(len(t.held) for t in self.core.turns.values()) if self.core else 0
+
+    # ---- what the transition emits -----------------------------------------------------------
+
+    def emit(self, event_type: str, **fields: Any) -> None:
+        self.out.events.append({"type": event_type, "at": self.ctx.now_ms, **fields})
+
+    def count(self, kind: str, label: str) -> None:
+        key = (kind, label)
+        self.out.counts[key] = self.out.counts.get(key, 0) + 1
+
+    def next_seq(self) -> int:
+        """The next effect's `seq` (the session's effects are numbered across transitions)."""
+        n = self.c.seq.get("fx", 0) + 1
+        self.c.seq["fx"] = n
+        return n
+
+    def effect(self, fx: Effect) -> None:
+        self.out.effects.append(fx)
+
+    def enqueue(self, job: JobKind, work: str, attempt: int, args: dict[str, Any],
+                timeout_s: float) -> None:
+        self.effect(Enqueue(seq=self.next_seq(), job=job, work=work, attempt=attempt, timeout=timeout_s,
+                            reply_to=self.ctx.results_stream, app=self.c.app, args=args))
+
+    def cancel(self, job: JobKind, work: str, attempt: int) -> None:
+        self.effect(Cancel(seq=self.next_seq(), job=job, work=work, attempt=attempt))
+
+    # ---- ids and messages ---------------------------------------------------------------------
+
+    def mint(self, kind: str) -> str:
+        """Sequential ids per session (`msg-1`, `call-1`, `llm-1`, `int-1`, `dec-1`), skipping
+        ids a client or an app already chose (I1)."""
+        while True:
+            n = self.c.seq.get(kind, 0) + 1
+            self.c.seq[kind] = n
+            candidate = f"{kind}-{n}"
+            if kind == "msg" and self.msg(candidate) is not None:
+                continue
+            if kind == "int" and (candidate in self.c.interrupts or candidate in self.c.resumed):
+                continue
+            return candidate
+
+    def msg(self, mid: str | None) -> dict[str, Any] | None:
+        if mid is None:
+            return None
+        return self.added.get(mid) or self.msgs.get(mid)
+
+    def add_message(self, message: dict[str, Any]) -> None:
+        """Record a new message (stored by the commit) and announce it."""
+        self.added[message["id"]] = message
+        self.out.new_messages.append(message)
+        self.emit("message.created", message=public_message(message))
+
+    def append(self, turn: Turn, message: dict[str, Any]) -> dict[str, Any]:
+        """Append an engine message at the turn's tip: never a fork (docs/protocol.md, Actions)."""
+        message = {"id": self.mint("msg"), "parent_id": turn.tip, **message, "turn": turn.id}
+        self.add_message(message)
+        if self.c.head == turn.tip:
+            self.c.head = message["id"]
+        turn.tip = message["id"]
+        return message
+
+    # ---- tree queries (parley.schemas.tree, over this working copy) ---------------------------
+
+    def ancestors(self, mid: str | None) -> Iterator[str]:
+        return tree.ancestors(self.msg, mid)
+
+    def parking(self, head: str | None) -> list[str]:
+        return tree.parking(self.c, self.msg, head)
+
+    def in_region(self, tip: str, anchor: str | None) -> bool:
+        return tree.in_region(self.msg, tip, anchor)
+
+    def turn_of(self, mid: str | None) -> Turn | None:
+        m = self.msg(mid)
+        return self.c.turns.get(m["turn"]) if m else None
+
+    def is_active(self, turn: Turn) -> bool:
+        return self.turn_of(self.c.head) is turn
+
+    def result(self) -> Transition:
+        """The transition as it stands (`turns.finish` runs the end-of-transition steps first)."""
+        self.out.state.core = self.core
+        return self.out
+
+
+def next_state(state: SessionState, tr: Transition) -> SessionState:
+    """The state a committed transition leaves (what `Store.load` would read back)."""
+    messages = dict(state.messages)
+    messages.update({m["id"]: m for m in tr.new_messages})
+    return SessionState(core=tr.state.core, messages=messages, applied=tr.state.applied)

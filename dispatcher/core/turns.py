@@ -1,0 +1,35 @@
+"""The end of every transition: decide what is queued, complete the turns left idle.
+
+A turn is complete when nothing of it is left: no open call, no queued, held or
+deciding trigger, no open interrupt. A sub-agent's child reports to its parent then.
+"""
+
+from parley.dispatcher.core.decisions import pump
+from parley.dispatcher.core.effects import Stat
+from parley.dispatcher.core.transition import Transition, Tx
+from parley.dispatcher.core.work import report
+
+
+def finish(tx: Tx) -> Transition:
+    """Run what every transition ends with, and return it."""
+    if tx.core is not None:
+        pump(tx)
+        complete_turns(tx)
+        delta = tx.held_count() - tx.held_before
+        if delta:  # the fleet-wide gauge of held decisions, kept exactly by the outbox
+            tx.effect(Stat(seq=tx.next_seq(), field="held", delta=delta))
+    return tx.result()
+
+
+def complete_turns(tx: Tx) -> None:
+    c = tx.c
+    busy: set[str | None] = {w.turn for w in c.work.values()}
+    busy.update(item.turn for item in c.queue)
+    busy.update(i.turn for i in c.interrupts.values())
+    if c.deciding is not None:
+        busy.add(c.deciding.item.turn)
+    for turn in list(c.turns.values()):
+        if turn.id not in busy and not turn.held:
+            del c.turns[turn.id]
+            tx.emit("turn.completed", head=turn.tip)
+            report(tx, turn)

@@ -1,0 +1,197 @@
+"""Work: model calls, tool calls and sub-agents, from start to settled.
+
+An LLM call (`llm-N`) sends the branch from its root to the head it was made at and
+records the reply at its turn's tip; a tool call (`call-N`) runs as a job, waits for a
+client (deferred), or runs as a child session (a sub-agent), and is settled as a tool
+message that fires `tool.completed` (docs/protocol.md, "Triggers").
+"""
+
+from typing import Any
+
+import orjson
+
+from parley.dispatcher.core import budgets, interrupts
+from parley.dispatcher.core.context import ToolInfo
+from parley.dispatcher.core.effects import Report, Spawn
+from parley.dispatcher.core.transition import Tx
+from parley.dispatcher.core.triggers import fire
+from parley.schemas.inputs import ParentLink
+from parley.schemas.jobs import JobKind
+from parley.schemas.llm import LlmReply
+from parley.schemas.results import WorkOutcome
+from parley.schemas.state import QueuedTrigger, Turn, Work
+from parley.schemas.view import public_message
+
+#: attempts of one job lost with its worker before it counts as failed
+MAX_ATTEMPTS = 3
+
+
+def open_tool(tx: Tx, call_id: str | None) -> Work | None:
+    w = tx.c.work.get(call_id) if call_id else None
+    return w if w is not None and w.kind == "tool" else None
+
+
+def pending(tx: Tx, turn_id: str) -> list[str]:
+    """The turn's open calls, in the order they were made."""
+    def order(w: Work) -> tuple[str, int]:
+        kind, _, n = w.id.rpartition("-")
+        return (kind, int(n) if n.isdigit() else 0)
+    return [w.id for w in sorted(tx.c.work.values(), key=order) if w.turn == turn_id]
+
+
+# ---- model calls ---------------------------------------------------------------------------------
+
+
+def start_llm(tx: Tx, turn: Turn, model: str | None = None, params: dict[str, Any] | None = None,
+              origin: QueuedTrigger | None = None) -> None:
+    lid = tx.mint("llm")
+    budgets.use(tx, "llm_calls")
+    extras = {k: v for k, v in (("model", model), ("params", params)) if v is not None}
+    w = Work(id=lid, kind="llm", turn=turn.id, status="running", attempt=0, head=turn.tip,
+             origin=origin, arguments=extras)
+    tx.c.work[lid] = w
+    tx.emit("llm.started", call_id=lid, head=turn.tip)
+    enqueue_llm(tx, w)
+
+
+def enqueue_llm(tx: Tx, w: Work) -> None:
+    """(Re)send an LLM call: the branch root -> the head it was made at, never later messages."""
+    assert w.head is not None
+    w.attempt += 1
+    chain = [public_message(tx.msg(mid) or {}) for mid in tx.ancestors(w.head)]
+    chain.reverse()
+    request: dict[str, Any] = {"messages": chain, **(w.arguments or {})}
+    tx.enqueue(JobKind.LLM, w.id, w.attempt, {"request": request}, tx.ctx.limits.llm_timeout_s)
+
+
+def record_llm(tx: Tx, w: Work, reply: LlmReply) -> None:
+    """The model's reply as an assistant message; its tool calls become `call-N` calls, each
+    fired as `tool.execute` (the model's own ids are rewritten: docs/protocol.md, Messages)."""
+    c = tx.c
+    del c.work[w.id]
+    turn = c.turns[w.turn]
+    calls = []
+    for call in reply.tool_calls:
+        cid = tx.mint("call")
+        calls.append({"id": cid, "name": call.name, "arguments": call.arguments})
+        c.work[cid] = Work(id=cid, kind="tool", turn=turn.id, name=call.name, arguments=call.arguments)
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if calls:
+        message["tool_calls"] = calls
+    m = tx.append(turn, message)
+    tx.emit("llm.completed", call_id=w.id, head=w.head, message_id=m["id"])
+    if reply.tokens:
+        budgets.use(tx, "tokens", reply.tokens)
+    if budgets.tokens_spent(tx) and not any(i.system for i in c.interrupts.values()):
+        # Tokens are counted after the reply: it stays, its follow-ons are held (I3, I6).
+        interrupts.raise_budget(tx, "tokens", turn, None)
+    if calls:
+        for made in calls:
+            fire(tx, "tool.execute", turn, [{"type": "tool.execute"}], call_id=made["id"],
+                 name=made["name"], arguments=made["arguments"])
+    else:
+        fire(tx, "llm.completed", turn, [], message=public_message(m))
+    turn.replied = not calls
+
+
+def fail_llm(tx: Tx, w: Work, error: str) -> None:
+    del tx.c.work[w.id]
+    tx.emit("llm.failed", call_id=w.id, head=w.head, error=error)
+    fire(tx, "llm.failed", tx.c.turns[w.turn], [], call_id=w.id, error=error)
+
+
+# ---- tool calls ----------------------------------------------------------------------------------
+
+
+def new_call(tx: Tx, turn: Turn, name: str, arguments: dict[str, Any]) -> None:
+    """A call the app starts itself: its assistant message first, so transcripts stay valid."""
+    cid = tx.mint("call")
+    tx.append(turn, {"role": "assistant", "content": "",
+                     "tool_calls": [{"id": cid, "name": name, "arguments": arguments}]})
+    tx.c.work[cid] = Work(id=cid, kind="tool", turn=turn.id, name=name, arguments=arguments)
+    run_call(tx, tx.c.work[cid])
+
+
+def run_call(tx: Tx, w: Work) -> None:
+    tool = tx.app.tools.get(w.name or "")
+    if tool is None:
+        settle(tx, w, error="unknown_tool")
+        return
+    if tool.agent:
+        spawn(tx, w, tool.agent)
+        return
+    if tool.deferred:
+        w.status = "deferred"
+        tx.emit("tool.deferred", call_id=w.id, name=w.name, arguments=w.arguments or {})
+        return
+    w.status = "running"
+    budgets.use(tx, "tool_calls")
+    tx.emit("tool.started", call_id=w.id, name=w.name)
+    enqueue_tool(tx, w, tool)
+
+
+def enqueue_tool(tx: Tx, w: Work, tool: ToolInfo) -> None:
+    w.attempt += 1
+    tx.enqueue(JobKind.TOOL, w.id, w.attempt, {"name": w.name, "arguments": w.arguments or {}},
+               tool.timeout_s or tx.ctx.limits.tool_timeout_s)
+
+
+def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None) -> None:
+    """Record a tool call's outcome as a tool message and fire `tool.completed`."""
+    del tx.c.work[w.id]
+    turn = tx.c.turns[w.turn]
+    if error is not None:
+        content = error
+    elif isinstance(result, str):
+        content = result
+    else:
+        content = orjson.dumps(result).decode()
+    message: dict[str, Any] = {"role": "tool", "content": content, "tool_call_id": w.id}
+    if error is not None:
+        message["error"] = True
+    m = tx.append(turn, message)
+    turn.replied = False
+    completed: dict[str, Any] = {"call_id": w.id, "name": w.name, "message_id": m["id"]}
+    if error is not None:
+        completed["error"] = error
+    tx.emit("tool.completed", **completed)
+    still = pending(tx, turn.id)
+    outcome = {"error": error} if error is not None else {"result": result}
+    fire(tx, "tool.completed", turn, [] if still else [{"type": "llm.call"}],
+         call_id=w.id, name=w.name, pending=still, **outcome)
+
+
+# ---- sub-agents ----------------------------------------------------------------------------------
+
+
+def spawn(tx: Tx, w: Work, agent: str) -> None:
+    """A sub-agent is a child session `S:sub-N` whose first message is the call's arguments;
+    its final reply settles this call (see `report`)."""
+    child = f"{tx.session}:{tx.mint('sub')}"
+    w.status = "running"
+    w.attempt += 1
+    w.child = child
+    budgets.use(tx, "tool_calls")
+    tx.c.children.append(child)
+    tx.emit("tool.started", call_id=w.id, name=w.name, child_session=child)
+    # Checked where it is read, by the child's dispatcher (a forged link settles nothing).
+    parent = ParentLink.model_construct(session=tx.session, call_id=w.id, attempt=w.attempt, app=agent,
+                                        reply_to=tx.ctx.results_stream)
+    tx.effect(Spawn(seq=tx.next_seq(), child=child, content=orjson.dumps(w.arguments or {}).decode(),
+                    parent=parent))
+
+
+def report(tx: Tx, turn: Turn) -> None:
+    """A child's first turn is over: settle the parent's call with its reply, once."""
+    c = tx.c
+    parent = c.parent
+    if parent is None or c.reported:
+        return
+    c.reported = True
+    tip = tx.msg(turn.tip) or {}
+    ok = turn.replied and tip.get("role") == "assistant"
+    outcome = WorkOutcome(session=parent["session"], work=parent["call_id"], attempt=parent["attempt"],
+                          kind="tool", ok=ok, value=tip.get("content") if ok else None,
+                          error=None if ok else "subagent_failed", source=tx.session,
+                          usage=dict(c.used))
+    tx.effect(Report(seq=tx.next_seq(), stream=parent["reply_to"], outcome=outcome))

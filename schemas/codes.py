@@ -1,0 +1,100 @@
+"""Every code the engine gives a reader, one enum per question it answers.
+
+Members are listed in the order they are checked, so the order a reader sees in
+docs/protocol.md ("Refusal and ignore codes") is the order the dispatcher applies.
+They are `StrEnum`s: each member is its own wire string (`RefusalCode.BRANCH_PARKED ==
+"branch_parked"`), so events, logs and metric labels carry them unchanged.
+"""
+
+from enum import StrEnum
+
+
+class RefusalCode(StrEnum):
+    """Why an input was refused (`input.refused`): it changed nothing, and the sender should
+    hear why. The first two are the dispatcher's, before the session is read."""
+
+    #: the entry does not decode: not JSON, unknown type, a field of the wrong shape, too big
+    INVALID_INPUT = "invalid_input"
+    #: a bad or missing signature (a forged entry does not even use up its idempotency key)
+    UNAUTHORIZED = "unauthorized"
+    #: message.create names a parent that is not in the session
+    UNKNOWN_PARENT = "unknown_parent"
+    #: message.create under a branch an open interrupt parks (I5; a global one parks all, I3)
+    BRANCH_PARKED = "branch_parked"
+    #: message.create whose parent is the tip of a turn still running
+    TURN_IN_PROGRESS = "turn_in_progress"
+    #: message.create with a `message_id` the session already uses
+    DUPLICATE_MESSAGE_ID = "duplicate_message_id"
+    #: branch.switch to a message that is not in the session
+    UNKNOWN_MESSAGE = "unknown_message"
+    #: interrupt.resume not signed by one of the interrupt's `resumable_by` principals
+    FORBIDDEN = "forbidden"
+
+
+class IgnoreCode(StrEnum):
+    """Why an input was ignored (`input.ignored`): it asked for something already true or
+    already over, so doing nothing is the answer (a replay, a late click)."""
+
+    #: the entry's idempotency key (`id`) was used within the window
+    DUPLICATE = "duplicate"
+    #: session.create for a session that exists
+    SESSION_EXISTS = "session_exists"
+    #: interrupt.resume of an interrupt the session never raised (or no such session)
+    UNKNOWN_INTERRUPT = "unknown_interrupt"
+    #: interrupt.resume of an interrupt already resumed (I11)
+    ALREADY_RESUMED = "already_resumed"
+    #: tool.result for a call the session never made, or one that is not deferred
+    UNKNOWN_CALL = "unknown_call"
+    #: tool.result for a call already settled
+    ALREADY_SETTLED = "already_settled"
+
+
+class InputOutcome(StrEnum):
+    """What became of an input: the `outcome` label of `parley_inputs_total`."""
+
+    #: applied: its events describe what changed
+    APPLIED = "applied"
+    #: refused with a `RefusalCode`
+    REFUSED = "refused"
+    #: ignored with an `IgnoreCode`
+    IGNORED = "ignored"
+    #: not applied at all: copied to the rejected stream (the dispatcher's own refusals)
+    REJECTED = "rejected"
+
+
+class DropReason(StrEnum):
+    """Why a work outcome changed nothing (docs/guarantees.md, late results): results can
+    arrive late, twice, or for work a pause voided, and each is dropped, never applied."""
+
+    #: the outcome names a session that does not exist
+    NO_SESSION = "no_session"
+    #: a deadline for an interrupt already resumed (by a client, or an earlier deadline)
+    ALREADY_RESUMED = "already_resumed"
+    #: a decision for a decide job no longer in flight (voided by a pause, or of an old attempt)
+    STALE_DECISION = "stale_decision"
+    #: a tool result whose source does not match the call (a sub-agent call's, or a job's)
+    WRONG_SOURCE = "wrong_source"
+    #: a result for work already settled or voided
+    ALREADY_SETTLED = "already_settled"
+    #: a result of another attempt (the work was retried), or of the other kind of work
+    STALE_ATTEMPT = "stale_attempt"
+
+
+class EffectKind(StrEnum):
+    """What a transition asks the shell to do after its commit (stored as `op` in the
+    session's outbox, in transition order)."""
+
+    #: put a decide, LLM or tool job on its RQ queue
+    ENQUEUE = "enqueue"
+    #: take a voided job off its queue (best effort: its late result is dropped anyway)
+    CANCEL = "cancel"
+    #: add an open interrupt to the fleet-wide index (and its deadline, if any)
+    INDEX_ADD = "index_add"
+    #: remove a resumed interrupt from the index and the deadlines
+    INDEX_REMOVE = "index_remove"
+    #: start a sub-agent's child session: its creation and first message, as inputs
+    SPAWN = "spawn"
+    #: a child session's reply, posted as the outcome of its parent's call
+    REPORT = "report"
+    #: move a fleet-wide counter (the number of held decisions)
+    STAT = "stat"

@@ -1,8 +1,9 @@
 """The session state machine: (state, input or work outcome, context) -> Transition. PURE.
 
 No Redis, no clock, no randomness: every rule of docs/rules.md (I1-I13) lives here and is
-unit-tested without I/O; the shell (`dispatcher.store`, `dispatcher.consume`,
-`dispatcher.enqueue`) loads the state, commits what this returns and does its effects.
+unit-tested without I/O; the shell (`dispatcher.entries`, `dispatcher.apply`,
+`dispatcher.store`, `dispatcher.enqueue`) loads the state, commits what this returns and
+does its effects.
 
 By concern: `inputs` and `outcomes` route each input type and outcome kind to one handler;
 `decisions` (one trigger at a time, validate then apply), `triggers` (fire, hold,

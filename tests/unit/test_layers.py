@@ -59,3 +59,31 @@ def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[
 
 def test_the_retry_module_imports_nothing_of_parley() -> None:
     assert imports_of(ROOT / "parley/retry.py") == set()
+
+
+def all_imports_of(path: Path) -> set[str]:
+    """Every module a file imports (any package), at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_core_is_pure() -> None:
+    """The core takes time as an argument and returns values: no Redis, RQ, clock, randomness,
+    environment, logging or metrics, and nothing of the shell around it."""
+    impure = ("redis", "rq", "time", "random", "os", "socket", "threading", "logging", "datetime",
+              "parley.metrics", "parley.logs", "parley.retry", "parley.cli", "parley.workers",
+              "parley.client")
+    bad = {}
+    for path in files("dispatcher/core"):
+        hits = sorted(m for m in all_imports_of(path)
+                      if m.split(".")[0] in impure or m.startswith(impure)
+                      or (m.startswith("parley.dispatcher") and not m.startswith("parley.dispatcher.core")))
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    assert bad == {}
+    assert len(files("dispatcher/core")) > 5  # the folder is there and read

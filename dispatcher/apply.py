@@ -25,6 +25,7 @@ from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.logs import kv
 from parley.schemas.codec import session_of
+from parley.schemas.codes import InputOutcome, RefusalCode
 from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState
 
@@ -176,7 +177,7 @@ class Applier:
         one MULTI."""
         exc, code = refused.error, refused.code
         self.stats.rejected += 1
-        metrics.INPUTS.labels(exc.input_type or "unknown", "rejected", code).inc()
+        metrics.INPUTS.labels(exc.input_type or "unknown", InputOutcome.REJECTED, code).inc()
         copy: dict[Any, Any] = {k: v for k, v in fields.items()
                                 if _field_name(k) not in ("error", "source", "entry")}
         copy.update({"error": str(exc), "source": stream, "entry": entry_id})
@@ -192,7 +193,7 @@ class Applier:
             idem = fields.get(b"id", fields.get("id"))
             # docs/protocol.md, "Inputs": a key counts as used whatever became of its entry
             # (not a forged one's)
-            if idem and code == "invalid_input":
+            if idem and code == RefusalCode.INVALID_INPUT:
                 key = idem.decode("utf-8", "replace") if isinstance(idem, bytes) else str(idem)
                 pipe.set(self.keys.idempotency(session, key), 1, ex=IDEMPOTENCY_TTL_S)
         pipe.xack(stream, self.keys.GROUP, entry_id)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from parley.dispatcher.core import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
 from parley.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, entry_ids
+from parley.schemas.codes import RefusalCode
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import Keyring, Unauthorized
 from parley.schemas.state import SessionState
@@ -43,7 +44,7 @@ class Refused:
     """An entry for the rejected stream (bad, unauthorized, or its decoder raised)."""
 
     error: InputError
-    code: str = "invalid_input"
+    code: RefusalCode = RefusalCode.INVALID_INPUT
 
 
 def entry_key(entry_id: str) -> tuple[int, int]:
@@ -99,7 +100,7 @@ class EntryDecoder:
             # idempotency key its `id` names.
             value = entry.input.model_dump(mode="json", exclude_unset=True)
             return Refused(InputError(f"unauthorized: {exc}", entry.input.type, entry_ids(value)),
-                           code="unauthorized")
+                           code=RefusalCode.UNAUTHORIZED)
         entry = replace(entry, principal=principal)
         # The state handed to the transition is a fresh load used once: no defensive copy.
         return Prepared(entry_id, fields, entry.session, entry.idempotency_key,

@@ -73,7 +73,8 @@ class Producer:
         self.idempotency_keys = idempotency_keys
 
     def stream(self, session: str) -> str:
-        """SPEC 2 partitioning, computed here once instead of an HGET of parley:config per send."""
+        """Partitioning (docs/protocol.md, Writing inputs), computed here once instead of an HGET
+        of parley:config per send."""
         return self.keys.inputs_of(session, self.partitions)
 
     def send(self, items: Iterable[tuple[str, dict[str, Any], str]]) -> list[int]:

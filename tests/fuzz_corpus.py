@@ -1,4 +1,5 @@
-"""Fuzz corpus for input entries (SPEC 3.1, 3.2): valid inputs, and the ways to break them.
+"""Fuzz corpus for input entries (docs/protocol.md, Writing inputs, Inputs, Order of checks,
+Rejected entries): valid inputs, and the ways to break them.
 
 Everything here is driven by a `random.Random`, so the same generators serve the hypothesis
 tests (through `st.randoms()`, which hypothesis controls and shrinks) and the live-dispatcher

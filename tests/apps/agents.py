@@ -1,4 +1,4 @@
-"""Apps with sub-agents for the e2e tests (SPEC 6).
+"""Apps with sub-agents for the e2e tests (docs/protocol.md, Tools: `fn.agent`).
 
 The parent's `research` tool is a sub-agent running `researcher`; the researcher's
 `publish` tool asks a human first; its `dig` tool is itself a sub-agent (`digger`).

@@ -6,7 +6,7 @@
 - `[deadline]` in send_email's arguments asks with `timeout_s: 1`, default not approved;
 - `[parallel]` makes decide answer message.created with an LLM call and a `lookup` tool
   call at once; `lookup` completing raises a `review` interrupt (so the branch parks while
-  that LLM call is in flight: SPEC I4).
+  that LLM call is in flight: I4).
 """
 
 import time

@@ -1,5 +1,5 @@
-"""kill -9 of a dispatcher at chosen points of a transition (SPEC 7): the session ends exactly as
-an undisturbed run does, and the resume is delivered exactly once."""
+"""kill -9 of a dispatcher at chosen points of a transition (docs/guarantees.md): the session
+ends exactly as an undisturbed run does, and the resume is delivered exactly once."""
 
 import signal
 import time

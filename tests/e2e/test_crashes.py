@@ -1,4 +1,5 @@
-"""Crashes and restarts (SPEC 6, 7, I13): kill -9 of workers and dispatchers, Redis restarted from its AOF."""
+"""Crashes and restarts (docs/design.md, Lost work; docs/guarantees.md; I13): kill -9 of workers
+and dispatchers, Redis restarted from its AOF."""
 
 import time
 

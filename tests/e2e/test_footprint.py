@@ -1,4 +1,5 @@
-"""Nothing grows without bound (SPEC 3.2): finished sessions leave only their own state."""
+"""Nothing grows without bound (docs/guarantees.md; docs/operations.md, Redis): finished sessions
+leave only their own state."""
 
 import time
 

@@ -1,4 +1,5 @@
-"""Durable interrupts end to end (SPEC 5), with real dispatcher and worker processes."""
+"""Durable interrupts end to end (the interrupt rules, docs/rules.md), with real dispatcher and
+worker processes."""
 
 import json
 import subprocess

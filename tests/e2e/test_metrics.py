@@ -1,4 +1,5 @@
-"""Prometheus metrics and health endpoints of real processes (SPEC 9)."""
+"""Prometheus metrics and health endpoints of real processes (docs/operations.md, Health and
+Metrics)."""
 
 import time
 import urllib.request

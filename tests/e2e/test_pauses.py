@@ -1,4 +1,4 @@
-"""System pauses end to end: budget stops (SPEC I3, I4, I6a) and interrupt deadlines."""
+"""System pauses end to end: budget stops (I3, I4, I6a) and interrupt deadlines."""
 
 import time
 

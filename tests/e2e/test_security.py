@@ -1,4 +1,5 @@
-"""Fail closed (SPEC 3.1, 4.2): signed inputs, who may resume, replays and forgeries."""
+"""Fail closed (docs/protocol.md, Signing; `resumable_by` in Actions): signed inputs, who may
+resume, replays and forgeries."""
 
 import json
 import time

@@ -1,4 +1,5 @@
-"""Sub-agents (SPEC 6): tools backed by child sessions with their own interrupts."""
+"""Sub-agents (docs/protocol.md, Tools: `fn.agent`): tools backed by child sessions with their
+own interrupts."""
 
 import orjson
 import pytest

@@ -1,4 +1,5 @@
-"""Tools in practice: deferred tools settled from outside, and time limits (SPEC 4, 6)."""
+"""Tools in practice: deferred tools settled from outside, and time limits (docs/protocol.md,
+Tools; the decide and model-call limits in Triggers and Model calls)."""
 
 import pytest
 import redis

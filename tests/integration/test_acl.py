@@ -1,6 +1,7 @@
 """deploy/redis/users.acl on a real redis-server: each Parley user can do its job, and is refused
-the rest (SPEC 2: producers write inputs, workers post results and never write session state,
-dispatchers are the only writers of session state).
+the rest (deploy/README.md, Redis ACL users; docs/design.md, One writer, one transition, one
+script: producers write inputs, workers post results and never write session state, dispatchers
+are the only writers of session state).
 
 Every connection is made with `redis.Redis.from_url("redis://user:password@host:port/0")`, as the
 CLI, dispatchers and workers do with `--redis-url` / PARLEY_REDIS_URL. The server loads a temp

@@ -1,4 +1,5 @@
-"""workers.app (SPEC 4): loading an app by `module` or `module:attr`, its errors, tool schemas."""
+"""workers.app (README.md, An app; docs/protocol.md, Model calls and Tools): loading an app by
+`module` or `module:attr`, its errors, tool schemas."""
 
 import pytest
 

@@ -1,7 +1,8 @@
 """dispatcher.consume against a real Redis: apply, enqueue, replay, reclaim, reject, leases.
 
-SPEC 2 (dispatchers, partitions), 3.1/3.2 (inputs, bad entries, idempotency keys, trimming)
-and 7 (each input exactly once, in order; each result recorded once).
+docs/design.md, Consuming streams (dispatchers, partitions, acknowledged entries deleted);
+docs/protocol.md, Writing inputs and Rejected entries (inputs, bad entries, idempotency keys);
+docs/guarantees.md (each input exactly once, in order; each result recorded once).
 """
 
 import time
@@ -116,7 +117,8 @@ def test_with_decide_one_decide_job_in_flight_per_session(
 
 def test_work_outcomes_from_the_results_stream_are_recorded_once(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
-    """SPEC 7: a result of work is recorded exactly once; a late duplicate changes nothing."""
+    """docs/guarantees.md: a result of work is recorded exactly once; a late duplicate changes
+    nothing."""
     d = make_dispatcher()
     send(r, "s-3", {"type": "message.create", "content": "look it up"})
     tick(d)
@@ -386,7 +388,8 @@ def test_same_session_and_id_is_ignored_as_duplicate(
 
 def test_idempotency_key_is_used_even_when_the_input_was_refused(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
-    """SPEC 3.2: an entry's idempotency key counts as used whatever became of the entry."""
+    """docs/protocol.md, Writing inputs: an entry's idempotency key counts as used whatever
+    became of the entry."""
     d = make_dispatcher()
     send(r, "s-13", {"type": "session.create"})
     send(r, "s-13", {"type": "message.create", "content": "x", "parent_id": "msg-404"}, id="k")
@@ -532,7 +535,7 @@ def test_dispatcher_without_partitions_owns_nothing(r: redis.Redis) -> None:
     assert d.leases.owned == {}
 
 
-# ---- lost work (SPEC 6: a job a dead worker held is retried or settled worker_lost) --------------
+# ---- lost work (docs/design.md, Lost work): a job a dead worker held is retried or settled worker_lost ---
 
 
 def plant_running(r: redis.Redis, session: str, work: str, kind: str, worker: str,
@@ -607,7 +610,8 @@ def test_a_job_of_a_live_worker_is_left_alone(r: redis.Redis, make_dispatcher: M
 
 def test_a_rejected_entry_uses_up_its_idempotency_key(r: redis.Redis,
                                                       make_dispatcher: MakeDispatcher) -> None:
-    """SPEC 3.2: an entry's idempotency key counts as used whatever became of the entry."""
+    """docs/protocol.md, Writing inputs: an entry's idempotency key counts as used whatever
+    became of the entry."""
     d = make_dispatcher()
     r.xadd(INPUTS, {"session": "s-idem", "input": b"{bad json", "id": "k"})
     send(r, "s-idem", {"type": "message.create", "content": "hi"}, id="k")
@@ -723,7 +727,7 @@ MIXED: list[tuple[str, Any, str | None]] = [
     ("w-a", message("a0"), "ka0"),
     ("w-b", message("b0"), None),
     ("w-a", message("a1"), "dup"),
-    ("w-b", b"{not json", "kb"),  # refused; its key counts as used (SPEC 3.2)
+    ("w-b", b"{not json", "kb"),  # refused; its key counts as used (docs/protocol.md, Writing inputs)
     ("w-c", {"type": "session.create"}, None),
     ("w-a", message("a2"), "dup"),  # a duplicate of a1, which a previous wave committed
     ("w-b", message("b1"), "kb"),  # a duplicate of the refused entry

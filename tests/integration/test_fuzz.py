@@ -1,4 +1,5 @@
-"""Fuzzing the input path (SPEC 3.1, 3.2): the decoder directly, then a live `parley dispatcher`.
+"""Fuzzing the input path (docs/protocol.md, Writing inputs, Order of checks, Rejected entries):
+the decoder directly, then a live `parley dispatcher`.
 
 The decoder must answer every entry with an `InputEntry` or an `InputError`, never anything
 else, and decode every valid entry to exactly the input that was sent. The live dispatcher,
@@ -267,8 +268,8 @@ def plan_entries(rng: random.Random) -> list[tuple[str, fz.Fields]]:
     with a non-UTF-8 field name stops the dispatcher in `reject()`, a known bug, left out.
 
     Each entry names its own session, so what one does cannot change what another should do
-    (a rejected entry's `id` counts as used, SPEC 3.2); `duplicate` re-sends an earlier
-    message.create's session and `id` with new content, and must be ignored.
+    (a rejected entry's `id` counts as used: docs/protocol.md, Writing inputs); `duplicate`
+    re-sends an earlier message.create's session and `id` with new content, and must be ignored.
     """
     plan: list[tuple[str, fz.Fields]] = []
     creates: list[fz.Fields] = []

@@ -66,7 +66,7 @@ def tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str 
     return job
 
 
-# ---- the allowlist (SPEC 2: a worker runs only Parley's own job functions) ---------------------
+# ---- the allowlist (docs/design.md, Workers: a worker runs only Parley's own job functions) ----
 
 
 @pytest.mark.parametrize(("func", "args"), [
@@ -109,7 +109,7 @@ def test_tool_job_posts_its_outcome_and_leaves_nothing_behind(r: redis.Redis, sc
     run_burst(r, "tools")
     assert outcomes(r) == [WorkOutcome(session="s-w", work="call-1", attempt=1, kind="tool", ok=True,
                                        value=42)]
-    assert r.exists(job.key) == 0  # finished jobs leave nothing behind (SPEC 3.2)
+    assert r.exists(job.key) == 0  # finished jobs leave nothing behind (docs/operations.md, Redis)
     assert r.keys("rq:results:*") == []
     assert queue_ids(r, "tools") == []
 
@@ -155,7 +155,7 @@ def test_llm_and_decide_jobs_post_outcomes(r: redis.Redis, scenarios: None) -> N
     assert got["dec-1"].value["actions"][0]["reason"] == "confirm"
 
 
-# ---- timeouts (SPEC 6): SimpleWorker's SIGALRM death penalty in the main thread ----------------
+# ---- timeouts (docs/protocol.md, Tools): SimpleWorker's SIGALRM death penalty in the main thread ---
 
 
 def test_a_tool_over_its_time_limit_posts_a_timeout(r: redis.Redis, scenarios: None) -> None:
@@ -239,7 +239,8 @@ def test_a_running_job_is_recorded_for_its_worker_and_cleared_with_its_outcome(
 
 
 def test_callbacks_named_in_a_planted_job_hash_are_never_imported(r: redis.Redis) -> None:
-    """SPEC 2: the allowlist is the boundary; RQ callback names in a job hash are ignored too."""
+    """docs/design.md, Workers: the allowlist is the boundary; RQ callback names in a job hash are
+    ignored too."""
     queue = Queue("decide", connection=r, serializer=JSONSerializer)
     job = queue.enqueue_call("os.getcwd")
     r.hset(job.key, mapping={"failure_callback_name": "tests.apps.planted_callback.boom",

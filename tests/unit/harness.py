@@ -369,7 +369,7 @@ class Sim:
         return tr
 
     def deadline(self, interrupt_id: str, attempt: int = 0) -> Transition:
-        """What a dispatcher posts when an interrupt's timeout_s has passed (SPEC 4.2)."""
+        """What a dispatcher posts when an interrupt's timeout_s has passed (docs/protocol.md, Actions)."""
         return self.outcome("deadline", interrupt_id, attempt, ok=True)
 
     def index_adds(self, tr: Transition | None = None) -> list[IndexAdd]:

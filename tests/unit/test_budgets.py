@@ -1,5 +1,6 @@
-"""SPEC 5 I3 (budgets: the engine's own global pause) and I6a (decisions in flight when the engine
-parks), on the pure machine. Each test's name carries the rules it checks."""
+"""Rules I3 (budgets: the engine's own global pause; docs/protocol.md, Budgets) and I6a (decisions
+in flight when the engine parks) of docs/rules.md, on the pure core. Each test's name carries the
+rules it checks."""
 
 from typing import Any
 

@@ -1,4 +1,5 @@
-"""SPEC 3.1 stream entries (schemas.codec) and SPEC 4.2 decisions (schemas.actions)."""
+"""Input stream entries (schemas.codec; docs/protocol.md, Writing inputs, Ids and limits, Inputs,
+Order of checks) and decisions (schemas.actions; docs/protocol.md, Actions)."""
 
 import orjson
 import pytest

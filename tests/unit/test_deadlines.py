@@ -1,5 +1,6 @@
-"""SPEC 4.2 `interrupt` with `timeout_s` and `default`: past the deadline, unanswered, the
-interrupt is resumed with `default` and `timed_out: true` (I9, I11 for the races)."""
+"""The `interrupt` action with `timeout_s` and `default` (docs/protocol.md, Actions): past the
+deadline, unanswered, the interrupt is resumed with `default` and `timed_out: true` (I9, I11 for
+the races)."""
 
 from typing import Any
 

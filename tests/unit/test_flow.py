@@ -1,5 +1,6 @@
-"""SPEC 3.1-3.2 (inputs, refusals, ignores) and 4.1-4.2 (triggers, proposed, actions) on the
-pure machine, without interrupts (those are in test_interrupts.py)."""
+"""Inputs, refusals and ignores (docs/protocol.md, Inputs, Order of checks, Events) and triggers,
+proposed and actions (docs/protocol.md, Triggers, Actions) on the pure core, without interrupts
+(those are in test_interrupts.py)."""
 
 import pytest
 
@@ -319,7 +320,7 @@ def test_llm_reply_with_two_tool_calls_fires_two_tool_executes_in_order_with_cal
         {"id": "toolu_B", "name": "send_email", "arguments": {"to": "bob"}},
     ])
     msg = s.ev("message.created")["message"]
-    # SPEC 1: the model's own ids are rewritten to call-N in the stored message
+    # docs/protocol.md, Messages: the model's own ids are rewritten to call-N in the stored message
     assert msg["tool_calls"] == [
         {"id": "call-1", "name": "search", "arguments": {"q": "a"}},
         {"id": "call-2", "name": "send_email", "arguments": {"to": "bob"}},
@@ -541,7 +542,7 @@ def test_invalid_decision_applies_nothing_and_fails(value, fragment):
     assert "interrupt.raised" not in s.types() and "tool.started" not in s.types()
     assert s.enqueued("tool") == [] and s.enqueued("llm") == []
     assert s.core.interrupts == {}
-    # the tool.execute's call is settled as decision_failed (SPEC 4.2)
+    # the tool.execute's call is settled as decision_failed (docs/protocol.md, Triggers)
     assert s.ev("tool.completed")["error"] == "decision_failed"
 
 

@@ -1,4 +1,5 @@
-"""SPEC 5, rules I1-I12, on the pure machine. Each test's name carries the rule it checks."""
+"""The interrupt rules I1-I12 (docs/rules.md), on the pure core (parley.dispatcher.core).
+Each test's name carries the rule it checks."""
 
 from typing import Any
 
@@ -79,7 +80,7 @@ def test_I1_interrupt_id_already_resumed_is_an_invalid_decision():
     assert "already used" in s.ev("decision.failed")["error"]
     assert "interrupt.raised" not in s.types()
     assert s.core.interrupts == {}
-    # a failed interrupt.resumed decision settles the origin's call (SPEC 4.2)
+    # a failed interrupt.resumed decision settles the origin's call (I9; docs/protocol.md, Triggers)
     assert s.ev("tool.completed")["call_id"] == calls[0]
     assert s.ev("tool.completed")["error"] == "decision_failed"
 
@@ -387,7 +388,7 @@ def test_I6_deferred_tool_result_while_parked_is_recorded_and_held():
 
 
 def engine_park(s: Sim, turn: str | None, reason: str = "budget") -> None:
-    """Park the way the engine itself does (a budget stop, SPEC I3/I6a).
+    """Park the way the engine itself does (a budget stop, I3/I6a).
 
     No input sequence leaves a decide job in flight when a branch parks: decisions are one at a
     time and only a decision raises an interrupt (the budget stop is not in the machine yet), so

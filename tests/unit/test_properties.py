@@ -1,4 +1,5 @@
-"""Property-based tests of the pure session machine (SPEC 3-5 and 7), with hypothesis.
+"""Property-based tests of the pure core, `parley.dispatcher.core` (docs/protocol.md, the interrupt
+rules of docs/rules.md, docs/guarantees.md), with hypothesis.
 
 A `RuleBasedStateMachine` drives one session through random sequences of client inputs
 (message.create under the active head / an existing message / a new root, branch.switch,
@@ -7,15 +8,15 @@ trigger's call, [], invalid decisions, failures, lost jobs), LLM and tool outcom
 late and stale outcomes, and a small budget that stops the whole session.
 
 After every transition an independent model of the contract is checked against what the
-machine did (its events, effects and the state it left), see `Checker.transition` and
+core did (its events, effects and the state it left), see `Checker.transition` and
 `Checker.state`; at the end, a drain answers everything and checks that no branch is stranded.
 `PARLEY_PROPERTY_EXAMPLES=5000` runs a longer hunt (add `--timeout=0`).
 
 Where the contract itself makes exceptions, the checks follow it: I12 lets the fresh delivery
 of `interrupt.resumed` be decided while another interrupt parks the branch (I9), and lets a tool
-job that the same decision started before its `interrupt` run (SPEC 4.2, I4); an enqueue that
-the same transition cancels (an `llm.call` before an `interrupt`) never reaches a queue, since
-the outbox flushes a transition in one MULTI.
+job that the same decision started before its `interrupt` run (docs/protocol.md, Actions; I4);
+an enqueue that the same transition cancels (an `llm.call` before an `interrupt`) never reaches
+a queue, since the outbox flushes a transition in one MULTI.
 
 Bugs these properties found, now fixed (each keeps a regression test at the end of this file):
 - BUG-1: every interrupt raised by the decision of an `interrupt.resumed` keeps that trigger as
@@ -27,8 +28,9 @@ Bugs these properties found, now fixed (each keeps a regression test at the end 
   `proposed` asks the human again and again, starting and voiding a model call each round).
 - BUG-3: a global pause voids another turn's early model call and re-holds its origin proposing
   `llm.call`; a tool completion of that turn settling while parked also proposes `llm.call`
-  (nothing pending any more): after the resume both run, two model calls on one turn (SPEC 4.1:
-  "two held completions never both propose a model call"). `CHECK_ONE_MODEL_CALL` checks it.
+  (nothing pending any more): after the resume both run, two model calls on one turn
+  (docs/protocol.md, Triggers: "when several released triggers propose an `llm.call`, only the
+  last keeps it"). `CHECK_ONE_MODEL_CALL` checks it.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ Ref = tuple[str, str | None, str | None, str | None]
 
 
 def ref(trigger: dict[str, Any]) -> Ref:
-    """A trigger's identity as events name it (SPEC 3.2: its type and ids)."""
+    """A trigger's identity as events name it (docs/protocol.md, Events: Trigger references)."""
     msg = trigger.get("message")
     return (trigger["type"], trigger.get("call_id"), trigger.get("interrupt_id"),
             msg["id"] if isinstance(msg, dict) else None)
@@ -99,7 +101,7 @@ def ancestors(state: SessionState, mid: str | None) -> list[str]:
 
 
 def parking(state: SessionState, head: str | None) -> set[str]:
-    """Open interrupts that park `head` (SPEC 1 "parked"); head None: only global ones."""
+    """Open interrupts that park `head` (docs/rules.md, "parked"); head None: only global ones."""
     core = state.core
     if core is None:
         return set()
@@ -190,8 +192,8 @@ class Checker:
         value = source[1]
         is_create = source[0] == "input" and value["type"] == "message.create"
 
-        # SPEC 3.1 / I5 / I3: a message.create is refused in this order, and a parked parent
-        # never gets a client message.
+        # docs/protocol.md, Order of checks / I5 / I3: a message.create is refused in this order,
+        # and a parked parent never gets a client message.
         if is_create:
             self.check_create(value, prev, tr, after)
         if source[0] == "input" and value["type"] == "interrupt.resume" and (
@@ -202,7 +204,8 @@ class Checker:
             assert [(x["type"], x["code"]) for x in tr.events] == [("input.ignored", code)], tr.events
             assert tr.effects == [] and after.core == prev.core
         if source[0] == "input" and value["type"] == "branch.switch":
-            # SPEC 3.1, I8: an unknown head is refused; a known one says whether it is parked
+            # docs/protocol.md, Order of checks, I8: an unknown head is refused; a known one says
+            # whether it is parked
             head = value["head"]
             if head not in prev.messages:
                 assert [(x["type"], x["code"]) for x in tr.events] == [("input.refused", "unknown_message")]
@@ -213,7 +216,8 @@ class Checker:
                 assert ev["parked"] is bool(parking(prev, head))
                 assert set(ev["interrupt_ids"]) == parking(prev, head)
         if source[0] == "input" and value["type"] == "tool.result":
-            # SPEC 6: only a deferred call is settled by a producer; others are ignored
+            # docs/protocol.md, Inputs (`tool.result`): only a deferred call is settled by a producer;
+            # others are ignored
             w = prev.core.work.get(value["call_id"]) if prev.core else None
             ignored = [x["code"] for x in tr.events if x["type"] == "input.ignored"]
             if w is not None and w.kind == "tool" and w.status == "deferred":
@@ -242,7 +246,7 @@ class Checker:
             self.children[parent] += 1
             if m["role"] == "tool":
                 cid = m["tool_call_id"]
-                assert cid not in self.settled_calls, f"call {cid} recorded twice (SPEC 7)"
+                assert cid not in self.settled_calls, f"call {cid} recorded twice (docs/guarantees.md)"
                 self.settled_calls.add(cid)
                 calls = {c["id"] for a in ancestors(after, parent)
                          for c in after.messages[a].get("tool_calls") or []}
@@ -315,7 +319,8 @@ class Checker:
             if f.attempt == 1:
                 r = ref(p["trigger"])
                 assert r not in self.delivered or r in self.rearmed, f"{r} decided twice"
-                if r in self.held_as:  # SPEC 4.1: a held trigger is delivered exactly as fired
+                # docs/protocol.md, Triggers: a held trigger is delivered exactly as fired
+                if r in self.held_as:
                     assert p["trigger"] == self.held_as[r], (p["trigger"], self.held_as[r])
                 self.delivered.add(r)
                 self.rearmed.discard(r)
@@ -335,8 +340,9 @@ class Checker:
             self.check_one_model_call(after)
 
     def check_one_model_call(self, after: SessionState) -> None:
-        """SPEC 4.1: "two held completions never both propose a model call" / "at most one llm.call
-        in all": the triggers still to be decided for one turn propose one model call at most."""
+        """docs/protocol.md, Triggers: "when several released triggers propose an `llm.call`, only
+        the last keeps it" / "at most one `llm.call` in all": the triggers still to be decided for
+        one turn propose one model call at most."""
         core = after.core
         assert core is not None
         items = [*core.queue, *([core.deciding.item] if core.deciding else [])]
@@ -427,9 +433,10 @@ class Checker:
 
         Exceptions the contract itself makes: the fresh delivery of `interrupt.resumed` (I9:
         "at once, even if another interrupt still parks the branch"), and a tool job that the
-        same decision started before its `interrupt` (SPEC 4.2 allows work before an interrupt,
-        and I4 lets running tools go on). An enqueue cancelled later in the same transition
-        never reaches a queue (the outbox flushes a transition's effects in one MULTI)."""
+        same decision started before its `interrupt` (docs/protocol.md, Actions, allows work
+        before an interrupt, and I4 lets running tools go on). An enqueue cancelled later in the
+        same transition never reaches a queue (the outbox flushes a transition's effects in one
+        MULTI)."""
         core = after.core
         assert core is not None
         cancelled = {(f.job, f.work, f.attempt): f.seq for f in tr.effects if isinstance(f, Cancel)}
@@ -788,7 +795,7 @@ class SessionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.core is not None)
     @rule(data=st.data(), kind=st.sampled_from(["decide", "work", "attempt", "kind"]))
     def stale_outcome(self, data: st.DataObject, kind: str) -> None:
-        """A late, replayed or wrong-attempt outcome changes nothing (SPEC 7)."""
+        """A late, replayed or wrong-attempt outcome changes nothing (docs/guarantees.md)."""
         core = self.core
         d = core.deciding
         outs: list[tuple[str, str, int]] = []

@@ -86,7 +86,7 @@ def test_tool_execute_naming_another_turns_call_settles_only_its_own_call():
     calls = s.reply_tools("search", call_id="llm-2")  # call-3, of msg-3
     s.decide([{"type": "tool.execute", "call_id": "call-2"}], expect="tool.execute")
     assert "belongs to another turn" in s.ev("decision.failed")["error"]
-    # SPEC 4.2: the trigger's own call is settled decision_failed; call-2 does not run
+    # docs/protocol.md, Triggers: the trigger's own call is settled decision_failed; call-2 does not run
     assert s.ev("tool.completed")["call_id"] == calls[0]
     assert s.ev("tool.completed")["error"] == "decision_failed"
     assert s.enqueued("tool") == [] and s.enqueued_work("decide") != []

@@ -11,7 +11,7 @@ from typing import Any
 from parley.dispatcher.core import budgets
 from parley.dispatcher.core.effects import IndexAdd, IndexRemove
 from parley.dispatcher.core.transition import Tx
-from parley.dispatcher.core.triggers import fire, hold, proposes_llm
+from parley.dispatcher.core.triggers import fire, hold, one_model_call, proposes_llm
 from parley.schemas.actions import InterruptAction
 from parley.schemas.jobs import JobKind
 from parley.schemas.state import Interrupt, QueuedTrigger, Turn
@@ -96,7 +96,8 @@ def _void_llm_calls(tx: Tx, rec: Interrupt) -> None:
         else:
             # Another turn's call (a global pause): its trigger is decided again later,
             # proposing just that call (what its decision had already applied stays).
-            hold(tx, w.origin.model_copy(update={"proposed": [call]}), c.turns[w.turn])
+            redo = hold(tx, w.origin.model_copy(update={"proposed": [call]}), c.turns[w.turn])
+            one_model_call(tx, redo)
 
 
 # ---- resuming (I9, I11) --------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str
         fire(tx, "interrupt.resumed", turn, proposed, bypass=True, **fields)
     elif origin is not None and turn is not None:
         # I9: nothing delivered; the origin is decided afresh when the branch is active again.
-        hold(tx, origin.model_copy(update={"proposed": proposed}), turn)
+        one_model_call(tx, hold(tx, origin.model_copy(update={"proposed": proposed}), turn))
 
 
 def _resume_proposed(rec: Interrupt, turn: Turn | None) -> list[dict[str, Any]]:

@@ -46,16 +46,45 @@ def fire(tx: Tx, trigger_type: str, turn: Turn | None, proposed: list[dict[str, 
     tx.count("trigger", trigger_type)
     if must_wait(tx, item, turn):
         assert turn is not None
-        hold(tx, item, turn)
+        item = hold(tx, item, turn)
     else:
         tx.c.queue.append(item)
+    one_model_call(tx, item)
 
 
-def hold(tx: Tx, item: QueuedTrigger, turn: Turn) -> None:
+def one_model_call(tx: Tx, newest: QueuedTrigger) -> None:
+    """At most one model call is proposed among a turn's undecided triggers. A proposal was
+    right when its trigger fired (nothing pending then), but an earlier decision may have
+    started work since, whose completion proposes again: the newest proposal replaces those
+    still waiting (queued or held), never one already sent to a decide job; while such a
+    one is out, the newest proposes none itself."""
+    if newest.turn is None or not proposes_llm(newest.proposed):
+        return
+    c = tx.c
+    turn = c.turns.get(newest.turn)
+    out = c.deciding.item if c.deciding is not None else None
+    for waiting in (c.queue, turn.held if turn is not None else []):
+        for i, item in enumerate(waiting):
+            if item.turn != newest.turn or not proposes_llm(item.proposed):
+                continue
+            if item is newest:
+                if out is not None and out.turn == newest.turn and proposes_llm(out.proposed):
+                    waiting[i] = _without_model_call(item)
+            else:
+                waiting[i] = _without_model_call(item)
+
+
+def _without_model_call(item: QueuedTrigger) -> QueuedTrigger:
+    return item.model_copy(update={"proposed": [a for a in item.proposed if a.get("type") != "llm.call"]})
+
+
+def hold(tx: Tx, item: QueuedTrigger, turn: Turn) -> QueuedTrigger:
+    """Hold `item` on its turn; the trigger as held."""
     if item.bypass:  # the I9 exception covers the fresh delivery only, never a later release
         item = item.model_copy(update={"bypass": False})
     turn.held.append(item)
     tx.emit("decision.held", trigger=trigger_ref(item), head=turn.tip)
+    return item
 
 
 def release(tx: Tx, turn: Turn | None) -> None:

@@ -939,3 +939,22 @@ def test_bug3_one_model_call_per_turn_after_a_global_pause():
     s.switch(s.turn("msg-1").tip)
     s.settle_decides()  # both held completions carried on
     assert len([w for w in s.core.work.values() if w.kind == "llm" and w.turn == "msg-1"]) <= 1
+
+
+def test_bug4_a_call_started_by_an_earlier_decision_does_not_double_the_model_call():
+    """A completion that found nothing pending proposes llm.call; while it waits for its
+    decide job, an earlier decision starts another call on the turn, whose completion proposes
+    llm.call too. Only one of the two may: the turn must not run two model calls at once."""
+    s = Sim()
+    s.open_session()
+    s.start("a")  # turn msg-1, llm-1
+    c1, c2 = s.reply_tools("search", "search")
+    s.decide(expect="tool.execute")
+    s.decide(expect="tool.execute")
+    s.finish_tool(c1)  # tool.completed(c1): c2 pending, proposes nothing; its decide job is out
+    s.finish_tool(c2)  # tool.completed(c2): nothing pending, proposes llm.call; queued
+    s.decide([{"type": "tool.execute", "name": "search", "arguments": {}}], expect="tool.completed")
+    s.finish_tool("call-3")  # while tool.completed(c2) is out proposing llm.call
+    s.settle_decides()
+    running = [w for w in s.core.work.values() if w.kind == "llm" and w.turn == "msg-1"]
+    assert len(running) == 1, running

@@ -46,9 +46,6 @@ class Outbox:
             self._partitions = int(raw) if raw else 1
         return self.keys.inputs_of(session, self._partitions)
 
-    def flush(self, session: str, effects: list[Effect]) -> None:
-        self.flush_many([(session, effects)])
-
     def flush_many(self, batch: list[tuple[str, list[Effect]]],
                    then: Callable[[Any], None] | None = None, pipe: Any = None) -> list[Any] | None:
         """Every session's effects and their outbox deletion in one MULTI: one round trip

@@ -33,7 +33,7 @@ from parley.dispatcher.core.effects import (
 )
 from parley.dispatcher.core.inputs import apply_input
 from parley.dispatcher.core.outcomes import apply_outcome
-from parley.dispatcher.core.transition import Transition, next_state
+from parley.dispatcher.core.transition import Transition
 from parley.dispatcher.core.work import MAX_ATTEMPTS
 
 __all__ = [
@@ -57,5 +57,4 @@ __all__ = [
     "effect_from_dict",
     "effect_to_dict",
     "effect_to_json",
-    "next_state",
 ]

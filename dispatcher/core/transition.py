@@ -153,10 +153,3 @@ class Tx:
         """The transition as it stands (`turns.finish` runs the end-of-transition steps first)."""
         self.out.state.core = self.core
         return self.out
-
-
-def next_state(state: SessionState, tr: Transition) -> SessionState:
-    """The state a committed transition leaves (what `Store.load` would read back)."""
-    messages = dict(state.messages)
-    messages.update({m["id"]: m for m in tr.new_messages})
-    return SessionState(core=tr.state.core, messages=messages, applied=tr.state.applied)

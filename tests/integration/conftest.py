@@ -110,9 +110,9 @@ def enqueue_tool_job(conn: redis.Redis, session: str, work: str, name: str, argu
                      reply_to: str = RESULTS, queue: str = "tools", timeout: int = 30, seq: int = 1) -> str:
     """A tool job enqueued exactly as the dispatcher's outbox flush does it (in-flight record
     included, so ParleyWorker takes it on its lean path); its RQ job id."""
-    _OnQueue(conn, KEYS, queue).flush(session, [Enqueue(seq=seq, job=JobKind.TOOL, work=work, attempt=1,
-                                                        timeout=timeout, reply_to=reply_to, app=None,
-                                                        args={"name": name, "arguments": arguments})])
+    job = Enqueue(seq=seq, job=JobKind.TOOL, work=work, attempt=1, timeout=timeout, reply_to=reply_to,
+                  app=None, args={"name": name, "arguments": arguments})
+    _OnQueue(conn, KEYS, queue).flush_many([(session, [job])])
     return job_id(session, work, 1)
 
 

@@ -459,11 +459,11 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     # a cancel (voided work): the queued job is removed
     args = Job.fetch(jid, connection=acl.admin, serializer=JSONSerializer).args[0]
     assert job_id("acl-d", args["work"], args["attempt"]) == jid
-    Outbox(dispatcher, KEYS).flush("acl-d", [Cancel(seq=99, job=KIND_OF_QUEUE[queue], work=args["work"],
-                                                    attempt=args["attempt"])])
+    cancel = Cancel(seq=99, job=KIND_OF_QUEUE[queue], work=args["work"], attempt=args["attempt"])
+    Outbox(dispatcher, KEYS).flush_many([("acl-d", [cancel])])
     assert acl.admin.exists(Job.key_for(jid)) == 0 and acl.admin.llen(f"rq:queue:{queue}") == 0
     # the fleet-wide gauges kept through the outbox (held decisions)
-    Outbox(dispatcher, KEYS).flush("acl-d", [Stat(seq=100, field="held", delta=1)])
+    Outbox(dispatcher, KEYS).flush_many([("acl-d", [Stat(seq=100, field="held", delta=1)])])
     assert acl.admin.hget(KEYS.stats, "held") == b"1"
 
     # a due deadline is handed to the results stream; a dead worker's job is posted as lost

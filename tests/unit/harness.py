@@ -27,7 +27,6 @@ from parley.dispatcher.core import (
     apply_input,
     apply_outcome,
     effect_to_dict,
-    next_state,
 )
 from parley.schemas.codec import decode_input_entry
 from parley.schemas.events import EVENT_ADAPTER
@@ -43,6 +42,13 @@ TOOLS = {
     "send_email": ToolInfo(timeout_s=30),
     "approval": ToolInfo(deferred=True),
 }
+
+
+def next_state(state: SessionState, tr: Transition) -> SessionState:
+    """The state a committed transition leaves: what `Store.load` would read back."""
+    messages = dict(state.messages)
+    messages.update({m["id"]: m for m in tr.new_messages})
+    return SessionState(core=tr.state.core, messages=messages, applied=tr.state.applied)
 
 
 def make_app(has_decide: bool = True, decide_on: Iterable[str] | None = None,

@@ -54,13 +54,12 @@ from parley.dispatcher.core import (
     ToolInfo,
     Transition,
     apply_outcome,
-    next_state,
 )
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core, SessionState
 from parley.schemas.view import show
 
-from .harness import OMIT, Sim
+from .harness import OMIT, Sim, next_state
 
 TOOLS = {
     "search": ToolInfo(),

@@ -10,8 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every `parley...` module a file imports, at any depth (relative imports are not used)."""
+def all_imports_of(path: Path) -> set[str]:
+    """Every module a file imports, of any package, at any depth; for `from m import n`, both
+    `m` and `m.n` (n may be a submodule)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -19,7 +20,12 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name == "parley" or name.startswith("parley.")}
+    return found
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every `parley...` module a file imports (relative imports are not used)."""
+    return {name for name in all_imports_of(path) if name == "parley" or name.startswith("parley.")}
 
 
 def files(*parts: str) -> list[Path]:
@@ -60,16 +66,6 @@ def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[
 def test_the_retry_module_imports_nothing_of_parley() -> None:
     assert imports_of(ROOT / "parley/retry.py") == set()
 
-
-def all_imports_of(path: Path) -> set[str]:
-    """Every module a file imports (any package), at any depth."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-    return found
 
 
 def test_the_core_is_pure() -> None:

@@ -1,9 +1,46 @@
 """Parley: agent sessions on RQ worker fleets, with durable interrupts.
 
 The names a producer or an app needs: `Client` writes inputs and reads sessions;
-`OpenAICompatible` and `ScriptedModel` are ready-made `llm`s for an app."""
+`OpenAICompatible` and `ScriptedModel` are ready-made `llm`s for an app; `Trigger` and
+`Decision` type what an app's `decide(trigger, proposed)` receives and returns (an app
+needs no import from Parley: plain dicts do).
 
-from parley.client import Client
-from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
+They are imported when first used (PEP 562), so that importing one part of the package
+(`parley.client` in a producer, `parley.dispatcher.core`) loads no other: a producer never
+loads the model adapters' HTTP client, nor the dispatcher.
+"""
 
-__all__ = ["Client", "LLMError", "LLMTimeoutError", "OpenAICompatible", "ScriptedModel"]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from parley.client import Client
+    from parley.schemas.actions import Decision
+    from parley.schemas.triggers import Trigger
+    from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
+
+#: public name -> the module that defines it
+_HOMES = {
+    "Client": "parley.client",
+    "Decision": "parley.schemas.actions",
+    "Trigger": "parley.schemas.triggers",
+    "LLMError": "parley.workers.llm",
+    "LLMTimeoutError": "parley.workers.llm",
+    "OpenAICompatible": "parley.workers.llm",
+    "ScriptedModel": "parley.workers.llm",
+}
+
+__all__ = ["Client", "Decision", "LLMError", "LLMTimeoutError", "OpenAICompatible", "ScriptedModel",
+           "Trigger"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'parley' has no attribute {name!r}")
+    value = getattr(import_module(_HOMES[name]), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -124,3 +124,35 @@ def test_parley_runs_next_to_a_project_with_its_own_schemas_workers_and_dispatch
     assert produced.returncode == 0, produced.stderr + output
     assert "HELLO FROM THE PROJECT, ADA (PROJECT-DISPATCHER)" in produced.stdout, produced.stdout + output
     assert codes == [0, 0], output
+
+
+def loaded_after(statement: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules starting with `prefixes` that a fresh interpreter holds after `statement`."""
+    code = (f"import sys\n{statement}\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    return list(eval(run.stdout))  # a printed list of module names
+
+
+def test_a_producer_loads_neither_the_dispatcher_nor_the_workers() -> None:
+    """Layers at run time, not only in the source: the client pulls in no engine code and no
+    HTTP client of the model adapters."""
+    heavy = ("parley.dispatcher", "parley.workers", "parley.cli.", "httpx", "rq")
+    assert loaded_after("from parley import Client", heavy) == []
+    assert loaded_after("import parley.client", heavy) == []
+
+
+def test_the_core_loads_no_io_library() -> None:
+    assert loaded_after("import parley.dispatcher.core",
+                        ("redis", "rq", "httpx", "parley.workers", "parley.client", "parley.cli.")) == []
+
+
+def test_the_public_names_resolve() -> None:
+    names = loaded_after("from parley import Client, Decision, OpenAICompatible, ScriptedModel, Trigger\n"
+                         "import parley\n"
+                         "assert set(parley.__all__) <= set(dir(parley))\n"
+                         "try:\n    parley.Nope\nexcept AttributeError:\n    pass\n"
+                         "else:\n    raise SystemExit('parley.Nope resolved')",
+                         ("parley.workers.llm",))
+    assert "parley.workers.llm" in names

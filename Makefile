@@ -46,12 +46,12 @@ chaos-smoke: $(STAMP)
 # The benchmark (bench/README.md): five scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.
 bench: $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run $(ARGS)
 
 # Every scenario at tiny sizes (under a minute; asserts nothing about speed).
 bench-smoke: $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run --smoke $(ARGS)
 
 # mypy reads modules from folders, and the folders schemas/, dispatcher/ and workers/ are

@@ -67,7 +67,6 @@ def test_the_retry_module_imports_nothing_of_parley() -> None:
     assert imports_of(ROOT / "parley/retry.py") == set()
 
 
-
 def test_the_core_is_pure() -> None:
     """The core takes time as an argument and returns values: no Redis, RQ, clock, randomness,
     environment, logging or metrics, and nothing of the shell around it."""

@@ -18,6 +18,9 @@ class QueuedTrigger(BaseModel):
     turn: str | None = None
     # interrupt.resumed is delivered even when another interrupt still parks the branch (I9).
     bypass: bool = False
+    # Its llm.call was withheld while an earlier trigger of its turn was out at a decide job
+    # proposing one; handed back if that decision ends without a model call.
+    llm_withheld: bool = False
 
 
 class Work(BaseModel):

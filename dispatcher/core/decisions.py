@@ -12,7 +12,14 @@ from typing import Any
 
 from parley.dispatcher.core import budgets, interrupts, work
 from parley.dispatcher.core.transition import Tx
-from parley.dispatcher.core.triggers import default_call, hold, must_wait, release, trigger_ref
+from parley.dispatcher.core.triggers import (
+    default_call,
+    hand_back_model_call,
+    hold,
+    must_wait,
+    release,
+    trigger_ref,
+)
 from parley.schemas.actions import (
     RECORDING_ACTIONS,
     Action,
@@ -200,6 +207,7 @@ _APPLY: dict[type[Any], Callable[[Tx, QueuedTrigger, Turn | None, Any], None]] =
 
 
 def after_decision(tx: Tx, item: QueuedTrigger) -> None:
+    hand_back_model_call(tx, item)
     if item.trigger["type"] == "interrupt.resumed":
         # I10: released right after the decision of the resume that unparked the turn.
         release(tx, tx.c.turns.get(item.turn) if item.turn else None)

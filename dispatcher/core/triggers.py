@@ -56,8 +56,8 @@ def one_model_call(tx: Tx, newest: QueuedTrigger) -> None:
     """At most one model call is proposed among a turn's undecided triggers. A proposal was
     right when its trigger fired (nothing pending then), but an earlier decision may have
     started work since, whose completion proposes again: the newest proposal replaces those
-    still waiting (queued or held), never one already sent to a decide job; while such a
-    one is out, the newest proposes none itself."""
+    still waiting (queued or held). One already out at a decide job is never changed: the
+    newest withholds its own until that decision ends (`hand_back_model_call`)."""
     if newest.turn is None or not proposes_llm(newest.proposed):
         return
     c = tx.c
@@ -67,11 +67,30 @@ def one_model_call(tx: Tx, newest: QueuedTrigger) -> None:
         for i, item in enumerate(waiting):
             if item.turn != newest.turn or not proposes_llm(item.proposed):
                 continue
-            if item is newest:
-                if out is not None and out.turn == newest.turn and proposes_llm(out.proposed):
-                    waiting[i] = _without_model_call(item)
-            else:
+            if item is not newest:
                 waiting[i] = _without_model_call(item)
+            elif out is not None and out.turn == newest.turn and proposes_llm(out.proposed):
+                waiting[i] = _without_model_call(item).model_copy(update={"llm_withheld": True})
+
+
+def hand_back_model_call(tx: Tx, decided: QueuedTrigger) -> None:
+    """`decided`, which proposed a model call, is done (applied or failed). When nothing of its
+    turn is open now, the newest trigger that withheld its own call gets it back, so the turn
+    still goes on to the model with what completed meanwhile."""
+    if decided.turn is None or not proposes_llm(decided.proposed):
+        return
+    c = tx.c
+    turn = c.turns.get(decided.turn)
+    waiting = [(seq, i) for seq in (c.queue, turn.held if turn is not None else [])
+               for i, item in enumerate(seq) if item.turn == decided.turn and item.llm_withheld]
+    # Work of the turn still open (a model call, or a tool whose completion will propose
+    # its own): nothing to hand back, as when the trigger fired.
+    busy = any(w.turn == decided.turn for w in c.work.values())
+    for n, (seq, i) in enumerate(waiting):
+        item = seq[i].model_copy(update={"llm_withheld": False})
+        if n == len(waiting) - 1 and not busy:
+            item = item.model_copy(update={"proposed": [*item.proposed, {"type": "llm.call"}]})
+        seq[i] = item
 
 
 def _without_model_call(item: QueuedTrigger) -> QueuedTrigger:

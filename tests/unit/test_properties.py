@@ -957,3 +957,22 @@ def test_bug4_a_call_started_by_an_earlier_decision_does_not_double_the_model_ca
     s.settle_decides()
     running = [w for w in s.core.work.values() if w.kind == "llm" and w.turn == "msg-1"]
     assert len(running) == 1, running
+
+
+def test_bug4_when_the_earlier_decision_fails_the_newer_completion_still_calls_the_model():
+    """The same race, but the decision out with the model call fails: the completion that
+    withheld its own proposal gets it back, so the turn still goes on to the model once."""
+    s = Sim()
+    s.open_session()
+    s.start("a")
+    c1, c2 = s.reply_tools("search", "search")
+    s.decide(expect="tool.execute")
+    s.decide(expect="tool.execute")
+    s.finish_tool(c1)
+    s.finish_tool(c2)
+    s.decide([{"type": "tool.execute", "name": "search", "arguments": {}}], expect="tool.completed")
+    s.finish_tool("call-3")
+    s.decide_fail()  # tool.completed(c2): decision.failed, no model call from it
+    s.settle_decides()  # tool.completed(call-3), with the model call handed back
+    running = [w for w in s.core.work.values() if w.kind == "llm" and w.turn == "msg-1"]
+    assert len(running) == 1, running

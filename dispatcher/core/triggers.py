@@ -60,17 +60,14 @@ def one_model_call(tx: Tx, newest: QueuedTrigger) -> None:
     newest withholds its own until that decision ends (`hand_back_model_call`)."""
     if newest.turn is None or not proposes_llm(newest.proposed):
         return
-    c = tx.c
-    turn = c.turns.get(newest.turn)
-    out = c.deciding.item if c.deciding is not None else None
-    for waiting in (c.queue, turn.held if turn is not None else []):
-        for i, item in enumerate(waiting):
-            if item.turn != newest.turn or not proposes_llm(item.proposed):
-                continue
-            if item is not newest:
-                waiting[i] = _without_model_call(item)
-            elif out is not None and out.turn == newest.turn and proposes_llm(out.proposed):
-                waiting[i] = _without_model_call(item).model_copy(update={"llm_withheld": True})
+    out = tx.c.deciding.item if tx.c.deciding is not None else None
+    for waiting, i, item in _waiting(tx, newest.turn):
+        if not proposes_llm(item.proposed):
+            continue
+        if item is not newest:
+            waiting[i] = _without_model_call(item)
+        elif out is not None and out.turn == newest.turn and proposes_llm(out.proposed):
+            waiting[i] = _without_model_call(item).model_copy(update={"llm_withheld": True})
 
 
 def hand_back_model_call(tx: Tx, decided: QueuedTrigger) -> None:
@@ -79,18 +76,23 @@ def hand_back_model_call(tx: Tx, decided: QueuedTrigger) -> None:
     still goes on to the model with what completed meanwhile."""
     if decided.turn is None or not proposes_llm(decided.proposed):
         return
-    c = tx.c
-    turn = c.turns.get(decided.turn)
-    waiting = [(seq, i) for seq in (c.queue, turn.held if turn is not None else [])
-               for i, item in enumerate(seq) if item.turn == decided.turn and item.llm_withheld]
+    withheld = [(seq, i) for seq, i, item in _waiting(tx, decided.turn) if item.llm_withheld]
     # Work of the turn still open (a model call, or a tool whose completion will propose
     # its own): nothing to hand back, as when the trigger fired.
-    busy = any(w.turn == decided.turn for w in c.work.values())
-    for n, (seq, i) in enumerate(waiting):
+    busy = any(w.turn == decided.turn for w in tx.c.work.values())
+    for n, (seq, i) in enumerate(withheld):
         item = seq[i].model_copy(update={"llm_withheld": False})
-        if n == len(waiting) - 1 and not busy:
+        if n == len(withheld) - 1 and not busy:
             item = item.model_copy(update={"proposed": [*item.proposed, {"type": "llm.call"}]})
         seq[i] = item
+
+
+def _waiting(tx: Tx, turn_id: str) -> list[tuple[list[QueuedTrigger], int, QueuedTrigger]]:
+    """The turn's undecided triggers not yet out: (the list holding it, its index, it), the
+    session's queue first, then the turn's held ones."""
+    turn = tx.c.turns.get(turn_id)
+    return [(seq, i, item) for seq in (tx.c.queue, turn.held if turn is not None else [])
+            for i, item in enumerate(seq) if item.turn == turn_id]
 
 
 def _without_model_call(item: QueuedTrigger) -> QueuedTrigger:
@@ -116,8 +118,7 @@ def release(tx: Tx, turn: Turn | None) -> None:
     proposing = [i for i, item in enumerate(turn.held) if proposes_llm(item.proposed)]
     for i, item in enumerate(turn.held):
         if i in proposing[:-1]:
-            item = item.model_copy(update={"proposed": [
-                a for a in item.proposed if a.get("type") != "llm.call"]})
+            item = _without_model_call(item)
         tx.emit("decision.released", trigger=trigger_ref(item), head=turn.tip)
         tx.c.queue.append(item)
     turn.held = []

@@ -44,6 +44,18 @@ TOOLS = {
 }
 
 
+#: Model replies of the wrong shape: the worker and the core refuse each (llm.failed).
+MALFORMED_REPLIES: list[Any] = [
+    {"tool_calls": [{"id": "x"}]},
+    {"tool_calls": [{"id": "x", "name": "search", "arguments": "{}"}]},
+    {"tool_calls": "nope"},
+    {"content": 5},
+    {"tool_calls": [{"id": "x", "name": "bad name!"}]},
+    "just text",
+    None,
+]
+
+
 def next_state(state: SessionState, tr: Transition) -> SessionState:
     """The state a committed transition leaves: what `Store.load` would read back."""
     messages = dict(state.messages)

@@ -27,7 +27,7 @@ from parley.schemas.llm import InvalidLlmReply, LlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.workers.jobs import JobFailure, check_response
 
-from .harness import Sim
+from .harness import MALFORMED_REPLIES, Sim
 
 ONE_OF_EACH: list[Effect] = [
     Enqueue(seq=1, job=JobKind.LLM, work="llm-1", attempt=2, timeout=120, reply_to="parley:results",
@@ -140,14 +140,7 @@ def test_codes_the_core_gives_are_members_of_their_enums():
 # ---- one LLM-reply model for the worker and the core ---------------------------------------------
 
 
-@pytest.mark.parametrize("value", [
-    {"tool_calls": [{"id": "x"}]},
-    {"tool_calls": [{"id": "x", "name": "search", "arguments": "{}"}]},
-    {"tool_calls": "nope"},
-    {"content": 5},
-    {"tool_calls": [{"id": "x", "name": "bad name!"}]},
-    "just text",
-])
+@pytest.mark.parametrize("value", MALFORMED_REPLIES)
 def test_worker_and_core_refuse_a_bad_reply_with_one_error(value: Any):
     with pytest.raises(JobFailure) as worker:
         check_response(value)

@@ -7,7 +7,7 @@ import pytest
 
 from parley.schemas.codec import InputError, decode_input_entry
 
-from .harness import Sim
+from .harness import MALFORMED_REPLIES, Sim
 
 # ---- codec: a non-string input type ------------------------------------------------------------------
 
@@ -96,15 +96,7 @@ def test_tool_execute_naming_another_turns_call_settles_only_its_own_call():
 # ---- malformed model responses --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [
-    {"tool_calls": [{"id": "x"}]},
-    {"tool_calls": [{"id": "x", "name": "search", "arguments": "{}"}]},
-    {"tool_calls": "nope"},
-    {"content": 5},
-    {"tool_calls": [{"id": "x", "name": "bad name!"}]},
-    "just text",
-    None,
-])
+@pytest.mark.parametrize("value", MALFORMED_REPLIES)
 def test_malformed_llm_outcome_is_llm_failed_not_a_crash(value: Any):
     s = Sim()
     s.start("x")

@@ -529,6 +529,11 @@ def _to_tool_execute() -> Sim:
     ({"actions": [{"type": "tool.result", "result": 1}, {"type": "tool.result", "result": 2}]},
      "is not open"),
     ({"actions": [{"type": "tool.result", "call_id": "call-7", "result": 1}]}, "is not open"),
+    # arguments without a name used to run the original call with its original arguments
+    ({"actions": [{"type": "tool.execute", "arguments": {"to": "eve@example.com"}}]},
+     "`arguments` needs a `name`"),
+    ({"actions": [{"type": "tool.execute", "call_id": "call-1", "name": "search"}]},
+     "`call_id` and `name` exclude each other"),
     ({"actions": [{"type": "explode"}]}, "invalid decision"),
     ({"actions": [{"type": "llm.call", "temperature": 1}]}, "invalid decision"),
     ({"actions": [], "extra": 1}, "invalid decision"),

@@ -1,7 +1,8 @@
 """The stored shape of a session, apart from its messages (which live in their own hash).
 
-Messages are plain dicts in the wire shape of docs/protocol.md (Messages) plus one internal field, `turn`
-(the client message that started the turn the message belongs to), stripped for readers.
+Messages are plain dicts in the wire shape of docs/protocol.md (Messages) plus two internal fields,
+stripped for readers: `turn` (the client message that started the turn the message belongs to)
+and `order` (its place in the session's creation order, counted in `Core.seq["order"]`).
 """
 
 from typing import Any, Literal

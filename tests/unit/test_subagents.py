@@ -301,3 +301,16 @@ def test_a_spawn_from_a_deployment_with_a_colon_in_its_prefix_is_valid():
     sim = child_sim()
     sim.input(spawn_entry(LINK | {"reply_to": "acme:parley:results:3"}), engine=True)
     assert sim.core.parent is not None and sim.core.parent["reply_to"] == "acme:parley:results:3"
+
+
+def test_a_pause_of_the_parent_keeps_waiting_for_its_child():
+    sim = Sim(make_app(decide_on={"tool.execute"}, tools=PARENT_TOOLS), session="p",
+              agents={AGENT: CHILD_APP})
+    sim.send("go")
+    research, _search = sim.reply_tools("research", "search")
+    sim.decide(expect="tool.execute")  # the sub-agent is spawned
+    sim.decide([{"type": "interrupt", "reason": "confirm"}], expect="tool.execute")  # the branch parks
+    assert sim.work(research).status == "running"
+    assert not [fx for fx in sim.effects if isinstance(fx, Close | DeadlineRemove)]
+    sim.outcome("tool", research, 1, ok=True, value="found", source=sim.work(research).child)
+    assert sim.ev("tool.completed")["call_id"] == research and sim.types()[-1] == "decision.held"

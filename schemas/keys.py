@@ -60,6 +60,12 @@ class Keys:
         return f"{self.prefix}:deadlines"
 
     @property
+    def engine_key(self) -> str:
+        """String: the secret that signs the inputs dispatchers write themselves (a sub-agent's
+        child); made by the first dispatcher, readable by dispatchers only (users.acl)."""
+        return f"{self.prefix}:engine:key"
+
+    @property
     def running(self) -> str:
         """Hash: RQ job id -> JSON record of the job a worker is running (for lost-work detection)."""
         return f"{self.prefix}:running"

@@ -104,6 +104,9 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
 @click.option("--tool-timeout", type=click.FloatRange(0.1), default=300, show_default=True,
               help="Seconds a tool job may run (unless the tool sets fn.timeout_s) before it "
                    "fails as the tool error `timeout`.")
+@click.option("--subagent-timeout", type=click.FloatRange(0.1), default=3600, show_default=True,
+              help="Seconds a sub-agent call waits for its child's report (unless the tool sets "
+                   "fn.timeout_s) before it fails as the tool error `timeout` and the child is closed.")
 @click.option("--keys-file", envvar="PARLEY_KEYS_FILE", default=None,
               help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
 @click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
@@ -111,7 +114,7 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
-               llm_timeout: float, tool_timeout: float, keys_file: str | None,
+               llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
                require_signing: bool, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
@@ -133,7 +136,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
         raise click.ClickException(str(exc)) from None
     stop = _stop_on_signals()
     limits = Limits(decide_timeout_s=decide_timeout, llm_timeout_s=llm_timeout,
-                    tool_timeout_s=tool_timeout)
+                    tool_timeout_s=tool_timeout, subagent_timeout_s=subagent_timeout)
     try:
         keyring = Keyring.load(keys_file, require_signing)
     except (OSError, ValueError) as exc:

@@ -5,7 +5,6 @@ payload, where the dispatcher applies it (or drops it, when it is late or voided
 """
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,17 +30,27 @@ from parley.workers.app import App
 
 log = logging.getLogger("parley.worker")
 
-RESULTS_STREAM_RE = re.compile(r"^[A-Za-z0-9._-]+:results(:\d+)?$")
-
 _app: App | None = None
 # set by `parley worker`: the id under which this process heartbeats, so a dispatcher can tell
 # when the worker running a job has died
 _worker_id: str | None = None
+# set by `parley worker`: the key layout of the deployment whose queues this worker serves; a
+# job's reply_to must be one of its results streams, and its records are kept under it
+_keys = Keys()
 
 
 def set_worker_id(worker_id: str | None) -> None:
     global _worker_id
     _worker_id = worker_id
+
+
+def set_keys(keys: Keys) -> None:
+    global _keys
+    _keys = keys
+
+
+def keys() -> Keys:
+    return _keys
 
 
 def worker_id() -> str | None:
@@ -61,11 +70,10 @@ def _claim(payload: dict[str, Any], kind: str) -> None:
     assert job is not None
     if _claimed_by_worker(job):
         return
-    keys = Keys(Keys.prefix_of_results(payload["reply_to"]))
     record = orjson.dumps({
         "worker": _worker_id, "session": payload["session"], "work": payload["work"],
         "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]})
-    through_outages(lambda: job.connection.hset(keys.running, job.id, record), "record a running job")
+    through_outages(lambda: job.connection.hset(_keys.running, job.id, record), "record a running job")
 
 
 OUTAGE_PATIENCE_S = 120
@@ -109,8 +117,10 @@ def current_app(spec: str | None = None) -> App:
 
 
 def _check_reply_to(payload: dict[str, Any]) -> None:
-    if not RESULTS_STREAM_RE.match(str(payload.get("reply_to"))):
-        raise ValueError(f"refusing a job whose reply_to {payload.get('reply_to')!r} is not a results stream")
+    reply_to = payload.get("reply_to")
+    if not isinstance(reply_to, str) or not _keys.is_results_stream(reply_to):
+        raise ValueError(f"refusing a job whose reply_to {reply_to!r} is not a results stream of "
+                         f"prefix {_keys.prefix!r} (`{_keys.results()}` or `{_keys.results()}:<n>`)")
 
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
@@ -124,9 +134,8 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
     def post() -> None:
         pipe = job.connection.pipeline(transaction=True)
         pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
-        keys = Keys(Keys.prefix_of_results(reply_to))
-        pipe.hdel(keys.running, job.id)
-        pipe.hdel(keys.inflight, job.id)
+        pipe.hdel(_keys.running, job.id)
+        pipe.hdel(_keys.inflight, job.id)
         if _claimed_by_worker(job):
             # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
             pipe.delete(job.key)

@@ -98,6 +98,7 @@ class ParleyWorker(SimpleWorker):
     def __init__(self, *args: Any, keys: Keys | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.parley_keys = keys or Keys()
+        jobs.set_keys(self.parley_keys)  # the jobs it runs answer and keep their records under it
         self._take = self.connection.register_script(
             files("parley.workers").joinpath("lua/take_job.lua").read_text())
         self._beat_at = 0.0

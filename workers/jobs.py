@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq import get_current_job
+from rq import Queue, get_current_job
 from rq.timeouts import JobTimeoutException
 
 from parley import metrics
@@ -27,6 +27,7 @@ from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.schemas.triggers import Trigger
 from parley.workers.app import App
+from parley.workers.llm.limits import TimeLimit, time_limit
 
 log = logging.getLogger("parley.worker")
 
@@ -197,11 +198,27 @@ def check_response(response: Any) -> dict[str, Any]:
         raise JobFailure(str(exc)) from None
 
 
+# Of a model job's time limit, what is kept for posting the outcome once the model call gave up.
+POST_RESERVE_S = 1.0
+
+
+def _model_time_limit(started: float) -> TimeLimit:
+    """The job's time limit (the dispatcher's `--llm-timeout`, RQ's death penalty), less a moment
+    to post the outcome: an adapter's retries end inside it with the adapter's own error."""
+    job = get_current_job()
+    seconds = float((job.timeout if job is not None else None) or Queue.DEFAULT_TIMEOUT)
+    return TimeLimit(seconds, started + seconds - min(POST_RESERVE_S, seconds / 10))
+
+
 def run_llm(payload: dict[str, Any]) -> None:
+    started = time.monotonic()
+
     def call(app: App) -> Any:
         if app.llm is None:
             raise JobFailure("the app has no `llm`")
-        return check_response(app.llm({**payload["request"], "tools": app.tool_schemas()}))
+        with time_limit(_model_time_limit(started)):
+            response = app.llm({**payload["request"], "tools": app.tool_schemas()})
+        return check_response(response)
 
     _run(payload, "llm", call)
 

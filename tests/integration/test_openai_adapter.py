@@ -14,10 +14,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import redis
 
+from parley.dispatcher.core import Enqueue
+from parley.dispatcher.enqueue import Outbox
+from parley.schemas.jobs import JobKind, job_id
+from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
+from parley.workers import jobs
+from parley.workers.app import App
 from parley.workers.jobs import check_response
 from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible
 from parley.workers.llm.openai_compat import NO_RESULT
+from parley.workers.worker import make_worker
+from tests.integration.conftest import RESULTS
 
 API_KEY = "sk-test-secret-123"
 
@@ -334,3 +344,79 @@ def test_a_body_that_is_not_a_completion_raises(server: FakeServer) -> None:
     server.reply(Reply(200, {"error": {"message": "quota"}}))
     with pytest.raises(LLMError, match=r"no choices.*quota"):
         model(server)({"messages": BRANCH[:1], "tools": []})
+
+
+# ---- the time limit covers the retries ---------------------------------------------------------
+
+
+def test_retries_stop_at_the_total_time_limit(server: FakeServer) -> None:
+    """Retries and their waits stay inside `total_timeout`: the last error is raised when no
+    time is left for another attempt, instead of running on past the limit."""
+    server.reply(Reply(503, "overloaded", headers={"Retry-After": "0.4"}))
+    llm = model(server, timeout=5, max_retries=50, max_backoff=1, total_timeout=1.5)
+    started = time.monotonic()
+    with pytest.raises(LLMError, match=r"HTTP 503 after \d attempt\(s\), stopped by the time limit of "
+                                       r"1.5 s: overloaded") as info:
+        llm({"messages": BRANCH[:1], "tools": []})
+    assert time.monotonic() - started <= 1.5
+    assert 2 <= len(server.received) <= 4 and info.value.status == 503
+
+
+def test_an_attempt_is_cut_to_the_time_left(server: FakeServer) -> None:
+    server.reply(Reply(body=completion(), delay=5))
+    llm = model(server, timeout=30, max_retries=3, total_timeout=0.8)
+    started = time.monotonic()
+    with pytest.raises(LLMTimeoutError, match=r"no answer within 0.8 s .*1 attempt\(s\), stopped by the "
+                                              r"time limit of 0.8 s"):
+        llm({"messages": BRANCH[:1], "tools": []})
+    assert time.monotonic() - started < 1.5
+    assert len(server.received) == 1
+
+
+def test_total_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="total_timeout"):
+        OpenAICompatible(model="m", total_timeout=0)
+
+
+@pytest.fixture
+def llm_worker(r: redis.Redis, monkeypatch: pytest.MonkeyPatch, restore_signals: None) -> "LlmWorker":
+    monkeypatch.setattr(jobs, "_worker_id", "w-llm")
+    monkeypatch.setattr(jobs, "_app", None)
+    return LlmWorker(r, monkeypatch)
+
+
+@dataclass
+class LlmWorker:
+    """LLM jobs enqueued exactly as a dispatcher's outbox does, run by an in-process ParleyWorker
+    (its lean path) whose app's model is the one given."""
+
+    r: redis.Redis
+    monkeypatch: pytest.MonkeyPatch
+
+    def enqueue(self, work: str = "llm-1", timeout: int = 30) -> str:
+        job = Enqueue(seq=1, job=JobKind.LLM, work=work, attempt=1, timeout=timeout, reply_to=RESULTS,
+                      app=None, args={"request": {"messages": BRANCH[:1]}})
+        Outbox(self.r, Keys()).flush_many([("s-llm", [job])])
+        return job_id("s-llm", work, 1)
+
+    def run(self, llm: Any) -> None:
+        self.monkeypatch.setattr(jobs, "_app", App(spec="adapter", llm=llm))
+        make_worker(["llm"], self.r).work(burst=True)
+
+    def outcomes(self) -> list[WorkOutcome]:
+        return [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in self.r.xrange(RESULTS)]
+
+
+def test_in_a_worker_retries_stop_inside_the_jobs_time_limit(server: FakeServer,
+                                                             llm_worker: LlmWorker) -> None:
+    """The model time limit (`--llm-timeout`, the job's RQ timeout) bounds the call with its retries:
+    the adapter stops retrying in time to report its own error, rather than being cut off as a
+    bare `timeout` with far more attempts than the limit allows."""
+    server.reply(Reply(503, "overloaded", headers={"Retry-After": "0.5"}))
+    llm_worker.enqueue(timeout=3)
+    llm_worker.run(model(server, timeout=60, max_retries=100, max_backoff=1))
+    [outcome] = llm_worker.outcomes()
+    assert outcome.ok is False and outcome.error is not None
+    assert outcome.error.startswith(f"LLMError: {server.base_url}/chat/completions: HTTP 503 after ")
+    assert "stopped by the time limit" in outcome.error
+    assert len(server.received) <= 6

@@ -7,6 +7,7 @@ payload, where the dispatcher applies it (or drops it, when it is late or voided
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import orjson
@@ -28,6 +29,7 @@ from parley.schemas.results import WorkOutcome
 from parley.schemas.triggers import Trigger
 from parley.workers.app import App
 from parley.workers.llm.limits import TimeLimit, time_limit
+from parley.workers.stopping import CallVoided, Watched, void_watch
 
 log = logging.getLogger("parley.worker")
 
@@ -216,11 +218,46 @@ def run_llm(payload: dict[str, Any]) -> None:
     def call(app: App) -> Any:
         if app.llm is None:
             raise JobFailure("the app has no `llm`")
-        with time_limit(_model_time_limit(started)):
+        with time_limit(_model_time_limit(started)), _stopped_if_voided():
             response = app.llm({**payload["request"], "tools": app.tool_schemas()})
         return check_response(response)
 
-    _run(payload, "llm", call)
+    try:
+        _run(payload, "llm", call)
+    except CallVoided:
+        _stopped(payload, "llm", started)
+
+
+def _stopped_if_voided() -> AbstractContextManager[None]:
+    """A job taken on the lean path had an in-flight record when it was taken; the dispatcher's
+    cancel deletes it when a park voids the call, and the call is then stopped (workers/stopping.py).
+    Other jobs (enqueued by hand, RQ's path) have no record to watch and run to their end."""
+    job = get_current_job()
+    if job is None or not _claimed_by_worker(job):
+        return nullcontext()
+    return void_watch.watching(Watched(job.connection, _keys.inflight, job.id))
+
+
+def _stopped(payload: dict[str, Any], kind: str, started: float) -> None:
+    """A voided job was stopped: nobody waits for its outcome (the dispatcher settled the work as
+    voided, or posted its loss), so none is posted; its records and job hash go, as with one."""
+    job = get_current_job()
+    assert job is not None
+
+    def clear() -> None:
+        pipe = job.connection.pipeline(transaction=True)
+        pipe.hdel(_keys.running, job.id)
+        pipe.hdel(_keys.inflight, job.id)
+        pipe.delete(job.key)
+        pipe.execute()
+
+    through_outages(clear, "clear the records of a stopped job")
+    seconds = time.monotonic() - started
+    metrics.JOB_SECONDS.labels(kind).observe(seconds)
+    metrics.JOBS.labels(kind, "stopped").inc()
+    log.info("job stopped: its work was voided", extra=kv(
+        kind=kind, session=payload["session"], work=payload["work"], attempt=payload["attempt"],
+        ms=round(seconds * 1000, 1)))
 
 
 def run_tool(payload: dict[str, Any]) -> None:

@@ -2,8 +2,9 @@
 
 Why `SimpleWorker` (no fork per job): decide and tool jobs are small, and a fork plus
 re-import costs more than the job; the app is loaded once; metrics live in one
-process. What it gives up: RQ cannot stop a running job in a non-forking worker, so
-voiding an LLM call is logical (its result is dropped on arrival), never a kill.
+process. What it gives up: RQ cannot stop a running job in a non-forking worker; Parley
+stops a voided model call itself, by interrupting the main thread (workers/stopping.py), and
+any other voided job finishes and its result is dropped on arrival.
 """
 
 import logging

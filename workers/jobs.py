@@ -37,8 +37,8 @@ _app: App | None = None
 # set by `parley worker`: the id under which this process heartbeats, so a dispatcher can tell
 # when the worker running a job has died
 _worker_id: str | None = None
-# set by `parley worker`: the key layout of the deployment whose queues this worker serves; a
-# job's reply_to must be one of its results streams, and its records are kept under it
+# set by ParleyWorker (`parley worker --prefix`): the key layout of the deployment whose queues
+# it serves; a job's reply_to must be one of its results streams, and its records are under it
 _keys = Keys()
 
 
@@ -50,10 +50,6 @@ def set_worker_id(worker_id: str | None) -> None:
 def set_keys(keys: Keys) -> None:
     global _keys
     _keys = keys
-
-
-def keys() -> Keys:
-    return _keys
 
 
 def worker_id() -> str | None:

@@ -144,8 +144,9 @@ class Outbox:
             "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)}))
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
-        # Best effort: a queued job is removed; a running one finishes and its result is
-        # dropped by the core (voiding is logical, stopping is not relied on: I4).
+        # Best effort: a queued job is removed; a running model call is stopped by its worker,
+        # which watches the in-flight record deleted here (workers/stopping.py); anything else
+        # running finishes and its result is dropped by the core (voiding is logical: I4).
         jid = job_id(session, fx.work, fx.attempt)
         pipe.lrem(self.queue(JOBS[fx.job].queue).key, 0, jid)
         pipe.delete(Job.key_for(jid))

@@ -4,6 +4,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from parley.schemas.keys import PREFIX_PATTERN
+
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 
 
@@ -31,8 +33,7 @@ class ParentLink(BaseModel):
     call_id: Name
     attempt: int
     app: Annotated[str, Field(min_length=1, max_length=256)]
-    # any prefix, colons included (`acme:parley:results`): only a dispatcher writes a link
-    reply_to: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]+:results(:\d+)?$")]
+    reply_to: Annotated[str, Field(pattern=rf"^{PREFIX_PATTERN}:results(:\d+)?$")]  # any prefix's
 
 
 class CallRef(BaseModel):

@@ -52,6 +52,17 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _valid_prefix(_ctx: click.Context, _param: click.Parameter, prefix: str) -> str:
+    """Every process checks the prefix as it starts, before it connects: a prefix that cannot
+    work (schemas/keys.py) would otherwise show up only as jobs failing later."""
+    from parley.schemas.keys import check_prefix
+
+    try:
+        return check_prefix(prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 METRICS_PORT = click.option(
     "--metrics-port", envvar="PARLEY_METRICS_PORT", type=click.IntRange(1, 65535), default=None,
     help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
@@ -71,7 +82,9 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
 @click.option("--redis-url", envvar="PARLEY_REDIS_URL", default=DEFAULT_URL, show_default=True,
               help="Redis to use (env PARLEY_REDIS_URL); credentials go in the URL.")
 @click.option("--prefix", envvar="PARLEY_PREFIX", default="parley", show_default=True,
-              help="Key prefix of every Parley key (env PARLEY_PREFIX).")
+              callback=_valid_prefix,
+              help="Key prefix of every Parley key (env PARLEY_PREFIX): names of letters, digits, "
+                   "'.', '_', '-' joined by single colons, e.g. acme:parley.")
 @click.option("--log-level", envvar="PARLEY_LOG_LEVEL", default="INFO", show_default=True)
 @click.option("--principal", envvar="PARLEY_PRINCIPAL", default=None,
               help="Sign inputs sent by send/resume/switch/input as this principal (env PARLEY_PRINCIPAL).")

@@ -65,8 +65,9 @@ class Dispatcher:
         self.sweeps = Sweeps(redis, keys, self.leases)
         # Every dispatcher verifies the inputs dispatchers write themselves (sub-agents),
         # whether or not producers sign theirs.
-        keyring = (keyring or Keyring({})).with_engine_key(self.outbox.engine_key())
-        decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring)
+        keyring = (keyring or Keyring({})).with_engine_key(self.outbox.engine_key.current())
+        decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring,
+                               reload_engine_key=self.outbox.engine_key.reload_if_due)
         self.decoder = decoder
         self.applier = Applier(redis, keys, self.store, self.leases, decoder, self.stats)
         self.stale_checked = time.monotonic()

@@ -6,7 +6,6 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 """
 
 import math
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any, assert_never
@@ -30,9 +29,10 @@ from parley.dispatcher.core.effects import (
     Spawn,
     Stat,
 )
+from parley.dispatcher.engine_key import EngineKey
 from parley.schemas.jobs import JOBS, job_id
 from parley.schemas.keys import Keys
-from parley.schemas.signing import ENGINE_PRINCIPAL, signed_fields
+from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields
 
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -45,16 +45,7 @@ class Outbox:
         self.keys = keys
         self._queues: dict[str, Queue] = {}
         self._partitions: int | None = None
-        self._engine_key: str | None = None
-
-    def engine_key(self) -> str:
-        """The secret dispatchers sign their own inputs with: the first dispatcher makes it
-        (SET NX), every later one reads that one, so any dispatcher verifies any other's."""
-        if self._engine_key is None:
-            self.redis.set(self.keys.engine_key, secrets.token_hex(32), nx=True)
-            raw: Any = self.redis.get(self.keys.engine_key)
-            self._engine_key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        return self._engine_key
+        self.engine_key = EngineKey(redis, keys)
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -170,20 +161,23 @@ class Outbox:
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's creation and first message, one input: a spawn either makes its own
         # session with the task in it, or finds the id taken and fails the call.
-        self._engine_input(pipe, fx.child, "parley-spawn", {
+        self._engine_input(pipe, fx.child, "spawn", {
             "type": "session.create", "parent": fx.parent.model_dump(), "task": fx.content})
 
     def _close(self, pipe: Any, session: str, fx: Close) -> None:
-        self._engine_input(pipe, fx.child, "parley-close", {
+        self._engine_input(pipe, fx.child, "close", {
             "type": "session.close", "reason": fx.reason,
             "parent": {"session": session, "call_id": fx.call_id, "attempt": fx.attempt}})
 
-    def _engine_input(self, pipe: Any, session: str, key: str, value: dict[str, Any]) -> None:
+    def _engine_input(self, pipe: Any, session: str, purpose: str, value: dict[str, Any]) -> None:
         """An input of the engine's own, signed with the engine's key when it is written (not
         when committed: an outbox flushed late is still inside the signature's window), so it
-        passes --require-signing and no producer can write one. Its idempotency key makes a
-        second flush (after a crash) a no-op."""
+        passes --require-signing and no producer can write one. Its idempotency key, the same
+        on every flush and derived from the key, makes a second flush (after a crash) a no-op
+        and cannot be used up by a producer first. The key is read afresh (engine_key.py)."""
+        secret = self.engine_key.load()
+        key = engine_input_id(secret, session, purpose)
         raw = orjson.dumps(value)
         pipe.xadd(self.input_stream(session), {
             "session": session, "id": key, "input": raw,
-            **signed_fields(self.engine_key(), ENGINE_PRINCIPAL, session, key, raw)})
+            **signed_fields(secret, ENGINE_PRINCIPAL, session, key, raw)})

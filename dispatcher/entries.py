@@ -21,7 +21,7 @@ from parley.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import Keyring, Unauthorized
+from parley.schemas.signing import ENGINE_PRINCIPAL, Keyring, Unauthorized
 from parley.schemas.state import SessionState
 
 log = logging.getLogger("parley.dispatcher")
@@ -71,7 +71,7 @@ def poisoned(stream: str, entry_id: str, exc: BaseException | None) -> Refused:
     return Refused(InputError(f"internal error: {type(exc).__name__}: {exc}"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class EntryDecoder:
     """What the machine needs besides the state: the app's shape, limits, sub-agents, keys."""
 
@@ -79,6 +79,9 @@ class EntryDecoder:
     limits: Limits = field(default_factory=Limits)
     agents: dict[str, AppInfo] = field(default_factory=dict)
     keyring: Keyring = field(default_factory=lambda: Keyring({}))
+    #: the engine's key read again, or None when read too recently (dispatcher/engine_key.py):
+    #: Redis may have lost the key this copy verifies with, and a dispatcher made a new one
+    reload_engine_key: Callable[[], str | None] | None = None
 
     def context(self, results_stream: str) -> Context:
         """The context of one load-compute-commit round: the time is read once for all of it."""
@@ -93,7 +96,7 @@ class EntryDecoder:
         # The signature first: an entry whose sender is not verified is refused before anything
         # of it is believed, so it uses up no idempotency key, even when it is malformed too.
         try:
-            principal = self.keyring.verify(fields, int(time.time() * 1000))
+            principal = self._verify(fields)
         except Unauthorized as exc:
             input_type, ids = input_refs(fields)
             return Refused(InputError(f"unauthorized: {exc}", input_type, ids), code=RefusalCode.UNAUTHORIZED)
@@ -107,6 +110,20 @@ class EntryDecoder:
         # The state handed to the transition is a fresh load used once: no defensive copy.
         return Prepared(entry_id, fields, entry.session, entry.idempotency_key,
                         lambda state, ctx: apply_input(state, entry, entry_id, ctx, owned=True))
+
+    def _verify(self, fields: dict[Any, Any]) -> str | None:
+        now_ms = int(time.time() * 1000)
+        try:
+            return self.keyring.verify(fields, now_ms)
+        except Unauthorized:
+            claimed = fields.get(b"principal", fields.get("principal"))
+            if claimed not in (ENGINE_PRINCIPAL, ENGINE_PRINCIPAL.encode()) or self.reload_engine_key is None:
+                raise
+            fresh = self.reload_engine_key()
+            if fresh is None or fresh == self.keyring.engine_key:
+                raise
+            self.keyring = self.keyring.with_engine_key(fresh)
+            return self.keyring.verify(fields, now_ms)
 
     def _outcome(self, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
         raw = fields.get(b"outcome", fields.get("outcome"))

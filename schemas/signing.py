@@ -23,6 +23,15 @@ WINDOW_MS = 24 * 3600 * 1000  # the idempotency window: older signed entries are
 ENGINE_PRINCIPAL = "parley.engine"
 
 
+def engine_input_id(key: str, session: str, purpose: str) -> str:
+    """The idempotency key of an input the engine writes (`purpose`: spawn, close): the same on
+    every flush of the same effect, so a second flush is a duplicate, and derived from the
+    engine's key, so no producer can name it first and use it up (a producer's entry with that
+    id, refused or not, would make the engine's own a `duplicate`)."""
+    digest = hmac.new(key.encode(), f"{purpose}\n{session}".encode(), hashlib.sha256).hexdigest()
+    return f"parley-{purpose}-{digest[:32]}"
+
+
 def signature(key: str, session: str, entry_id: str, ts: str, input_json: bytes) -> str:
     message = b"\n".join([session.encode(), entry_id.encode(), ts.encode(), input_json])
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()

@@ -12,6 +12,12 @@ limit (SIGALRM) stops a job in a non-forking worker. Raised inside a blocking so
 httpx close the connection, so the provider sees the client leave and stops generating; raised in
 a retry's wait, it ends the retries. Any `llm` is stopped this way, plain Python included.
 
+A record can also be gone because Redis lost it (data not yet written to disk when it
+restarted): the call is then stopped though nobody voided it, and nothing is lost by that. The
+record was written by the same MULTI that settled the dispatcher's entry (the enqueue, the
+outbox's removal, the XACK), so that entry is still pending after the loss, and its replay
+enqueues the same job again.
+
 Only model calls are stopped: a voided decide keeps running and its decision is dropped when it
 arrives (interrupting an app's `decide` buys little: it is short and spends no tokens).
 """

@@ -109,7 +109,9 @@ def test_a_producer_cannot_take_a_child_id_so_the_spawn_gets_its_own_session(
     procs.worker(APP)
     # ids ending in `:sub-<n>` are the engine's: a producer may neither create one nor start
     # a turn in it, so the parent's first child cannot land in a conversation made up front
-    send(r, "p4:sub-1", {"type": "session.create", "metadata": {"mine": True}})
+    # ... and it cannot use up the idempotency key of the engine's spawn either (its id is
+    # derived from the engine's key: this one is the fixed id it once had)
+    send(r, "p4:sub-1", {"type": "session.create", "metadata": {"mine": True}}, id="parley-spawn")
     send(r, "p4:sub-1", {"type": "message.create", "content": "hello"})
     refused = wait_for(client, "p4:sub-1", lambda e: len(of_type([e], "input.refused")) > 0)
     eventually(lambda: len(of_type(all_events(client, "p4:sub-1"), "input.refused")) == 2)
@@ -130,6 +132,10 @@ def test_a_child_that_never_ends_times_out_and_is_closed(procs: Procs, r: redis.
     procs.worker(APP)
     send(r, "p5", {"type": "message.create", "content": 'call research {"topic": "otters"}'})
     raised = wait_for(client, "p5:sub-1", lambda e: e["type"] == "interrupt.raised")[-1]  # nobody answers
+    # A producer may answer a child's interrupts; one that names the id the engine's close once
+    # had (fixed, so it could be used up first) does not keep the child from being closed.
+    send(r, "p5:sub-1", {"type": "interrupt.resume", "interrupt_id": "int-nope", "payload": {}},
+         id="parley-close")
     events = wait_for(client, "p5", lambda e: e["type"] == "turn.completed", timeout=30)
     completed = of_type(events, "tool.completed")[0]
     assert (completed["name"], completed["error"]) == ("research", "timeout")

@@ -616,8 +616,8 @@ def test_only_dispatchers_hold_the_engines_key(acl: AclRedis, producer: redis.Re
                                                reader: redis.Redis, dispatcher: redis.Redis) -> None:
     """The key that signs a dispatcher's own inputs (a sub-agent's child, its close) is made by
     the first dispatcher and read by the others; whoever could read it could forge them."""
-    key = Outbox(dispatcher, KEYS).engine_key()
-    assert len(key) >= 32 and Outbox(dispatcher, KEYS).engine_key() == key  # made once, then shared
+    key = Outbox(dispatcher, KEYS).engine_key.load()
+    assert len(key) >= 32 and Outbox(dispatcher, KEYS).engine_key.load() == key  # made once, then shared
     assert acl.denials() == []
     for user, conn in ((PRODUCER, producer), (WORKER, worker), (READER, reader)):
         refused(lambda conn=conn: conn.get(KEYS.engine_key))  # type: ignore[misc]

@@ -1,0 +1,53 @@
+"""The engine's key: the secret dispatchers sign their own inputs with (a sub-agent's spawn and
+close), kept in Redis where only dispatchers may read it (deploy/redis/users.acl).
+
+The first dispatcher to look makes it (SET NX) and every other reads that one, so any
+dispatcher verifies any other's inputs. Should Redis lose it (data lost on a restart, a failover
+to a replica that never had it), the next dispatcher to look makes a new one: so the signer reads
+it afresh for every input it signs (these are rare: one per spawn and per close), and a verifier
+that meets an engine signature its copy rejects reads it again before refusing the entry.
+"""
+
+import secrets
+import time
+from typing import Any
+
+from redis import Redis
+
+from parley.schemas.keys import Keys
+
+
+class EngineKey:
+    #: a verifier reads the key again at most this often (an attacker's bad engine signatures
+    #: must not turn into one Redis read each)
+    RELOAD_EVERY_S = 1.0
+
+    def __init__(self, redis: Redis, keys: Keys):
+        self.redis = redis
+        self.keys = keys
+        self._key: str | None = None
+        self._loaded_at = float("-inf")
+
+    def current(self) -> str:
+        """The key as this process last read it (read once at start)."""
+        return self._key if self._key is not None else self.load()
+
+    def load(self) -> str:
+        """The key as Redis holds it now, made first if there is none."""
+        self.redis.set(self.keys.engine_key, secrets.token_hex(32), nx=True)
+        raw: Any = self.redis.get(self.keys.engine_key)
+        if not raw:
+            # Made and gone between two commands (an eviction policy that evicts any key):
+            # signing with a guessable stand-in would let anyone pose as the engine.
+            raise RuntimeError(f"the engine's key {self.keys.engine_key} vanished as it was made: "
+                               "Redis must not evict keys (maxmemory-policy noeviction)")
+        self._key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        self._loaded_at = time.monotonic()
+        return self._key
+
+    def reload_if_due(self) -> str | None:
+        """For a verifier whose copy rejected an engine signature: the key read again, or None
+        when it was read less than RELOAD_EVERY_S ago."""
+        if time.monotonic() - self._loaded_at < self.RELOAD_EVERY_S:
+            return None
+        return self.load()

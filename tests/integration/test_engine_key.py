@@ -70,7 +70,8 @@ def test_a_signer_signs_with_the_key_redis_holds_now(r: redis.Redis) -> None:
     fresh = lose_and_remake(r)
     pipe = r.pipeline()
     parent = {"session": "p", "call_id": "call-1", "attempt": 1}
-    outbox._engine_input(pipe, CHILD, "close", {"type": "session.close", "reason": "timeout", "parent": parent})
+    close = {"type": "session.close", "reason": "timeout", "parent": parent}
+    outbox._engine_input(pipe, CHILD, "close", close)
     pipe.execute()
     [(_entry_id, fields)] = r.xrange(outbox.input_stream(CHILD))
     verified = Keyring({}, required=True).with_engine_key(fresh)

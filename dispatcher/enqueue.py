@@ -8,6 +8,7 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 import math
 import time
 from collections.abc import Callable
+from importlib.resources import files
 from typing import Any, assert_never
 
 import orjson
@@ -23,6 +24,10 @@ from parley.schemas.keys import Keys
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
 FAILURE_TTL = 24 * 3600
+
+# EVAL, not EVALSHA: inside a MULTI a script missing from the cache (Redis restarted) would fail
+# alone at EXEC while the job's push went through, leaving a job with no in-flight record.
+RECORD_INFLIGHT = files("parley.dispatcher").joinpath("lua/record_inflight.lua").read_text()
 
 
 class Outbox:
@@ -109,17 +114,21 @@ class Outbox:
                          timeout=max(1, math.ceil(fx.timeout)), result_ttl=RESULT_TTL,
                          failure_ttl=FAILURE_TTL, description=f"{fx.work} of {session}")
         queue.enqueue_job(job, pipeline=pipe)
-        pipe.hset(self.keys.inflight, jid, orjson.dumps({
+        record = orjson.dumps({
             "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
-            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)}))
+            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
+        pipe.eval(RECORD_INFLIGHT, 3, self.keys.inflight, self.keys.inflight_order(queue.name),
+                  self.keys.enqueue_seq, jid, record)
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
         # Best effort: a queued job is removed; a running one finishes and its result is
         # dropped by the core (voiding is logical, stopping is not relied on: I4).
         jid = job_id(session, fx.work, fx.attempt)
-        pipe.lrem(self.queue(JOBS[fx.job].queue).key, 0, jid)
+        queue = self.queue(JOBS[fx.job].queue)
+        pipe.lrem(queue.key, 0, jid)
         pipe.delete(Job.key_for(jid))
         pipe.hdel(self.keys.inflight, jid)
+        pipe.zrem(self.keys.inflight_order(queue.name), jid)
 
     def _index_add(self, pipe: Any, session: str, fx: IndexAdd) -> None:
         member = self.keys.index_member(session, fx.interrupt_id)

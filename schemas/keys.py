@@ -70,6 +70,17 @@ class Keys:
         lost between a worker's dequeue and its running record is still noticed."""
         return f"{self.prefix}:inflight"
 
+    def inflight_order(self, queue: str) -> str:
+        """Sorted set: RQ job id -> enqueue sequence number, for the in-flight jobs of one RQ
+        queue (by its name, `Keys.queue`). Numbered in the MULTI that pushes them, so the order
+        is the queue's own: the jobs numbered below the queue's head have left the queue."""
+        return f"{self.prefix}:inflight:{queue}"
+
+    @property
+    def enqueue_seq(self) -> str:
+        """Counter: the last sequence number given to an enqueued job (`inflight_order`)."""
+        return f"{self.prefix}:enqueued"
+
     def last_take(self, worker: str) -> str:
         """What a worker's last take_job.lua call took (token, job): a retried call gets it back."""
         return f"{self.prefix}:took:{worker}"

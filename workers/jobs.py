@@ -127,6 +127,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         keys = Keys(Keys.prefix_of_results(reply_to))
         pipe.hdel(keys.running, job.id)
         pipe.hdel(keys.inflight, job.id)
+        pipe.zrem(keys.inflight_order(job.origin), job.id)  # the in-flight record's place in its queue
         if _claimed_by_worker(job):
             # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
             pipe.delete(job.key)

@@ -18,6 +18,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from parley.dispatcher.core.effects import Cancel, Effect, Enqueue, IndexAdd, IndexRemove, Report, Spawn, Stat
+from parley.dispatcher.store import load_script
 from parley.schemas.jobs import JOBS, job_id
 from parley.schemas.keys import Keys
 
@@ -27,7 +28,9 @@ FAILURE_TTL = 24 * 3600
 
 # EVAL, not EVALSHA: inside a MULTI a script missing from the cache (Redis restarted) would fail
 # alone at EXEC while the job's push went through, leaving a job with no in-flight record.
-RECORD_INFLIGHT = files("parley.dispatcher").joinpath("lua/record_inflight.lua").read_text()
+# Likewise for the interrupt index: its counts must move with it or not at all.
+RECORD_INFLIGHT, INDEX_ADD, INDEX_REMOVE = (files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
+                                            for name in ("record_inflight", "index_add", "index_remove"))
 
 
 class Outbox:
@@ -36,6 +39,8 @@ class Outbox:
         self.keys = keys
         self._queues: dict[str, Queue] = {}
         self._partitions: int | None = None
+        # the gauges' counts, for an index an older dispatcher wrote without them (once per Redis)
+        load_script(redis, "count_interrupts")(keys=[keys.interrupt_info, keys.interrupt_anchors, keys.stats])
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -130,20 +135,21 @@ class Outbox:
         pipe.hdel(self.keys.inflight, jid)
         pipe.zrem(self.keys.inflight_order(queue.name), jid)
 
+    def _index_keys(self) -> list[str]:
+        k = self.keys
+        return [k.interrupt_index, k.interrupt_info, k.deadlines, k.interrupt_anchors, k.stats]
+
     def _index_add(self, pipe: Any, session: str, fx: IndexAdd) -> None:
+        """Into the index, the deadlines, and the counts the metrics read (index_add.lua)."""
         member = self.keys.index_member(session, fx.interrupt_id)
-        pipe.zadd(self.keys.interrupt_index, {member: fx.raised_at})
-        pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
+        details = orjson.dumps({
             "session": session, "interrupt_id": fx.interrupt_id, "reason": fx.reason,
-            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent}))
-        if fx.deadline is not None:
-            pipe.zadd(self.keys.deadlines, {member: fx.deadline})
+            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent})
+        pipe.eval(INDEX_ADD, 5, *self._index_keys(), member, fx.raised_at, details,
+                  "" if fx.deadline is None else fx.deadline)
 
     def _index_remove(self, pipe: Any, session: str, fx: IndexRemove) -> None:
-        member = self.keys.index_member(session, fx.interrupt_id)
-        pipe.zrem(self.keys.interrupt_index, member)
-        pipe.hdel(self.keys.interrupt_info, member)
-        pipe.zrem(self.keys.deadlines, member)
+        pipe.eval(INDEX_REMOVE, 5, *self._index_keys(), self.keys.index_member(session, fx.interrupt_id))
 
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's first inputs, as a client would send them; their idempotency keys

@@ -55,6 +55,12 @@ class Keys:
         return f"{self.prefix}:interrupts:info"
 
     @property
+    def interrupt_anchors(self) -> str:
+        """Hash: session + anchor (empty: a global interrupt) -> open interrupts parking it; kept
+        with the index, so `parley_parked_branches` (`stats` field `parked`) is one HGET."""
+        return f"{self.prefix}:interrupts:anchors"
+
+    @property
     def deadlines(self) -> str:
         """Sorted set of open interrupts with a timeout, scored by deadline (Unix ms)."""
         return f"{self.prefix}:deadlines"
@@ -95,7 +101,8 @@ class Keys:
 
     @property
     def stats(self) -> str:
-        """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions)."""
+        """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions; `parked`:
+        distinct parked anchors, kept with the interrupt index)."""
         return f"{self.prefix}:stats"
 
     @property

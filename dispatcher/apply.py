@@ -25,7 +25,7 @@ from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.logs import kv
 from parley.schemas.codec import session_of
-from parley.schemas.codes import InputOutcome, RefusalCode
+from parley.schemas.codes import InputOutcome
 from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState
 
@@ -150,7 +150,9 @@ class Applier:
         try:
             tr = prep.compute(state, ctx)
         except Exception as exc:  # nothing of it is committed
-            self.reject(stream, prep.entry_id, prep.fields, poisoned(stream, prep.entry_id, exc), batch)
+            refused = poisoned(stream, prep.entry_id, exc)
+            refused.uses_key = prep.idem  # verified and decoded: its key counts as used
+            self.reject(stream, prep.entry_id, prep.fields, refused, batch)
             return None
         tr.state.applied[stream] = prep.entry_id
         return Ready(prep, version, tr)
@@ -190,12 +192,10 @@ class Applier:
                      "code": code, "message": str(exc)}
             pipe.xadd(self.keys.events(session), {"event": orjson.dumps(event)},
                       maxlen=self.store.events_maxlen, approximate=True)
-            idem = fields.get(b"id", fields.get("id"))
-            # docs/protocol.md, "Inputs": a key counts as used whatever became of its entry
-            # (not a forged one's)
-            if idem and code == RefusalCode.INVALID_INPUT:
-                key = idem.decode("utf-8", "replace") if isinstance(idem, bytes) else str(idem)
-                pipe.set(self.keys.idempotency(session, key), 1, ex=IDEMPOTENCY_TTL_S)
+            # docs/protocol.md, "Writing inputs": a key counts as used whatever became of its
+            # entry, but only a verified entry's key (`uses_key` is None for any other)
+            if refused.uses_key is not None:
+                pipe.set(self.keys.idempotency(session, refused.uses_key), 1, ex=IDEMPOTENCY_TTL_S)
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
         pipe.execute()

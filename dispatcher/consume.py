@@ -63,7 +63,10 @@ class Dispatcher:
         self.health: metrics.Health | None = None
         self.leases = Leases(redis, keys, self.name, lease_ms)
         self.sweeps = Sweeps(redis, keys, self.leases)
-        decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring or Keyring({}))
+        # Every dispatcher verifies the inputs dispatchers write themselves (sub-agents),
+        # whether or not producers sign theirs.
+        keyring = (keyring or Keyring({})).with_engine_key(self.outbox.engine_key())
+        decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring)
         self.decoder = decoder
         self.applier = Applier(redis, keys, self.store, self.leases, decoder, self.stats)
         self.stale_checked = time.monotonic()

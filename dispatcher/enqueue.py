@@ -6,6 +6,7 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 """
 
 import math
+import secrets
 import time
 from collections.abc import Callable
 from importlib.resources import files
@@ -17,10 +18,23 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from parley.dispatcher.core.effects import Cancel, Effect, Enqueue, IndexAdd, IndexRemove, Report, Spawn, Stat
+from parley.dispatcher.core.effects import (
+    Cancel,
+    Close,
+    DeadlineAdd,
+    DeadlineRemove,
+    Effect,
+    Enqueue,
+    IndexAdd,
+    IndexRemove,
+    Report,
+    Spawn,
+    Stat,
+)
 from parley.dispatcher.store import load_script
 from parley.schemas.jobs import JOBS, job_id
 from parley.schemas.keys import Keys
+from parley.schemas.signing import ENGINE_PRINCIPAL, signed_fields
 
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -39,8 +53,18 @@ class Outbox:
         self.keys = keys
         self._queues: dict[str, Queue] = {}
         self._partitions: int | None = None
+        self._engine_key: str | None = None
         # the gauges' counts, for an index an older dispatcher wrote without them (once per Redis)
         load_script(redis, "count_interrupts")(keys=[keys.interrupt_info, keys.interrupt_anchors, keys.stats])
+
+    def engine_key(self) -> str:
+        """The secret dispatchers sign their own inputs with: the first dispatcher makes it
+        (SET NX), every later one reads that one, so any dispatcher verifies any other's."""
+        if self._engine_key is None:
+            self.redis.set(self.keys.engine_key, secrets.token_hex(32), nx=True)
+            raw: Any = self.redis.get(self.keys.engine_key)
+            self._engine_key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        return self._engine_key
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -104,6 +128,12 @@ class Outbox:
                     pipe.xadd(fx.stream, {"outcome": fx.outcome.model_dump_json()})
                 case Stat():
                     pipe.hincrby(self.keys.stats, fx.field, fx.delta)
+                case Close():
+                    self._close(pipe, session, fx)
+                case DeadlineAdd():
+                    pipe.zadd(self.keys.deadlines, {self.keys.index_member(session, fx.timer): fx.at})
+                case DeadlineRemove():
+                    pipe.zrem(self.keys.deadlines, self.keys.index_member(session, fx.timer))
                 case _:
                     assert_never(fx)
         pipe.hdel(self.keys.outbox(session), *[fx.seq for fx in effects])
@@ -126,8 +156,9 @@ class Outbox:
                   self.keys.enqueue_seq, jid, record)
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
-        # Best effort: a queued job is removed; a running one finishes and its result is
-        # dropped by the core (voiding is logical, stopping is not relied on: I4).
+        # Best effort: a queued job is removed; a running model call is stopped by its worker,
+        # which watches the in-flight record deleted here (workers/stopping.py); anything else
+        # running finishes and its result is dropped by the core (voiding is logical: I4).
         jid = job_id(session, fx.work, fx.attempt)
         queue = self.queue(JOBS[fx.job].queue)
         pipe.lrem(queue.key, 0, jid)
@@ -152,10 +183,22 @@ class Outbox:
         pipe.eval(INDEX_REMOVE, 5, *self._index_keys(), self.keys.index_member(session, fx.interrupt_id))
 
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
-        # The child's first inputs, as a client would send them; their idempotency keys
-        # make a second flush (after a crash) a no-op.
-        stream = self.input_stream(fx.child)
-        pipe.xadd(stream, {"session": fx.child, "id": "parley-spawn", "input": orjson.dumps(
-            {"type": "session.create", "parent": fx.parent.model_dump()})})
-        pipe.xadd(stream, {"session": fx.child, "id": "parley-task", "input": orjson.dumps(
-            {"type": "message.create", "content": fx.content})})
+        # The child's creation and first message, one input: a spawn either makes its own
+        # session with the task in it, or finds the id taken and fails the call.
+        self._engine_input(pipe, fx.child, "parley-spawn", {
+            "type": "session.create", "parent": fx.parent.model_dump(), "task": fx.content})
+
+    def _close(self, pipe: Any, session: str, fx: Close) -> None:
+        self._engine_input(pipe, fx.child, "parley-close", {
+            "type": "session.close", "reason": fx.reason,
+            "parent": {"session": session, "call_id": fx.call_id, "attempt": fx.attempt}})
+
+    def _engine_input(self, pipe: Any, session: str, key: str, value: dict[str, Any]) -> None:
+        """An input of the engine's own, signed with the engine's key when it is written (not
+        when committed: an outbox flushed late is still inside the signature's window), so it
+        passes --require-signing and no producer can write one. Its idempotency key makes a
+        second flush (after a crash) a no-op."""
+        raw = orjson.dumps(value)
+        pipe.xadd(self.input_stream(session), {
+            "session": session, "id": key, "input": raw,
+            **signed_fields(self.engine_key(), ENGINE_PRINCIPAL, session, key, raw)})

@@ -1,7 +1,7 @@
 """Stream entries to transitions: decode, verify, and bind each entry to the machine.
 
 This is the dispatcher's one door into the pure core (dispatcher/core/): the only
-module that calls `apply_input`, `apply_outcome`, builds a `Context` or asks `entry_ids`. A
+module that calls `apply_input`, `apply_outcome`, builds a `Context` or asks `input_refs`. A
 decoded entry becomes a `Prepared`, whose `compute(state, ctx)` is its transition once its
 session is loaded; a bad one becomes a `Refused`, for the rejected stream. No I/O happens
 here, so the consume loop decides when to load and commit (docs/design.md, "Consuming
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from parley.dispatcher.core import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
 from parley.logs import kv
-from parley.schemas.codec import InputError, decode_input_entry, entry_ids
+from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import Keyring, Unauthorized
@@ -41,10 +41,13 @@ class Prepared:
 
 @dataclass(slots=True)
 class Refused:
-    """An entry for the rejected stream (bad, unauthorized, or its decoder raised)."""
+    """An entry for the rejected stream (bad, unauthorized, or its decoder raised), and the
+    idempotency key its refusal uses up: only a verified entry's valid key (docs/protocol.md,
+    "Writing inputs"), so an unverified one can never make a later genuine entry `duplicate`."""
 
     error: InputError
     code: RefusalCode = RefusalCode.INVALID_INPUT
+    uses_key: str | None = None
 
 
 def entry_key(entry_id: str) -> tuple[int, int]:
@@ -87,20 +90,19 @@ class EntryDecoder:
         return self._input(stream, entry_id, fields) if inputs else self._outcome(entry_id, fields)
 
     def _input(self, stream: str, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
-        try:
-            entry = decode_input_entry(fields)
-        except InputError as exc:
-            return Refused(exc)
-        except Exception as exc:  # the decoder's own bug: same as a machine bug
-            return poisoned(stream, entry_id, exc)
+        # The signature first: an entry whose sender is not verified is refused before anything
+        # of it is believed, so it uses up no idempotency key, even when it is malformed too.
         try:
             principal = self.keyring.verify(fields, int(time.time() * 1000))
         except Unauthorized as exc:
-            # Refused before it touches the session: a forged entry must not even use up the
-            # idempotency key its `id` names.
-            value = entry.input.model_dump(mode="json", exclude_unset=True)
-            return Refused(InputError(f"unauthorized: {exc}", entry.input.type, entry_ids(value)),
-                           code=RefusalCode.UNAUTHORIZED)
+            input_type, ids = input_refs(fields)
+            return Refused(InputError(f"unauthorized: {exc}", input_type, ids), code=RefusalCode.UNAUTHORIZED)
+        try:
+            entry = decode_input_entry(fields)
+        except InputError as exc:
+            return Refused(exc, uses_key=exc.idempotency_key)
+        except Exception as exc:  # the decoder's own bug: same as a machine bug
+            return poisoned(stream, entry_id, exc)
         entry = replace(entry, principal=principal)
         # The state handed to the transition is a fresh load used once: no defensive copy.
         return Prepared(entry_id, fields, entry.session, entry.idempotency_key,
@@ -112,5 +114,18 @@ class EntryDecoder:
             outcome = WorkOutcome.model_validate_json(raw or b"")
         except ValidationError as exc:
             return Refused(InputError(f"invalid work outcome: {exc}"))
+        outcome = fail_if_wide(outcome)
         return Prepared(entry_id, fields, outcome.session, None,
                         lambda state, ctx: apply_outcome(state, outcome, ctx, owned=True))
+
+
+def fail_if_wide(outcome: WorkOutcome) -> WorkOutcome:
+    """An outcome holding an integer beyond 64 bits (a decision's payload, a tool's result) counts
+    as failed: the session's store writes JSON that cannot carry it exactly, and a value rounded
+    to a float would be applied as something the app never said (docs/protocol.md, Ids and limits)."""
+    path = wide_integer_path({"value": outcome.value, "usage": outcome.usage})
+    if path is None:
+        return outcome
+    return outcome.model_copy(update={
+        "ok": False, "value": None, "usage": None,
+        "error": f"the outcome has an integer beyond 64 bits at {path}"})

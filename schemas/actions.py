@@ -18,6 +18,10 @@ class LlmCall(_Action):
 
 
 class ToolExecute(_Action):
+    """Runs an existing call (`call_id`, by default the trigger's) or, with `name` (and
+    `arguments`), starts a new one; mixing the two forms is an invalid decision (the core's
+    `decisions.validate` says which)."""
+
     type: Literal["tool.execute"] = "tool.execute"
     call_id: Name | None = None
     name: Name | None = None

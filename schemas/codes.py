@@ -17,6 +17,11 @@ class RefusalCode(StrEnum):
     INVALID_INPUT = "invalid_input"
     #: a bad or missing signature (a forged entry does not even use up its idempotency key)
     UNAUTHORIZED = "unauthorized"
+    #: what only the dispatcher writes, from anyone else: a session or a turn in a sub-agent's
+    #: child id (`<S>:sub-<n>`), a `parent` link, a `session.close`
+    ENGINE_ONLY = "engine_only"
+    #: any input but session.create to a closed session (a child its parent stopped waiting for)
+    SESSION_CLOSED = "session_closed"
     #: message.create names a parent that is not in the session
     UNKNOWN_PARENT = "unknown_parent"
     #: message.create under a branch an open interrupt parks (I5; a global one parks all, I3)
@@ -47,6 +52,8 @@ class IgnoreCode(StrEnum):
     UNKNOWN_CALL = "unknown_call"
     #: tool.result for a call already settled
     ALREADY_SETTLED = "already_settled"
+    #: session.close for a session that does not exist, or is not the child of the closing call
+    UNKNOWN_SESSION = "unknown_session"
 
 
 class InputOutcome(StrEnum):
@@ -78,6 +85,8 @@ class DropReason(StrEnum):
     ALREADY_SETTLED = "already_settled"
     #: a result of another attempt (the work was retried), or of the other kind of work
     STALE_ATTEMPT = "stale_attempt"
+    #: any outcome for a closed session: it runs nothing more
+    SESSION_CLOSED = "session_closed"
 
 
 class EffectKind(StrEnum):
@@ -98,3 +107,38 @@ class EffectKind(StrEnum):
     REPORT = "report"
     #: move a fleet-wide counter (the number of held decisions)
     STAT = "stat"
+    #: close a sub-agent's child session its parent stopped waiting for (a `session.close` input)
+    CLOSE = "close"
+    #: put a timer in the deadlines index (a sub-agent call's time limit)
+    DEADLINE_ADD = "deadline_add"
+    #: take a timer out of the deadlines index (the call was settled in time)
+    DEADLINE_REMOVE = "deadline_remove"
+
+
+class SessionStatus(StrEnum):
+    """Whether a session still takes inputs (`Core.status`)."""
+
+    OPEN = "open"
+    #: refuses every input (`session_closed`), runs nothing, drops every outcome
+    CLOSED = "closed"
+
+
+class CloseReason(StrEnum):
+    """Why a session was closed (`session.closed` event, `session.close` input)."""
+
+    #: its parent's call ran past the sub-agent time limit
+    TIMEOUT = "timeout"
+    #: its parent's call was settled otherwise (an app's tool.result/tool.error action), or
+    #: the parent itself was closed
+    ABANDONED = "abandoned"
+
+
+class CallError(StrEnum):
+    """Errors the engine settles a sub-agent call with (the `tool.completed` error)."""
+
+    #: the child's first turn did not end on a reply
+    SUBAGENT_FAILED = "subagent_failed"
+    #: the child's id was already a session: the call never ran there
+    SUBAGENT_SESSION_EXISTS = "subagent_session_exists"
+    #: the call ran past its time limit (`fn.timeout_s`, else the dispatcher's --subagent-timeout)
+    TIMEOUT = "timeout"

@@ -143,6 +143,11 @@ class DecisionFailed(_Event):
     error: str
 
 
+class SessionClosed(_Event):
+    type: Literal["session.closed"]
+    reason: str
+
+
 class InputRefused(_Event):
     type: Literal["input.refused"]
     input: InputRef
@@ -160,8 +165,8 @@ class InputIgnored(_Event):
 Event = Annotated[
     SessionCreated | MessageCreated | BranchSwitched | LlmStarted | LlmCompleted | LlmFailed
     | LlmVoided | ToolStarted | ToolCompleted | ToolDeferred | TurnCompleted | InterruptRaised
-    | InterruptResumed | DecisionHeld | DecisionReleased | DecisionFailed | InputRefused
-    | InputIgnored,
+    | InterruptResumed | DecisionHeld | DecisionReleased | DecisionFailed | SessionClosed
+    | InputRefused | InputIgnored,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

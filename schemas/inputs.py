@@ -4,6 +4,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from parley.schemas.keys import PREFIX_PATTERN
+
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 
 
@@ -31,14 +33,34 @@ class ParentLink(BaseModel):
     call_id: Name
     attempt: int
     app: Annotated[str, Field(min_length=1, max_length=256)]
-    reply_to: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]+:results(:\d+)?$")]
+    reply_to: Annotated[str, Field(pattern=rf"^{PREFIX_PATTERN}:results(:\d+)?$")]  # any prefix's
+
+
+class CallRef(BaseModel):
+    """A parent's call, as a `session.close` names it: the child checks it is that call's."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,256}$")]
+    call_id: Name
+    attempt: int
 
 
 class SessionCreate(_Input):
+    """`parent` and `task` are the dispatcher's own (a sub-agent's spawn): the child's link to
+    its parent call, and its first message, created with it in one step."""
+
     type: Literal["session.create"]
     budget: Budget | None = None
     metadata: dict[str, Any] | None = None
     parent: ParentLink | None = None
+    task: str | None = None
+
+    @model_validator(mode="after")
+    def _task_with_parent(self) -> "SessionCreate":
+        if self.task is not None and self.parent is None:
+            raise ValueError("`task` comes only with `parent`")
+        return self
 
 
 class MessageCreate(_Input):
@@ -87,11 +109,22 @@ class ToolResultInput(_Input):
         return self
 
 
+class SessionClose(_Input):
+    """Close a session: it refuses every later input and runs nothing more. Written today only
+    by a dispatcher, to the child of a sub-agent call its parent stopped waiting for
+    (`parent` names that call, which the child checks)."""
+
+    type: Literal["session.close"]
+    reason: Annotated[str, Field(min_length=1, max_length=256)]
+    parent: CallRef | None = None
+
+
 Input = Annotated[
-    SessionCreate | MessageCreate | InterruptResume | BranchSwitch | ToolResultInput,
+    SessionCreate | MessageCreate | InterruptResume | BranchSwitch | ToolResultInput | SessionClose,
     Field(discriminator="type"),
 ]
 INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input)
 INPUT_TYPES = frozenset(
-    {"session.create", "message.create", "interrupt.resume", "branch.switch", "tool.result"}
+    {"session.create", "message.create", "interrupt.resume", "branch.switch", "tool.result",
+     "session.close"}
 )

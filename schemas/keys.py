@@ -5,8 +5,27 @@ cluster slot. Keys outside a session (streams, leases, the interrupt index) are
 named here too; nothing else in the code builds a key with an f-string.
 """
 
+import re
 import zlib
 from dataclasses import dataclass
+
+# One or more names of ASCII letters, digits, `.`, `_`, `-`, joined by single colons. Outside
+# it: braces (a hash tag would put every key of every session in one cluster slot), glob
+# characters (they break ACL key patterns and SCAN patterns), whitespace and control
+# characters (logs, the command line), and empty names.
+PREFIX_NAME = r"[A-Za-z0-9._-]+"
+PREFIX_PATTERN = rf"{PREFIX_NAME}(?::{PREFIX_NAME})*"
+PREFIX_MAX_CHARS = 64
+PREFIX_RULE = (f"1-{PREFIX_MAX_CHARS} characters: names of ASCII letters, digits, '.', '_' or '-', "
+               "joined by single colons (e.g. 'acme:parley')")
+_PREFIX_RE = re.compile(rf"\A{PREFIX_PATTERN}\Z")
+
+
+def check_prefix(prefix: str) -> str:
+    """`prefix` if every key built from it works, else ValueError saying the rule."""
+    if not isinstance(prefix, str) or len(prefix) > PREFIX_MAX_CHARS or not _PREFIX_RE.match(prefix):
+        raise ValueError(f"invalid key prefix {prefix!r}: use {PREFIX_RULE}")
+    return prefix
 
 
 def partition_of(session: str, partitions: int) -> int:
@@ -17,6 +36,9 @@ def partition_of(session: str, partitions: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Keys:
     prefix: str = "parley"
+
+    def __post_init__(self) -> None:
+        check_prefix(self.prefix)  # every process builds its Keys at start: a bad prefix stops it there
 
     # ---- global -------------------------------------------------------------
     @property
@@ -66,6 +88,12 @@ class Keys:
         return f"{self.prefix}:deadlines"
 
     @property
+    def engine_key(self) -> str:
+        """String: the secret that signs the inputs dispatchers write themselves (a sub-agent's
+        child); made by the first dispatcher, readable by dispatchers only (users.acl)."""
+        return f"{self.prefix}:engine:key"
+
+    @property
     def running(self) -> str:
         """Hash: RQ job id -> JSON record of the job a worker is running (for lost-work detection)."""
         return f"{self.prefix}:running"
@@ -95,9 +123,14 @@ class Keys:
         """A worker's heartbeat: present while the worker process lives (short PX, renewed)."""
         return f"{self.prefix}:worker:{worker}"
 
-    @staticmethod
-    def prefix_of_results(stream: str) -> str:
-        return stream.rsplit(":results", 1)[0]
+    def is_results_stream(self, stream: str) -> bool:
+        """True for `results()` and `results(n, N)`: the streams this deployment's workers may
+        post outcomes to (a job naming another key is refused)."""
+        base = self.results()
+        if stream == base:
+            return True
+        partition = stream.removeprefix(base + ":")
+        return partition != stream and partition.isascii() and partition.isdigit()
 
     @property
     def stats(self) -> str:

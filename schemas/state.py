@@ -1,13 +1,16 @@
 """The stored shape of a session, apart from its messages (which live in their own hash).
 
-Messages are plain dicts in the wire shape of docs/protocol.md (Messages) plus one internal field, `turn`
-(the client message that started the turn the message belongs to), stripped for readers.
+Messages are plain dicts in the wire shape of docs/protocol.md (Messages) plus two internal fields,
+stripped for readers: `turn` (the client message that started the turn the message belongs to)
+and `order` (its place in the session's creation order, counted in `Core.seq["order"]`).
 """
 
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, Field
+
+from parley.schemas.codes import SessionStatus
 
 
 class QueuedTrigger(BaseModel):
@@ -35,8 +38,9 @@ class Work(BaseModel):
     status: Literal["new", "running", "deferred"] = "new"
     attempt: int = 0
     head: str | None = None
-    # a sub-agent call: the child session running it
+    # a sub-agent call: the child session running it, and when the parent stops waiting (Unix ms)
     child: str | None = None
+    deadline: int | None = None
     # llm: the trigger whose decision started the call, held again if a pause voids the call
     # outside the pausing interrupt's own turn
     origin: "QueuedTrigger | None" = None
@@ -80,6 +84,8 @@ class Interrupt(BaseModel):
 class Core(BaseModel):
     session: str
     created_at: int
+    # closed: refuses every input and drops every outcome (inputs.apply_input, outcomes.apply_outcome)
+    status: SessionStatus = SessionStatus.OPEN
     head: str | None = None
     budget: dict[str, Any] | None = None
     used: dict[str, int] = Field(default_factory=dict)

@@ -5,17 +5,20 @@ from typing import Any
 from parley.schemas.state import SessionState
 from parley.schemas.tree import parking
 
+#: A stored message's own bookkeeping: its turn, its place in creation order.
+INTERNAL_FIELDS = frozenset({"turn", "order"})
+
 
 def public_message(msg: dict[str, Any]) -> dict[str, Any]:
-    """A stored message without the engine's bookkeeping (its turn)."""
-    return {k: v for k, v in msg.items() if k != "turn"}
+    """A stored message without the engine's bookkeeping."""
+    return {k: v for k, v in msg.items() if k not in INTERNAL_FIELDS}
 
 
 def show(state: SessionState) -> dict[str, Any]:
     """The view of a loaded session (docs/protocol.md, "Reading a session")."""
     core = state.core
     assert core is not None
-    messages = sorted(state.messages.values(), key=_message_order)
+    messages = creation_order(state.messages)
     return {
         "session": core.session,
         "head": core.head,
@@ -30,7 +33,31 @@ def show(state: SessionState) -> dict[str, Any]:
     }
 
 
-def _message_order(m: dict[str, Any]) -> tuple[int, str]:
-    """Engine-minted `msg-N` in N order; ids a producer chose after them, by id."""
+def creation_order(messages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages in the order they were created: by their `order`, and always a parent before
+    its children."""
+    out: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    # children met before their parent (only possible for messages stored without `order`)
+    waiting: dict[str, list[dict[str, Any]]] = {}
+    for m in sorted(messages.values(), key=_created):
+        parent = m.get("parent_id")
+        if parent is not None and parent in messages and parent not in placed:
+            waiting.setdefault(parent, []).append(m)
+            continue
+        stack = [m]
+        while stack:
+            item = stack.pop()
+            out.append(item)
+            placed.add(item["id"])
+            stack.extend(reversed(waiting.pop(item["id"], [])))
+    return out
+
+
+def _created(m: dict[str, Any]) -> tuple[int, int, str]:
+    """A message's place in creation order. Messages stored before they carried `order` were all
+    created before any that has one; among them, minted `msg-N` go by N, chosen ids after them."""
+    if "order" in m:
+        return (1, m["order"], "")
     kind, _, n = str(m["id"]).rpartition("-")
-    return (int(n) if kind == "msg" and n.isdigit() else 1 << 30, m["id"])
+    return (0, int(n) if kind == "msg" and n.isdigit() else 1 << 30, m["id"])

@@ -428,15 +428,14 @@ NO_KEYS = Keyring({})
 def oracle(fields: dict[Any, Any], limit: int | None = None) -> InputEntry | InputError | Unauthorized:
     """What the dispatcher must make of an entry: the decoded entry, or why it is rejected.
 
-    The decoder decides; then, as in `EntryDecoder.prepare`, an entry carrying a `sig` is
-    verified (with signing off, no principal is known: refused `unauthorized`).
+    As in `EntryDecoder.prepare`, an entry carrying a `sig` is verified first (with signing off,
+    no principal is known: refused `unauthorized`); then the decoder decides.
     """
-    try:
-        decoded = decode_input_entry(fields, limit)
-    except InputError as exc:
-        return exc
     try:
         NO_KEYS.verify(fields, int(time.time() * 1000))
     except Unauthorized as exc:
         return exc
-    return decoded
+    try:
+        return decode_input_entry(fields, limit)
+    except InputError as exc:
+        return exc

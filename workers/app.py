@@ -4,8 +4,10 @@ An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (README, "An a
 no import from Parley; tool kinds are plain function attributes (`fn.deferred = True`).
 """
 
+import difflib
 import importlib
 import inspect
+import math
 import os
 import re
 import sys
@@ -15,6 +17,8 @@ from typing import Any
 
 import orjson
 from pydantic import TypeAdapter
+
+from parley.schemas.triggers import TRIGGER_TYPES
 
 
 class AppError(Exception):
@@ -65,18 +69,64 @@ def load_app(spec: str | None) -> App:
     decide = getattr(target, "decide", None)
     if decide is not None and not callable(decide):
         raise AppError(f"app {spec!r}: `decide` is not callable")
-    decide_on = getattr(target, "decide_on", None)
-    if decide_on is not None and (isinstance(decide_on, str) or not isinstance(
-            decide_on, list | tuple | set | frozenset)
-            or not all(isinstance(t, str) for t in decide_on)):
-        raise AppError(f"app {spec!r}: `decide_on` must be a collection of trigger types, "
-                       f"e.g. {{\"tool.execute\"}}")
     llm = getattr(target, "llm", None)
     if llm is not None and not callable(llm):
         raise AppError(f"app {spec!r}: `llm` is not callable")
-    return App(spec=spec, decide=decide,
-               decide_on=frozenset(decide_on) if decide_on is not None else None,
+    return App(spec=spec, decide=decide, decide_on=_decide_on(spec, getattr(target, "decide_on", None)),
                tools=_tools(spec, getattr(target, "tools", None)), llm=llm)
+
+
+def _decide_on(spec: str, decide_on: Any) -> frozenset[str] | None:
+    """The trigger types that run `decide`. A name that is no trigger type would match nothing,
+    and the triggers the app meant to see would take their proposed actions unasked (an email
+    sent without the confirmation), so it stops the app from loading."""
+    if decide_on is None:
+        return None
+    if isinstance(decide_on, str) or not isinstance(decide_on, list | tuple | set | frozenset) \
+            or not all(isinstance(t, str) for t in decide_on):
+        raise AppError(f"app {spec!r}: `decide_on` must be a collection of trigger types, "
+                       f"e.g. {{\"tool.execute\"}}")
+    unknown = sorted(set(decide_on) - TRIGGER_TYPES)
+    if unknown:
+        names = ", ".join(_with_hint(t, TRIGGER_TYPES) for t in unknown)
+        raise AppError(f"app {spec!r}: `decide_on` names unknown trigger types: {names}; "
+                       f"the trigger types are: {', '.join(sorted(TRIGGER_TYPES))}")
+    return frozenset(decide_on)
+
+
+def _with_hint(name: str, valid: frozenset[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(valid), n=1)
+    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+        and value > 0
+
+
+def _is_spec(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+#: The attributes that mark a tool's kind (docs/protocol.md, Tools): the check each value must
+#: pass, and what the error says it must be. The dispatcher trusts them once the app has loaded.
+TOOL_MARKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "deferred": (_is_flag, "True or False"),
+    "idempotent": (_is_flag, "True or False"),
+    "timeout_s": (_is_seconds, "a number of seconds > 0"),
+    "agent": (_is_spec, "an app spec `module[:attr]`"),
+}
+
+
+def _check_marks(spec: str, name: str, fn: Callable[..., Any]) -> None:
+    for attr, (valid, what) in TOOL_MARKS.items():
+        value = getattr(fn, attr, None)
+        if value is not None and not valid(value):
+            raise AppError(f"app {spec!r}: tool {name!r}: `{attr}` must be {what}, got {value!r}")
 
 
 def load_agents(app: App) -> dict[str, App]:
@@ -90,12 +140,10 @@ def load_agents(app: App) -> dict[str, App]:
     todo = [app]
     while todo:
         current = todo.pop()
-        for name, fn in current.tools.items():
-            spec = getattr(fn, "agent", None)
+        for fn in current.tools.values():
+            spec = getattr(fn, "agent", None)  # a non-empty string: checked when the app loaded
             if spec is None:
                 continue
-            if not isinstance(spec, str) or not spec:
-                raise AppError(f"app {current.spec!r}: tool {name!r} has a non-string `agent`")
             if spec not in found:
                 found[spec] = load_app(spec)
                 todo.append(found[spec])
@@ -120,6 +168,7 @@ def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
             raise AppError(f"app {spec!r}: tool {name!r} is not callable")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
             raise AppError(f"app {spec!r}: tool name {name!r} is not a valid identifier")
+        _check_marks(spec, name, fn)
         out[name] = fn
     return out
 

@@ -5,9 +5,9 @@ payload, where the dispatcher applies it (or drops it, when it is late or voided
 """
 
 import logging
-import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import orjson
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq import get_current_job
+from rq import Queue, get_current_job
 from rq.timeouts import JobTimeoutException
 
 from parley import metrics
@@ -28,20 +28,28 @@ from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.schemas.triggers import Trigger
 from parley.workers.app import App
+from parley.workers.llm.limits import TimeLimit, time_limit
+from parley.workers.stopping import CallVoided, Watched, void_watch
 
 log = logging.getLogger("parley.worker")
-
-RESULTS_STREAM_RE = re.compile(r"^[A-Za-z0-9._-]+:results(:\d+)?$")
 
 _app: App | None = None
 # set by `parley worker`: the id under which this process heartbeats, so a dispatcher can tell
 # when the worker running a job has died
 _worker_id: str | None = None
+# set by ParleyWorker (`parley worker --prefix`): the key layout of the deployment whose queues
+# it serves; a job's reply_to must be one of its results streams, and its records are under it
+_keys = Keys()
 
 
 def set_worker_id(worker_id: str | None) -> None:
     global _worker_id
     _worker_id = worker_id
+
+
+def set_keys(keys: Keys) -> None:
+    global _keys
+    _keys = keys
 
 
 def worker_id() -> str | None:
@@ -61,11 +69,10 @@ def _claim(payload: dict[str, Any], kind: str) -> None:
     assert job is not None
     if _claimed_by_worker(job):
         return
-    keys = Keys(Keys.prefix_of_results(payload["reply_to"]))
     record = orjson.dumps({
         "worker": _worker_id, "session": payload["session"], "work": payload["work"],
         "attempt": payload["attempt"], "kind": kind, "reply_to": payload["reply_to"]})
-    through_outages(lambda: job.connection.hset(keys.running, job.id, record), "record a running job")
+    through_outages(lambda: job.connection.hset(_keys.running, job.id, record), "record a running job")
 
 
 OUTAGE_PATIENCE_S = 120
@@ -109,8 +116,10 @@ def current_app(spec: str | None = None) -> App:
 
 
 def _check_reply_to(payload: dict[str, Any]) -> None:
-    if not RESULTS_STREAM_RE.match(str(payload.get("reply_to"))):
-        raise ValueError(f"refusing a job whose reply_to {payload.get('reply_to')!r} is not a results stream")
+    reply_to = payload.get("reply_to")
+    if not isinstance(reply_to, str) or not _keys.is_results_stream(reply_to):
+        raise ValueError(f"refusing a job whose reply_to {reply_to!r} is not a results stream of "
+                         f"prefix {_keys.prefix!r} (`{_keys.results()}` or `{_keys.results()}:<n>`)")
 
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
@@ -124,10 +133,9 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
     def post() -> None:
         pipe = job.connection.pipeline(transaction=True)
         pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
-        keys = Keys(Keys.prefix_of_results(reply_to))
-        pipe.hdel(keys.running, job.id)
-        pipe.hdel(keys.inflight, job.id)
-        pipe.zrem(keys.inflight_order(job.origin), job.id)  # the in-flight record's place in its queue
+        pipe.hdel(_keys.running, job.id)
+        pipe.hdel(_keys.inflight, job.id)
+        pipe.zrem(_keys.inflight_order(job.origin), job.id)  # the in-flight record's place in its queue
         if _claimed_by_worker(job):
             # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
             pipe.delete(job.key)
@@ -189,13 +197,64 @@ def check_response(response: Any) -> dict[str, Any]:
         raise JobFailure(str(exc)) from None
 
 
+# Of a model job's time limit, what is kept for posting the outcome once the model call gave up.
+POST_RESERVE_S = 1.0
+
+
+def _model_time_limit(started: float) -> TimeLimit:
+    """The job's time limit (the dispatcher's `--llm-timeout`, RQ's death penalty), less a moment
+    to post the outcome: an adapter's retries end inside it with the adapter's own error."""
+    job = get_current_job()
+    seconds = float((job.timeout if job is not None else None) or Queue.DEFAULT_TIMEOUT)
+    return TimeLimit(seconds, started + seconds - min(POST_RESERVE_S, seconds / 10))
+
+
 def run_llm(payload: dict[str, Any]) -> None:
+    started = time.monotonic()
+
     def call(app: App) -> Any:
         if app.llm is None:
             raise JobFailure("the app has no `llm`")
-        return check_response(app.llm({**payload["request"], "tools": app.tool_schemas()}))
+        with time_limit(_model_time_limit(started)), _stopped_if_voided():
+            response = app.llm({**payload["request"], "tools": app.tool_schemas()})
+        return check_response(response)
 
-    _run(payload, "llm", call)
+    try:
+        _run(payload, "llm", call)
+    except CallVoided:
+        _stopped(payload, "llm", started)
+
+
+def _stopped_if_voided() -> AbstractContextManager[None]:
+    """A job taken on the lean path had an in-flight record when it was taken; the dispatcher's
+    cancel deletes it when a park voids the call, and the call is then stopped (workers/stopping.py).
+    Other jobs (enqueued by hand, RQ's path) have no record to watch and run to their end."""
+    job = get_current_job()
+    if job is None or not _claimed_by_worker(job):
+        return nullcontext()
+    return void_watch.watching(Watched(job.connection, _keys.inflight, job.id))
+
+
+def _stopped(payload: dict[str, Any], kind: str, started: float) -> None:
+    """A voided job was stopped: nobody waits for its outcome (the dispatcher settled the work as
+    voided, or posted its loss), so none is posted; its records and job hash go, as with one."""
+    job = get_current_job()
+    assert job is not None
+
+    def clear() -> None:
+        pipe = job.connection.pipeline(transaction=True)
+        pipe.hdel(_keys.running, job.id)
+        pipe.hdel(_keys.inflight, job.id)
+        pipe.delete(job.key)
+        pipe.execute()
+
+    through_outages(clear, "clear the records of a stopped job")
+    seconds = time.monotonic() - started
+    metrics.JOB_SECONDS.labels(kind).observe(seconds)
+    metrics.JOBS.labels(kind, "stopped").inc()
+    log.info("job stopped: its work was voided", extra=kv(
+        kind=kind, session=payload["session"], work=payload["work"], attempt=payload["attempt"],
+        ms=round(seconds * 1000, 1)))
 
 
 def run_tool(payload: dict[str, Any]) -> None:

@@ -2,8 +2,9 @@
 
 Why `SimpleWorker` (no fork per job): decide and tool jobs are small, and a fork plus
 re-import costs more than the job; the app is loaded once; metrics live in one
-process. What it gives up: RQ cannot stop a running job in a non-forking worker, so
-voiding an LLM call is logical (its result is dropped on arrival), never a kill.
+process. What it gives up: RQ cannot stop a running job in a non-forking worker; Parley
+stops a voided model call itself, by interrupting the main thread (workers/stopping.py), and
+any other voided job finishes and its result is dropped on arrival.
 """
 
 import logging
@@ -98,6 +99,7 @@ class ParleyWorker(SimpleWorker):
     def __init__(self, *args: Any, keys: Keys | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.parley_keys = keys or Keys()
+        jobs.set_keys(self.parley_keys)  # the jobs it runs answer and keep their records under it
         self._take = self.connection.register_script(
             files("parley.workers").joinpath("lua/take_job.lua").read_text())
         self._beat_at = 0.0

@@ -20,6 +20,9 @@ from parley.dispatcher.core.context import AppInfo, Context, Limits, ToolInfo
 from parley.dispatcher.core.decisions import InvalidDecision
 from parley.dispatcher.core.effects import (
     Cancel,
+    Close,
+    DeadlineAdd,
+    DeadlineRemove,
     Effect,
     Enqueue,
     IndexAdd,
@@ -40,7 +43,10 @@ __all__ = [
     "MAX_ATTEMPTS",
     "AppInfo",
     "Cancel",
+    "Close",
     "Context",
+    "DeadlineAdd",
+    "DeadlineRemove",
     "Effect",
     "Enqueue",
     "IndexAdd",

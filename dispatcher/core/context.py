@@ -44,6 +44,9 @@ class Limits:
     decide_timeout_s: float = 30
     llm_timeout_s: float = 120
     tool_timeout_s: float = 300
+    #: a sub-agent call's limit, from its spawn to its child's report (unless the tool sets
+    #: fn.timeout_s): a parent's turn never waits forever for a child
+    subagent_timeout_s: float = 3600
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,8 +96,8 @@ class _Check:
             raise InvalidDecision(f"{where}: the trigger has no branch to act on")
         if isinstance(action, ToolResult | ToolError):
             self.settles(where, action.call_id or default_call(self.item))
-        elif isinstance(action, ToolExecute) and action.name is None:
-            self.executes(where, action.call_id or default_call(self.item))
+        elif isinstance(action, ToolExecute):
+            self.tool_execute(where, action)
 
     def interrupt(self, where: str, action: InterruptAction) -> None:
         iid = action.interrupt_id
@@ -117,6 +117,18 @@ class _Check:
         if w.turn != self.item.turn:
             raise InvalidDecision(f"{where}: call {cid!r} belongs to another turn")
         self.settled.add(cid)
+
+    def tool_execute(self, where: str, action: ToolExecute) -> None:
+        """Either an existing call (`call_id?`) or a new one (`name`, `arguments?`): a field of
+        the other form would be silently dropped, running something the app did not ask for."""
+        if action.name is None:
+            if action.arguments is not None:
+                raise InvalidDecision(f"{where}: `arguments` needs a `name` (a new call); an "
+                                      "existing call runs with its own arguments")
+            self.executes(where, action.call_id or default_call(self.item))
+        elif action.call_id is not None:
+            raise InvalidDecision(f"{where}: `call_id` and `name` exclude each other: `call_id` runs "
+                                  "an existing call, `name` starts a new one")
 
     def executes(self, where: str, cid: str | None) -> None:
         w = work.open_tool(self.tx, cid)

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from parley.schemas.codes import EffectKind
+from parley.schemas.codes import CloseReason, EffectKind
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind
 from parley.schemas.results import WorkOutcome
@@ -113,13 +113,48 @@ class Stat:
     delta: int
 
 
-Effect = Enqueue | Cancel | IndexAdd | IndexRemove | Spawn | Report | Stat
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Close:
+    """Close a sub-agent's child that its parent (this session) stopped waiting for: a
+    `session.close` input naming the call, so only that call's child obeys it."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.CLOSE, init=False)
+    child: str
+    call_id: str
+    attempt: int
+    reason: CloseReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadlineAdd:
+    """Put a timer of this session in the deadlines index; the deadline sweep posts it back
+    as a `deadline` outcome naming `timer` once `at` (Unix ms) has passed."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.DEADLINE_ADD, init=False)
+    timer: str
+    at: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadlineRemove:
+    """Take a timer of this session out of the deadlines index (what it timed is over)."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.DEADLINE_REMOVE, init=False)
+    timer: str
+
+
+Effect = (Enqueue | Cancel | IndexAdd | IndexRemove | Spawn | Report | Stat | Close | DeadlineAdd
+          | DeadlineRemove)
 
 #: The class of each effect kind (what `effect_from_dict` builds).
 EFFECT_TYPES: dict[EffectKind, type[Effect]] = {
     EffectKind.ENQUEUE: Enqueue, EffectKind.CANCEL: Cancel, EffectKind.INDEX_ADD: IndexAdd,
     EffectKind.INDEX_REMOVE: IndexRemove, EffectKind.SPAWN: Spawn, EffectKind.REPORT: Report,
-    EffectKind.STAT: Stat,
+    EffectKind.STAT: Stat, EffectKind.CLOSE: Close, EffectKind.DEADLINE_ADD: DeadlineAdd,
+    EffectKind.DEADLINE_REMOVE: DeadlineRemove,
 }
 
 
@@ -151,6 +186,8 @@ def effect_from_dict(value: dict[str, Any]) -> Effect:
     known = {f.name: value[f.name] for f in fields(EFFECT_TYPES[kind]) if f.init and f.name in value}
     if "job" in known:
         known["job"] = JobKind(known["job"])
+    if kind is EffectKind.CLOSE:
+        known["reason"] = CloseReason(known["reason"])
     if kind is EffectKind.SPAWN:
         known["parent"] = ParentLink.model_construct(**known["parent"])  # checked by the child
     elif kind is EffectKind.REPORT:

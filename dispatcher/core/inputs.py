@@ -8,22 +8,28 @@ event in one place. Refusals and ignores are events for the sender, never errors
 from collections.abc import Callable
 from typing import Any
 
+from parley.dispatcher.core.closing import close_session, is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.triggers import fire, release
 from parley.dispatcher.core.turns import finish
-from parley.dispatcher.core.work import open_tool, settle
+from parley.dispatcher.core.work import open_tool, post_report, settle
 from parley.schemas.codec import InputEntry, entry_ids
-from parley.schemas.codes import IgnoreCode, InputOutcome, RefusalCode
+from parley.schemas.codes import CallError, IgnoreCode, InputOutcome, RefusalCode
+from parley.schemas.ids import is_child_session
 from parley.schemas.inputs import (
     BranchSwitch,
+    CallRef,
     Input,
     InterruptResume,
     MessageCreate,
+    ParentLink,
+    SessionClose,
     SessionCreate,
     ToolResultInput,
 )
+from parley.schemas.signing import ENGINE_PRINCIPAL
 from parley.schemas.state import Core, SessionState, Turn
 from parley.schemas.view import public_message
 
@@ -59,6 +65,11 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
     try:
         if state.duplicate:
             raise IgnoreInput(IgnoreCode.DUPLICATE)
+        _check_engine_only(tx, inp, entry)
+        if is_closed(tx.core) and not isinstance(inp, SessionCreate):
+            # The one place a closed session refuses its inputs (session.create changes
+            # nothing of it either: it is `session_exists`).
+            raise RefuseInput(RefusalCode.SESSION_CLOSED, "the session is closed: it takes no more inputs")
         _HANDLERS[type(inp)](tx, inp, entry)
     except RefuseInput as no:
         tx.out.input_outcome = (inp.type, InputOutcome.REFUSED, no.code)
@@ -68,6 +79,28 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
         tx.out.input_outcome = (inp.type, InputOutcome.IGNORED, noop.code)
         tx.emit("input.ignored", input=_input_ref(entry_id, inp), code=noop.code)
     return finish(tx)
+
+
+def from_engine(entry: InputEntry) -> bool:
+    """An input a dispatcher wrote itself: its signature by the engine's key was verified
+    (a producer holds no such key, and an unsigned entry's principal is never believed)."""
+    return entry.principal == ENGINE_PRINCIPAL
+
+
+def _check_engine_only(tx: Tx, inp: Input, entry: InputEntry) -> None:
+    """What only the engine writes: the ids of sub-agents' children are its own (a producer's
+    session there would be adopted by a spawn), and so are parent links and closes."""
+    if from_engine(entry):
+        return
+    if isinstance(inp, SessionClose):
+        raise RefuseInput(RefusalCode.ENGINE_ONLY, "only the dispatcher closes a session")
+    if isinstance(inp, SessionCreate) and (inp.parent is not None or inp.task is not None):
+        raise RefuseInput(RefusalCode.ENGINE_ONLY,
+                          "only the dispatcher links a session to a parent call (`parent`, `task`)")
+    if isinstance(inp, SessionCreate | MessageCreate) and is_child_session(tx.session):
+        raise RefuseInput(RefusalCode.ENGINE_ONLY,
+                          f"{tx.session!r} is a sub-agent's child id (`<parent>:sub-<n>`): only the "
+                          "dispatcher creates such a session or starts a turn in it")
 
 
 def _input_ref(entry_id: str, inp: Input) -> dict[str, Any]:
@@ -86,9 +119,21 @@ def _create(tx: Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | No
 
 def _session_create(tx: Tx, inp: SessionCreate, entry: InputEntry) -> None:
     if tx.core is not None:
+        if inp.parent is not None:
+            _spawn_onto_existing(tx, inp.parent)
         raise IgnoreInput(IgnoreCode.SESSION_EXISTS)
     _create(tx, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
             inp.parent.model_dump() if inp.parent else None)
+    if inp.task is not None:  # a spawn: the child's first message, in the same step
+        _start_turn(tx, None, None, inp.task)
+
+
+def _spawn_onto_existing(tx: Tx, link: ParentLink) -> None:
+    """A spawn never adopts a session: the call's arguments stay out of this conversation, and
+    the parent's call fails at once rather than waiting for a report this session never sends.
+    The same spawn again (its idempotency key expired) is only ignored."""
+    if tx.c.parent != link.model_dump():
+        post_report(tx, link.model_dump(), ok=False, error=CallError.SUBAGENT_SESSION_EXISTS)
 
 
 def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
@@ -110,8 +155,14 @@ def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
         raise RefuseInput(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
     if inp.message_id is not None and tx.msg(inp.message_id) is not None:
         raise RefuseInput(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
-    mid = inp.message_id or tx.mint("msg")
-    message = {"id": mid, "parent_id": parent, "role": "user", "content": inp.content, "turn": mid}
+    _start_turn(tx, parent, inp.message_id, inp.content)
+
+
+def _start_turn(tx: Tx, parent: str | None, message_id: str | None, content: str) -> None:
+    """A user message under `parent` (None: a new root), and the turn it starts."""
+    c = tx.c
+    mid = message_id or tx.mint("msg")
+    message = {"id": mid, "parent_id": parent, "role": "user", "content": content, "turn": mid}
     turn = Turn(id=mid, tip=mid)
     c.turns[mid] = turn
     c.head = mid
@@ -153,6 +204,19 @@ def _tool_result(tx: Tx, inp: ToolResultInput, entry: InputEntry) -> None:
         settle(tx, w, result=inp.result)
 
 
+def _session_close(tx: Tx, inp: SessionClose, entry: InputEntry) -> None:
+    if tx.core is None or inp.parent is None or not _is_child_of(tx.core, inp.parent):
+        # A parent closes only its own call's child, never a session that took that id first.
+        raise IgnoreInput(IgnoreCode.UNKNOWN_SESSION)
+    close_session(tx, inp.reason)
+
+
+def _is_child_of(core: Core, call: CallRef) -> bool:
+    link = core.parent or {}
+    return (link.get("session"), link.get("call_id"), link.get("attempt")) == \
+        (call.session, call.call_id, call.attempt)
+
+
 def _was_minted(core: Core, work_id: str) -> bool:
     """An id of a call this session made and has since settled (`call-N` / `llm-N`, N minted)."""
     kind, _, n = work_id.rpartition("-")
@@ -166,4 +230,5 @@ _HANDLERS: dict[type[Any], Callable[[Tx, Any, InputEntry], None]] = {
     BranchSwitch: _branch_switch,
     InterruptResume: _interrupt_resume,
     ToolResultInput: _tool_result,
+    SessionClose: _session_close,
 }

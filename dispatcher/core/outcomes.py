@@ -11,12 +11,14 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from parley.dispatcher.core import budgets, decisions, work
+from parley.dispatcher.core.closing import is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.turns import finish
 from parley.schemas.actions import decision_from_app
 from parley.schemas.codes import DropReason
+from parley.schemas.ids import call_of_deadline
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import SessionState, Work
@@ -40,6 +42,8 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
     try:
         if tx.core is None:
             raise DropOutcome(DropReason.NO_SESSION)
+        if is_closed(tx.core):  # it runs nothing more: a worker's late result is counted
+            raise DropOutcome(DropReason.SESSION_CLOSED, counted=outcome.kind != "deadline")
         _HANDLERS[outcome.kind](tx, outcome)
     except DropOutcome as drop:
         tx.out.dropped = drop.reason
@@ -49,11 +53,23 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
 
 
 def _deadline(tx: Tx, outcome: WorkOutcome) -> None:
-    """An interrupt's timeout_s passed unanswered: it is resumed with its `default`."""
+    """An interrupt's timeout_s passed unanswered: it is resumed with its `default`. Or a
+    sub-agent call's time limit passed before its child reported."""
+    call = call_of_deadline(outcome.work)
+    if call is not None:
+        _subagent_deadline(tx, call)
+        return
     rec = tx.c.interrupts.get(outcome.work)
     if rec is None or rec.deadline is None:
         raise DropOutcome(DropReason.ALREADY_RESUMED)
     resume(tx, rec, rec.default, True, None)
+
+
+def _subagent_deadline(tx: Tx, call_id: str) -> None:
+    w = tx.c.work.get(call_id)
+    if w is None or w.child is None or w.status != "running":
+        raise DropOutcome(DropReason.ALREADY_SETTLED)  # the child reported first
+    work.time_out(tx, w)
 
 
 def _decide(tx: Tx, outcome: WorkOutcome) -> None:
@@ -117,10 +133,11 @@ def _tool(tx: Tx, outcome: WorkOutcome) -> None:
     if w.child is not None and outcome.usage:
         for kind in budgets.BUDGET_KINDS:  # the parent's budget counts what its sub-agent used
             budgets.use(tx, kind, max(0, int(outcome.usage.get(kind, 0))))
+    # A job's result, or a child's own report (`_running` checked the source): nothing to close.
     if outcome.ok:
-        work.settle(tx, w, result=outcome.value)
+        work.settle(tx, w, result=outcome.value, close=None)
     else:
-        work.settle(tx, w, error=outcome.error or "tool failed")
+        work.settle(tx, w, error=outcome.error or "tool failed", close=None)
 
 
 def _llm(tx: Tx, outcome: WorkOutcome) -> None:

@@ -117,7 +117,10 @@ class Tx:
         return self.added.get(mid) or self.msgs.get(mid)
 
     def add_message(self, message: dict[str, Any]) -> None:
-        """Record a new message (stored by the commit) and announce it."""
+        """Record a new message (stored by the commit) and announce it. Its `order` (internal,
+        like `turn`) is its place in the session's creation order: ids a producer chose carry
+        no number, and `parley show` lists messages as they were created."""
+        message["order"] = self.c.seq["order"] = self.c.seq.get("order", 0) + 1
         self.added[message["id"]] = message
         self.out.new_messages.append(message)
         self.emit("message.created", message=public_message(message))

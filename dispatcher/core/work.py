@@ -4,6 +4,10 @@ An LLM call (`llm-N`) sends the branch from its root to the head it was made at 
 records the reply at its turn's tip; a tool call (`call-N`) runs as a job, waits for a
 client (deferred), or runs as a child session (a sub-agent), and is settled as a tool
 message that fires `tool.completed` (docs/protocol.md, "Triggers").
+
+A sub-agent call waits for its child's report at most until its deadline (a timer in the
+deadlines index); a parent that stops waiting, for that or any other reason, closes the
+child, so nothing of it runs on for nobody (docs/protocol.md, "Sub-agents").
 """
 
 from typing import Any
@@ -12,9 +16,11 @@ import orjson
 
 from parley.dispatcher.core import budgets, interrupts
 from parley.dispatcher.core.context import ToolInfo
-from parley.dispatcher.core.effects import Report, Spawn
+from parley.dispatcher.core.effects import Close, DeadlineAdd, DeadlineRemove, Report, Spawn
 from parley.dispatcher.core.transition import Tx
 from parley.dispatcher.core.triggers import fire
+from parley.schemas.codes import CallError, CloseReason, SessionStatus
+from parley.schemas.ids import subagent_deadline
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import JobKind
 from parley.schemas.llm import LlmReply
@@ -118,7 +124,7 @@ def run_call(tx: Tx, w: Work) -> None:
         settle(tx, w, error="unknown_tool")
         return
     if tool.agent:
-        spawn(tx, w, tool.agent)
+        spawn(tx, w, tool.agent, tool.timeout_s or tx.ctx.limits.subagent_timeout_s)
         return
     if tool.deferred:
         w.status = "deferred"
@@ -136,9 +142,15 @@ def enqueue_tool(tx: Tx, w: Work, tool: ToolInfo) -> None:
                tool.timeout_s or tx.ctx.limits.tool_timeout_s)
 
 
-def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None) -> None:
-    """Record a tool call's outcome as a tool message and fire `tool.completed`."""
+def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
+           close: CloseReason | None = CloseReason.ABANDONED) -> None:
+    """Record a tool call's outcome as a tool message and fire `tool.completed`.
+
+    A sub-agent call settled by anything but its child's own report (`close=None`) leaves a
+    child nobody waits for: it is closed, for `close`."""
     del tx.c.work[w.id]
+    if w.child is not None:
+        end_child(tx, w, close)
     turn = tx.c.turns[w.turn]
     if error is not None:
         content = error
@@ -164,13 +176,14 @@ def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None) -> Non
 # ---- sub-agents ----------------------------------------------------------------------------------
 
 
-def spawn(tx: Tx, w: Work, agent: str) -> None:
+def spawn(tx: Tx, w: Work, agent: str, timeout_s: float) -> None:
     """A sub-agent is a child session `S:sub-N` whose first message is the call's arguments;
-    its final reply settles this call (see `report`)."""
+    its final reply settles this call (see `report`), unless `timeout_s` passes first."""
     child = f"{tx.session}:{tx.mint('sub')}"
     w.status = "running"
     w.attempt += 1
     w.child = child
+    w.deadline = tx.ctx.now_ms + int(timeout_s * 1000)
     budgets.use(tx, "tool_calls")
     tx.c.children.append(child)
     tx.emit("tool.started", call_id=w.id, name=w.name, child_session=child)
@@ -179,19 +192,52 @@ def spawn(tx: Tx, w: Work, agent: str) -> None:
                                         reply_to=tx.ctx.results_stream)
     tx.effect(Spawn(seq=tx.next_seq(), child=child, content=orjson.dumps(w.arguments or {}).decode(),
                     parent=parent))
+    # The timer lives in Redis (the deadlines index), not in any process: it fires after restarts.
+    tx.effect(DeadlineAdd(seq=tx.next_seq(), timer=subagent_deadline(w.id), at=w.deadline))
+
+
+def time_out(tx: Tx, w: Work) -> None:
+    """The sub-agent call's deadline passed before its child reported: it fails as `timeout`
+    and the child is closed."""
+    settle(tx, w, error=CallError.TIMEOUT, close=CloseReason.TIMEOUT)
+
+
+def end_child(tx: Tx, w: Work, close: CloseReason | None) -> None:
+    """The parent no longer waits for this call's child: its timer goes, and unless the child
+    ended by itself (`close=None`: it reported), the child is closed."""
+    if w.deadline is not None:
+        tx.effect(DeadlineRemove(seq=tx.next_seq(), timer=subagent_deadline(w.id)))
+    if close is not None and w.child is not None:
+        tx.effect(Close(seq=tx.next_seq(), child=w.child, call_id=w.id, attempt=w.attempt, reason=close))
+
+
+def abandon(tx: Tx, w: Work) -> None:
+    """Stop an open call whose session closes: queued jobs are taken off their queue (a running
+    one finishes, and its outcome is dropped), a sub-agent's child is closed in turn."""
+    if w.kind == "llm":
+        tx.cancel(JobKind.LLM, w.id, w.attempt)
+    elif w.child is not None:
+        end_child(tx, w, CloseReason.ABANDONED)
+    elif w.status == "running":
+        tx.cancel(JobKind.TOOL, w.id, w.attempt)
 
 
 def report(tx: Tx, turn: Turn) -> None:
     """A child's first turn is over: settle the parent's call with its reply, once."""
     c = tx.c
-    parent = c.parent
-    if parent is None or c.reported:
+    if c.parent is None or c.reported or c.status == SessionStatus.CLOSED:
         return
     c.reported = True
     tip = tx.msg(turn.tip) or {}
     ok = turn.replied and tip.get("role") == "assistant"
+    post_report(tx, c.parent, ok=ok, value=tip.get("content") if ok else None,
+                error=None if ok else CallError.SUBAGENT_FAILED, usage=dict(c.used))
+
+
+def post_report(tx: Tx, parent: dict[str, Any], *, ok: bool, value: Any = None, error: str | None = None,
+                usage: dict[str, int] | None = None) -> None:
+    """Post this session's answer to the parent call `parent` (a `ParentLink` as stored);
+    `usage`: what the child used, added to the parent's budget."""
     outcome = WorkOutcome(session=parent["session"], work=parent["call_id"], attempt=parent["attempt"],
-                          kind="tool", ok=ok, value=tip.get("content") if ok else None,
-                          error=None if ok else "subagent_failed", source=tx.session,
-                          usage=dict(c.used))
+                          kind="tool", ok=ok, value=value, error=error, source=tx.session, usage=usage)
     tx.effect(Report(seq=tx.next_seq(), stream=parent["reply_to"], outcome=outcome))

@@ -52,6 +52,17 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _valid_prefix(_ctx: click.Context, _param: click.Parameter, prefix: str) -> str:
+    """Every process checks the prefix as it starts, before it connects: a prefix that cannot
+    work (schemas/keys.py) would otherwise show up only as jobs failing later."""
+    from parley.schemas.keys import check_prefix
+
+    try:
+        return check_prefix(prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 METRICS_PORT = click.option(
     "--metrics-port", envvar="PARLEY_METRICS_PORT", type=click.IntRange(1, 65535), default=None,
     help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
@@ -71,7 +82,9 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
 @click.option("--redis-url", envvar="PARLEY_REDIS_URL", default=DEFAULT_URL, show_default=True,
               help="Redis to use (env PARLEY_REDIS_URL); credentials go in the URL.")
 @click.option("--prefix", envvar="PARLEY_PREFIX", default="parley", show_default=True,
-              help="Key prefix of every Parley key (env PARLEY_PREFIX).")
+              callback=_valid_prefix,
+              help="Key prefix of every Parley key (env PARLEY_PREFIX): names of letters, digits, "
+                   "'.', '_', '-' joined by single colons, e.g. acme:parley.")
 @click.option("--log-level", envvar="PARLEY_LOG_LEVEL", default="INFO", show_default=True)
 @click.option("--principal", envvar="PARLEY_PRINCIPAL", default=None,
               help="Sign inputs sent by send/resume/switch/input as this principal (env PARLEY_PRINCIPAL).")
@@ -104,6 +117,9 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
 @click.option("--tool-timeout", type=click.FloatRange(0.1), default=300, show_default=True,
               help="Seconds a tool job may run (unless the tool sets fn.timeout_s) before it "
                    "fails as the tool error `timeout`.")
+@click.option("--subagent-timeout", type=click.FloatRange(0.1), default=3600, show_default=True,
+              help="Seconds a sub-agent call waits for its child's report (unless the tool sets "
+                   "fn.timeout_s) before it fails as the tool error `timeout` and the child is closed.")
 @click.option("--keys-file", envvar="PARLEY_KEYS_FILE", default=None,
               help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
 @click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
@@ -111,7 +127,7 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
-               llm_timeout: float, tool_timeout: float, keys_file: str | None,
+               llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
                require_signing: bool, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
@@ -133,7 +149,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
         raise click.ClickException(str(exc)) from None
     stop = _stop_on_signals()
     limits = Limits(decide_timeout_s=decide_timeout, llm_timeout_s=llm_timeout,
-                    tool_timeout_s=tool_timeout)
+                    tool_timeout_s=tool_timeout, subagent_timeout_s=subagent_timeout)
     try:
         keyring = Keyring.load(keys_file, require_signing)
     except (OSError, ValueError) as exc:

@@ -12,8 +12,11 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from parley.cli.procs import free_port
 from parley.client import Client
+from parley.schemas.jobs import job_id
 from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
+from tests.e2e.test_metrics import scrape
 
 pytestmark = pytest.mark.e2e
 
@@ -53,18 +56,23 @@ def test_seed_scenario(procs: Procs, r: redis.Redis, client: Client, approved: b
     eventually(lambda: client.interrupts() == [])
 
 
-def test_I4_llm_call_in_flight_is_voided_and_its_reply_never_appears(procs: Procs, r: redis.Redis,
-                                                                     client: Client) -> None:
+def test_I4_llm_call_in_flight_is_voided_stopped_and_its_reply_never_appears(procs: Procs, r: redis.Redis,
+                                                                             client: Client) -> None:
     procs.dispatcher()
-    procs.worker("tests.apps.scenarios", "--queues", "llm")
+    port = free_port()
+    procs.worker("tests.apps.scenarios", "--queues", "llm", "--metrics-port", str(port))
     procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
     send(r, "i4", {"type": "message.create", "content": "[parallel] [slow-llm] hi"})
     events = wait_for(client, "i4", lambda e: e["type"] == "llm.voided")
     assert events[-1] == {**events[-1], "call_id": "llm-1", "interrupt_id": "int-1"}
     raised = of_type(events, "interrupt.raised")[0]
     assert raised["reason"] == "review"
-    time.sleep(3.5)  # the voided job finishes on its worker and posts its reply: it must be dropped
+    # The worker stops the voided call (its model would take 3 s) and posts nothing.
+    eventually(lambda: not r.hexists("parley:running", job_id("i4", "llm-1", 1)), timeout=1.5)
+    assert scrape(port)[("parley_jobs_total", (("kind", "llm"), ("outcome", "stopped")))] == 1
+    time.sleep(3.5)  # past the time the call would have taken: no reply of it, ever
     assert [e["type"] for e in all_events(client, "i4")][-1] == "llm.voided"
+    assert ("parley_jobs_total", (("kind", "llm"), ("outcome", "ok"))) not in scrape(port)
     resume(r, "i4", "int-1", {"ok": True})
     events = wait_for(client, "i4", lambda e: e["type"] == "turn.completed")
     completed = of_type(events, "llm.completed")

@@ -5,8 +5,13 @@ import time
 import pytest
 import redis
 
+from parley.cli.procs import free_port
 from parley.client import Client
-from tests.conftest import Procs, all_events, of_type, send, wait_for
+from parley.schemas.jobs import job_id
+from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
+from tests.e2e.test_metrics import scrape
+
+STOPPED = ("parley_jobs_total", (("kind", "llm"), ("outcome", "stopped")))
 
 pytestmark = pytest.mark.e2e
 
@@ -14,7 +19,8 @@ pytestmark = pytest.mark.e2e
 def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher_limit(
         procs: Procs, r: redis.Redis, client: Client) -> None:
     procs.dispatcher()
-    procs.worker("tests.apps.scenarios", "--queues", "llm")
+    port = free_port()
+    procs.worker("tests.apps.scenarios", "--queues", "llm", "--metrics-port", str(port))
     procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
     send(r, "b1", {"type": "session.create", "budget": {"llm_calls": 1}})
     send(r, "b1", {"type": "message.create", "content": "[slow-llm] first"})
@@ -27,10 +33,14 @@ def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher
                                  "limit": {"llm_calls": 1, "tool_calls": None, "tokens": None},
                                  "exceeded": "llm_calls"}
     assert events[-1]["call_id"] == "llm-1"
+    # the worker stops the voided call (its model would take 3 s) and posts nothing
+    eventually(lambda: not r.hexists("parley:running", job_id("b1", "llm-1", 1)), timeout=1.5)
+    assert scrape(port)[STOPPED] == 1
     send(r, "b1", {"type": "message.create", "content": "third", "parent_id": None})
     refused = wait_for(client, "b1", lambda e: e["type"] == "input.refused")[-1]
     assert refused["code"] == "branch_parked" and refused["interrupt_ids"] == [raised["interrupt_id"]]
-    time.sleep(3.2)  # llm-1's reply arrives meanwhile: it must be dropped
+    time.sleep(3.2)  # past the time llm-1 would have taken: no reply of it, ever
+    assert (("parley_jobs_total", (("kind", "llm"), ("outcome", "ok")))) not in scrape(port)
     send(r, "b1", {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
                    "payload": {"budget": {"llm_calls": 5}}})
     events = wait_for(client, "b1", lambda e: e["type"] == "turn.completed")
@@ -60,7 +70,9 @@ def test_I3_I6a_token_budget_voids_a_decide_in_flight(procs: Procs, r: redis.Red
                       and e["trigger"].get("message_id") == "msg-2")  # I6a: the decide in flight
     reply = [m for m in of_type(events, "message.created") if m["message"]["role"] == "assistant"]
     assert [m["message"]["content"] for m in reply] == ["You said: [llm-1s] one two three"]  # reply stays
-    time.sleep(3.2)  # the voided decide finishes on its worker: its decision is dropped
+    # A voided decide is not stopped (docs/design.md): it finishes on its worker, and its
+    # decision is dropped.
+    time.sleep(3.2)
     assert of_type(all_events(client, "b2"), "llm.started") == of_type(events, "llm.started")
     iid = of_type(events, "interrupt.raised")[-1]["interrupt_id"]
     send(r, "b2", {"type": "interrupt.resume", "interrupt_id": iid, "payload": {"budget": {"tokens": 1000}}})

@@ -1,12 +1,16 @@
 """Sub-agents (docs/protocol.md, Tools: `fn.agent`): tools backed by child sessions with their
 own interrupts."""
 
+import json
+from pathlib import Path
+
 import orjson
 import pytest
 import redis
 
 from parley.client import Client
-from tests.conftest import Procs, eventually, of_type, send, wait_for
+from parley.schemas.signing import ENGINE_PRINCIPAL, signed_fields
+from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e
 APP = "tests.apps.agents"
@@ -68,3 +72,74 @@ def test_children_of_children_and_a_failing_child(procs: Procs, r: redis.Redis, 
     events = wait_for(client, "p3", lambda e: e["type"] == "turn.completed" and e["head"] == "msg-8",
                       timeout=30)
     assert of_type(events, "tool.completed")[-1]["error"] == "subagent_failed"
+
+
+KEYS = {"alice": "alice-secret"}
+
+
+def test_sub_agents_run_under_required_signing(procs: Procs, r: redis.Redis, client: Client,
+                                               tmp_path: Path) -> None:
+    # The dispatcher's own inputs to a child (its creation and first message) take a trusted
+    # path: under --require-signing they are not refused `unauthorized`, so the parent's
+    # turn ends, through a child of a child too.
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps(KEYS))
+    procs.dispatcher(APP, "--keys-file", str(keys_file), "--require-signing")
+    procs.worker(APP)
+    client.send("sig1", {"type": "message.create", "content": 'call research {"topic": "deep"}'},
+                principal="alice", key=KEYS["alice"])
+    events = wait_for(client, "sig1", lambda e: e["type"] == "turn.completed", timeout=30)
+    assert of_type(events, "message.created")[-1]["message"]["content"] == \
+        'Done. research: Done. dig: dug {"depth":1}'
+    for child in ("sig1:sub-1", "sig1:sub-1:sub-1"):
+        assert of_type(all_events(client, child), "input.refused") == []
+    # a producer cannot take the trusted path: an entry claiming the engine's principal with
+    # a signature of its own making is refused before it touches the session
+    forged = orjson.dumps({"type": "session.create"})
+    r.xadd("parley:inputs", {"session": "sig1:sub-9", "input": forged, "id": "f-1",  # type: ignore[arg-type]
+                             **signed_fields("guessed", ENGINE_PRINCIPAL, "sig1:sub-9", "f-1", forged)})
+    refusal = wait_for(client, "sig1:sub-9", lambda e: e["type"] == "input.refused")[-1]
+    assert refusal["code"] == "unauthorized"
+    assert client.show("sig1:sub-9") is None
+
+
+def test_a_producer_cannot_take_a_child_id_so_the_spawn_gets_its_own_session(
+        procs: Procs, r: redis.Redis, client: Client) -> None:
+    procs.dispatcher(APP)
+    procs.worker(APP)
+    # ids ending in `:sub-<n>` are the engine's: a producer may neither create one nor start
+    # a turn in it, so the parent's first child cannot land in a conversation made up front
+    send(r, "p4:sub-1", {"type": "session.create", "metadata": {"mine": True}})
+    send(r, "p4:sub-1", {"type": "message.create", "content": "hello"})
+    refused = wait_for(client, "p4:sub-1", lambda e: len(of_type([e], "input.refused")) > 0)
+    eventually(lambda: len(of_type(all_events(client, "p4:sub-1"), "input.refused")) == 2)
+    assert [e["code"] for e in of_type(all_events(client, "p4:sub-1"), "input.refused")] == \
+        ["engine_only", "engine_only"]
+    assert of_type(refused, "session.created") == [] and client.show("p4:sub-1") is None
+    send(r, "p4", {"type": "message.create", "content": 'call research {"topic": "deep"}'})
+    events = wait_for(client, "p4", lambda e: e["type"] == "turn.completed", timeout=30)
+    assert of_type(events, "message.created")[-1]["message"]["content"] == \
+        'Done. research: Done. dig: dug {"depth":1}'
+    child = of_type(all_events(client, "p4:sub-1"), "message.created")[0]["message"]
+    assert orjson.loads(child["content"]) == {"topic": "deep"}
+
+
+def test_a_child_that_never_ends_times_out_and_is_closed(procs: Procs, r: redis.Redis,
+                                                         client: Client) -> None:
+    procs.dispatcher(APP, "--subagent-timeout", "1.5")
+    procs.worker(APP)
+    send(r, "p5", {"type": "message.create", "content": 'call research {"topic": "otters"}'})
+    raised = wait_for(client, "p5:sub-1", lambda e: e["type"] == "interrupt.raised")[-1]  # nobody answers
+    events = wait_for(client, "p5", lambda e: e["type"] == "turn.completed", timeout=30)
+    completed = of_type(events, "tool.completed")[0]
+    assert (completed["name"], completed["error"]) == ("research", "timeout")
+    assert of_type(events, "message.created")[-1]["message"]["content"] == "Done. research (error): timeout"
+    closed = wait_for(client, "p5:sub-1", lambda e: e["type"] == "session.closed")[-1]
+    assert closed["reason"] == "timeout"
+    eventually(lambda: client.interrupts() == [] and r.zcard("parley:deadlines") == 0)
+    # a closed child takes no more inputs, and runs nothing more
+    entry = send(r, "p5:sub-1", {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
+                                 "payload": {"approved": True}})
+    refusal = wait_for(client, "p5:sub-1", lambda e: e["type"] == "input.refused")[-1]
+    assert (refusal["input"]["entry"], refusal["code"]) == (entry, "session_closed")
+    assert of_type(all_events(client, "p5"), "tool.completed") == [completed]

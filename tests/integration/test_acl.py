@@ -607,3 +607,21 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
     shown = cli(PRODUCER, "show", "acl-cli", check=False)
     assert shown.returncode != 0 and "no permissions" in (shown.stderr + shown.stdout)
 
+
+
+# ---- the engine's key (the dispatchers' own signed inputs) --------------------------------------
+
+
+def test_only_dispatchers_hold_the_engines_key(acl: AclRedis, producer: redis.Redis, worker: redis.Redis,
+                                               reader: redis.Redis, dispatcher: redis.Redis) -> None:
+    """The key that signs a dispatcher's own inputs (a sub-agent's child, its close) is made by
+    the first dispatcher and read by the others; whoever could read it could forge them."""
+    key = Outbox(dispatcher, KEYS).engine_key()
+    assert len(key) >= 32 and Outbox(dispatcher, KEYS).engine_key() == key  # made once, then shared
+    assert acl.denials() == []
+    for user, conn in ((PRODUCER, producer), (WORKER, worker), (READER, reader)):
+        refused(lambda conn=conn: conn.get(KEYS.engine_key))  # type: ignore[misc]
+        refused(lambda conn=conn: conn.set(KEYS.engine_key, "mine"))  # type: ignore[misc]
+        assert {u for u, _why, _obj in acl.denials()} == {user}
+        acl.reset_denials()
+    assert acl.admin.get(KEYS.engine_key) == key.encode()

@@ -1,9 +1,16 @@
 """workers.app (README.md, An app; docs/protocol.md, Model calls and Tools): loading an app by
 `module` or `module:attr`, its errors, tool schemas."""
 
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+from click.testing import CliRunner
 
 from parley.cli.appinfo import app_info
+from parley.cli.commands import cli
 from parley.workers.app import App, AppError, load_app, tool_schema
 from tests.apps import integration_apps as apps
 from tests.apps import scenarios
@@ -122,3 +129,75 @@ def test_app_tool_schemas_are_what_the_model_is_given() -> None:
     assert schemas["add"]["parameters"]["properties"] == {"a": {"type": "integer"},
                                                           "b": {"type": "integer"}}
     assert schemas["slow"]["parameters"]["properties"] == {"seconds": {"type": "number"}}
+
+
+# ---- what an app declares is checked when it loads, in the dispatcher and the worker alike ------
+
+
+def _app_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: Any) -> str:
+    """A throwaway app module, importable by name for the length of one test."""
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    monkeypatch.setitem(sys.modules, name, module)
+    return name
+
+
+def _tool(**marks: Any) -> Callable[..., str]:
+    def send(to: str) -> str:
+        """Send."""
+        return to
+
+    send.__dict__.update(marks)
+    return send
+
+
+def _decide(trigger: Any, proposed: Any) -> Any:
+    return proposed
+
+
+def test_a_decide_on_typo_is_a_load_error_naming_the_trigger_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`decide_on = {"tool.exec"}` used to load silently: no trigger matched it, so the seed app's
+    confirmation was skipped and the email sent without asking."""
+    spec = _app_module(monkeypatch, "parley_app_typo", decide=_decide,
+                       decide_on={"tool.exec", "message.created"})
+    with pytest.raises(AppError) as info:
+        load_app(spec)
+    message = str(info.value)
+    assert "`decide_on` names unknown trigger types: 'tool.exec' (did you mean 'tool.execute'?)" in message
+    assert "the trigger types are: interrupt.resumed, llm.completed, llm.failed, message.created, " \
+           "session.created, tool.completed, tool.execute" in message
+
+
+@pytest.mark.parametrize(("marks", "message"), [
+    ({"timeout_s": "30"}, "tool 'send': `timeout_s` must be a number of seconds > 0, got '30'"),
+    ({"timeout_s": 0}, "tool 'send': `timeout_s` must be a number of seconds > 0, got 0"),
+    ({"timeout_s": True}, "tool 'send': `timeout_s` must be a number of seconds > 0, got True"),
+    ({"timeout_s": float("nan")}, "tool 'send': `timeout_s` must be a number of seconds > 0, got nan"),
+    ({"deferred": "no"}, "tool 'send': `deferred` must be True or False, got 'no'"),
+    ({"idempotent": 1}, "tool 'send': `idempotent` must be True or False, got 1"),
+    ({"agent": 3}, "tool 'send': `agent` must be an app spec `module[:attr]`, got 3"),
+    ({"agent": ""}, "tool 'send': `agent` must be an app spec `module[:attr]`, got ''"),
+])
+def test_a_tool_attribute_of_the_wrong_type_is_a_load_error(
+        monkeypatch: pytest.MonkeyPatch, marks: dict[str, Any], message: str) -> None:
+    """docs/protocol.md, Tools: `fn.deferred = "no"` used to read as deferred (any truthy
+    value), and `fn.timeout_s = "30"` reached the job's time limit as text."""
+    spec = _app_module(monkeypatch, "parley_app_marks", tools=[_tool(**marks)])
+    with pytest.raises(AppError) as info:
+        load_app(spec)
+    assert message in str(info.value)
+
+
+def test_well_typed_tool_attributes_load() -> None:
+    info = app_info(App("x", tools={"t": _tool(timeout_s=2.5, idempotent=True, deferred=False)}))
+    assert info.tools["t"].timeout_s == 2.5 and info.tools["t"].idempotent is True
+
+
+@pytest.mark.parametrize("command", ["dispatcher", "worker"])
+def test_dispatcher_and_worker_refuse_to_start_with_a_bad_app(
+        monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    spec = _app_module(monkeypatch, "parley_app_start", decide=_decide, decide_on=["tool.exec"])
+    # an unreachable Redis: the app is checked before anything connects
+    result = CliRunner().invoke(cli, ["--redis-url", "redis://127.0.0.1:1/0", command, "--app", spec])
+    assert result.exit_code == 1
+    assert "`decide_on` names unknown trigger types: 'tool.exec'" in result.output

@@ -24,6 +24,7 @@ from parley.dispatcher.entries import Prepared
 from parley.dispatcher.leases import get_partitions
 from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.signing import Keyring, signed_fields
 from parley.workers.app import load_app
 from tests.integration.conftest import (
     INPUTS,
@@ -399,6 +400,67 @@ def test_idempotency_key_is_used_even_when_the_input_was_refused(
     assert [(e["type"], e.get("code")) for e in evs] == [
         ("session.created", None), ("input.refused", "unknown_parent"), ("input.ignored", "duplicate")]
     assert r.exists(KEYS.idempotency("s-13", "k")) == 1
+
+
+def test_keys_that_are_not_utf8_are_refused_and_never_merge(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """docs/protocol.md, Ids and limits: `key-\\xff` and `key-\\xfe` used to be read as the one
+    key `key-\\ufffd`, so the second input was ignored as a duplicate of the first."""
+    d = make_dispatcher()
+    send(r, "s-bin", {"type": "message.create", "content": "one", "parent_id": None}, id=b"key-\xff")
+    send(r, "s-bin", {"type": "message.create", "content": "two", "parent_id": None}, id=b"key-\xfe")
+    send(r, "s-bin", {"type": "message.create", "content": "three", "parent_id": None}, id="key-\ufffd")
+    tick(d)
+    evs = events(r, "s-bin")
+    refused = [(e["code"], e["message"]) for e in evs if e["type"] == "input.refused"]
+    assert refused == [("invalid_input", "`id` is not valid UTF-8")] * 2
+    assert [e["message"]["content"] for e in evs if e["type"] == "message.created"] == ["three"]
+    assert not any(e["type"] == "input.ignored" for e in evs)
+    assert r.xlen(KEYS.rejected) == 2
+
+
+def test_an_unsigned_entry_uses_up_no_key_even_when_it_is_malformed(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """docs/protocol.md, Signing: with signing required, an unsigned entry naming id K (bad
+    JSON, or an unknown type) used to be rejected `invalid_input` first and use K up, so the
+    genuine signed entry with id K that followed was ignored as `duplicate`."""
+    secret = "s3cret"
+    d = make_dispatcher(keyring=Keyring({"alice": secret}, required=True))
+    r.xadd(INPUTS, {"session": "s-sig", "input": b"{bad json", "id": "K"})
+    send(r, "s-sig", {"type": "no.such.type", "message_id": "m-1"}, id="K2")
+    for key in ("K", "K2"):
+        raw = orjson.dumps({"type": "message.create", "content": f"signed {key}", "parent_id": None})
+        r.xadd(INPUTS, {"session": "s-sig", "input": raw, "id": key,
+                        **signed_fields(secret, "alice", "s-sig", key, raw)})
+    tick(d)
+    evs = events(r, "s-sig")
+    assert [(e["type"], e.get("code")) for e in evs if e["type"].startswith("input.")] == [
+        ("input.refused", "unauthorized"), ("input.refused", "unauthorized")]
+    # what could be read of the unsigned entry still names it
+    assert evs[1]["input"]["type"] == "no.such.type" and evs[1]["input"]["message_id"] == "m-1"
+    assert [e["message"]["content"] for e in evs if e["type"] == "message.created"] == [
+        "signed K", "signed K2"]
+    assert r.exists(KEYS.idempotency("s-sig", "K"), KEYS.idempotency("s-sig", "K2")) == 2
+
+
+def test_a_decision_with_an_integer_beyond_64_bits_fails_and_the_partition_goes_on(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """docs/protocol.md, Ids and limits: a worker's outcome holding an integer JSON cannot carry
+    exactly (here an interrupt's payload) used to make the commit raise on every retry."""
+    d = make_dispatcher(app=AppInfo(has_decide=True, decide_on=frozenset({"session.created"})))
+    send(r, "s-wide", {"type": "session.create"})
+    tick(d)
+    post_outcome(r, session="s-wide", work="dec-1", attempt=1, kind="decide", ok=True,
+                 value={"actions": [{"type": "interrupt", "reason": "r",
+                                     "payload": {"n": [1, 2**64]}}]})
+    send(r, "s-next", {"type": "message.create", "content": "after"})
+    tick(d)
+    failed = [e for e in events(r, "s-wide") if e["type"] == "decision.failed"]
+    assert [e["error"] for e in failed] == [
+        "the outcome has an integer beyond 64 bits at value.actions[0].payload.n[1]"]
+    assert "interrupt.raised" not in types(r, "s-wide")
+    assert "message.created" in types(r, "s-next")
+    assert r.xlen(RESULTS) == 0 and pending_count(r, RESULTS) == 0
 
 
 # ---- leases and partitions ---------------------------------------------------------------------

@@ -5,19 +5,31 @@ path, headers, JSON body — and answers from a script the test sets: no mocked 
 """
 
 import json
+import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import redis
 
+from parley.dispatcher.core import Cancel, Enqueue
+from parley.dispatcher.enqueue import Outbox
+from parley.metrics import REGISTRY
+from parley.schemas.jobs import JobKind, job_id
+from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
+from parley.workers import jobs
+from parley.workers.app import App
 from parley.workers.jobs import check_response
 from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible
 from parley.workers.llm.openai_compat import NO_RESULT
+from parley.workers.worker import make_worker
+from tests.integration.conftest import RESULTS
 
 API_KEY = "sk-test-secret-123"
 
@@ -43,6 +55,8 @@ class FakeServer:
     def __init__(self) -> None:
         self.script: list[Reply] = []
         self.received: list[Received] = []
+        # when each client closed its connection while its answer was being "generated"
+        self.disconnects: list[float] = []
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         fake = self
@@ -50,6 +64,18 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def generate(self, seconds: float) -> bool:
+                """Take `seconds` to answer, watching the connection like a provider does:
+                False (and the time noted in `disconnects`) as soon as the client closes it."""
+                until = time.monotonic() + seconds
+                while not fake.stopping.is_set() and time.monotonic() < until:
+                    readable, _, _ = select.select([self.connection], [], [], 0.01)
+                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                        with fake.lock:
+                            fake.disconnects.append(time.monotonic())
+                        return False
+                return True
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -63,8 +89,8 @@ class FakeServer:
                     reply = fake.script.pop(0) if len(fake.script) > 1 else fake.script[0]
                 if self.path != "/v1/chat/completions":
                     reply = Reply(404, {"error": {"message": f"no route {self.path}"}})
-                if reply.delay:
-                    fake.stopping.wait(reply.delay)
+                if reply.delay and not self.generate(reply.delay):
+                    return  # the client left: a provider stops generating here
                 payload = (reply.body if isinstance(reply.body, str)
                            else json.dumps(reply.body)).encode()
                 try:
@@ -334,3 +360,162 @@ def test_a_body_that_is_not_a_completion_raises(server: FakeServer) -> None:
     server.reply(Reply(200, {"error": {"message": "quota"}}))
     with pytest.raises(LLMError, match=r"no choices.*quota"):
         model(server)({"messages": BRANCH[:1], "tools": []})
+
+
+# ---- the time limit covers the retries ---------------------------------------------------------
+
+
+def test_retries_stop_at_the_total_time_limit(server: FakeServer) -> None:
+    """Retries and their waits stay inside `total_timeout`: the last error is raised when no
+    time is left for another attempt, instead of running on past the limit."""
+    server.reply(Reply(503, "overloaded", headers={"Retry-After": "0.4"}))
+    llm = model(server, timeout=5, max_retries=50, max_backoff=1, total_timeout=1.5)
+    started = time.monotonic()
+    with pytest.raises(LLMError, match=r"HTTP 503 after \d attempt\(s\), stopped by the time limit of "
+                                       r"1.5 s: overloaded") as info:
+        llm({"messages": BRANCH[:1], "tools": []})
+    assert time.monotonic() - started <= 1.5
+    assert 2 <= len(server.received) <= 4 and info.value.status == 503
+
+
+def test_an_attempt_is_cut_to_the_time_left(server: FakeServer) -> None:
+    server.reply(Reply(body=completion(), delay=5))
+    llm = model(server, timeout=30, max_retries=3, total_timeout=0.8)
+    started = time.monotonic()
+    with pytest.raises(LLMTimeoutError, match=r"no answer within 0.8 s .*1 attempt\(s\), stopped by the "
+                                              r"time limit of 0.8 s"):
+        llm({"messages": BRANCH[:1], "tools": []})
+    assert time.monotonic() - started < 1.5
+    assert len(server.received) == 1
+
+
+def test_total_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="total_timeout"):
+        OpenAICompatible(model="m", total_timeout=0)
+
+
+@pytest.fixture
+def llm_worker(r: redis.Redis, monkeypatch: pytest.MonkeyPatch, restore_signals: None) -> "LlmWorker":
+    monkeypatch.setattr(jobs, "_worker_id", "w-llm")
+    monkeypatch.setattr(jobs, "_app", None)
+    return LlmWorker(r, monkeypatch)
+
+
+@dataclass
+class LlmWorker:
+    """LLM jobs enqueued exactly as a dispatcher's outbox does, run by an in-process ParleyWorker
+    (its lean path) whose app's model is the one given."""
+
+    r: redis.Redis
+    monkeypatch: pytest.MonkeyPatch
+
+    def enqueue(self, work: str = "llm-1", timeout: int = 30) -> str:
+        job = Enqueue(seq=1, job=JobKind.LLM, work=work, attempt=1, timeout=timeout, reply_to=RESULTS,
+                      app=None, args={"request": {"messages": BRANCH[:1]}})
+        Outbox(self.r, Keys()).flush_many([("s-llm", [job])])
+        return job_id("s-llm", work, 1)
+
+    def run(self, llm: Any) -> None:
+        self.monkeypatch.setattr(jobs, "_app", App(spec="adapter", llm=llm))
+        make_worker(["llm"], self.r).work(burst=True)
+
+    def outcomes(self) -> list[WorkOutcome]:
+        return [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in self.r.xrange(RESULTS)]
+
+
+def test_in_a_worker_retries_stop_inside_the_jobs_time_limit(server: FakeServer,
+                                                             llm_worker: LlmWorker) -> None:
+    """The model time limit (`--llm-timeout`, the job's RQ timeout) bounds the call with its retries:
+    the adapter stops retrying in time to report its own error, rather than being cut off as a
+    bare `timeout` with far more attempts than the limit allows."""
+    server.reply(Reply(503, "overloaded", headers={"Retry-After": "0.5"}))
+    llm_worker.enqueue(timeout=3)
+    llm_worker.run(model(server, timeout=60, max_retries=100, max_backoff=1))
+    [outcome] = llm_worker.outcomes()
+    assert outcome.ok is False and outcome.error is not None
+    assert outcome.error.startswith(f"LLMError: {server.base_url}/chat/completions: HTTP 503 after ")
+    assert "stopped by the time limit" in outcome.error
+    assert len(server.received) <= 6
+
+
+# ---- a voided call is stopped ------------------------------------------------------------------
+
+
+def void(r: redis.Redis, work: str = "llm-1") -> float:
+    """What a dispatcher does when a park voids the call (the outbox's Cancel effect); when."""
+    Outbox(r, Keys()).flush_many([("s-llm", [Cancel(seq=2, job=JobKind.LLM, work=work, attempt=1)])])
+    return time.monotonic()
+
+
+def void_when(r: redis.Redis, ready: Callable[[], bool]) -> list[float]:
+    """Void llm-1 from another thread (the worker runs in this one) once `ready()`; returns a list
+    that gets the time of the void."""
+    voided: list[float] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + 10
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        voided.append(void(r))
+
+    threading.Thread(target=run, daemon=True).start()
+    return voided
+
+
+def stopped_jobs() -> float:
+    return REGISTRY.get_sample_value("parley_jobs_total", {"kind": "llm", "outcome": "stopped"}) or 0.0
+
+
+def test_in_a_worker_a_voided_call_is_stopped_and_its_connection_closed(
+        server: FakeServer, llm_worker: LlmWorker, r: redis.Redis) -> None:
+    """The park that voids a call reaches the worker running it: the worker stops the call, the
+    server sees the connection closed (a provider stops generating, and billing, there), and the
+    worker posts nothing and is free for its next job."""
+    server.reply(Reply(body=completion("too late"), delay=20))
+    jid = llm_worker.enqueue()
+    before = stopped_jobs()
+    voided = void_when(r, lambda: len(server.received) == 1)
+    llm_worker.run(model(server, timeout=30))
+    returned = time.monotonic()
+    assert len(voided) == 1 and len(server.disconnects) == 1
+    assert server.disconnects[0] - voided[0] < 1.0  # closed within a second of the park
+    assert returned - voided[0] < 2.0  # not after the 20 s the answer would have taken
+    assert llm_worker.outcomes() == [] and len(server.received) == 1
+    assert r.hlen("parley:running") == 0 and r.hlen("parley:inflight") == 0 and r.exists(f"rq:job:{jid}") == 0
+    assert stopped_jobs() == before + 1
+
+
+def test_in_a_worker_a_call_voided_while_it_waits_to_retry_is_not_retried(
+        server: FakeServer, llm_worker: LlmWorker, r: redis.Redis) -> None:
+    server.reply(Reply(503, "overloaded", headers={"Retry-After": "5"}))
+    llm_worker.enqueue()
+    voided = void_when(r, lambda: len(server.received) == 1)
+    llm_worker.run(model(server, timeout=30, max_retries=3, max_backoff=5))
+    assert len(voided) == 1 and time.monotonic() - voided[0] < 2.0  # not after the 5 s wait
+    assert len(server.received) == 1 and llm_worker.outcomes() == []
+
+
+def test_in_a_worker_an_app_llm_that_is_plain_python_is_stopped_too(
+        llm_worker: LlmWorker, r: redis.Redis) -> None:
+    """Any `llm`, not only OpenAICompatible: the call is interrupted where it is."""
+    ran_to_the_end: list[bool] = []
+
+    def slow_llm(request: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(20)
+        ran_to_the_end.append(True)
+        return {"content": "too late", "tool_calls": []}
+
+    llm_worker.enqueue()
+    voided = void_when(r, lambda: r.hlen("parley:running") == 1)
+    llm_worker.run(slow_llm)
+    assert len(voided) == 1 and time.monotonic() - voided[0] < 2.0
+    assert ran_to_the_end == [] and llm_worker.outcomes() == [] and r.hlen("parley:running") == 0
+
+
+def test_in_a_worker_a_call_not_voided_is_left_alone(server: FakeServer, llm_worker: LlmWorker,
+                                                     r: redis.Redis) -> None:
+    server.reply(Reply(body=completion("in time"), delay=1.0))
+    llm_worker.enqueue()
+    llm_worker.run(model(server, timeout=30))
+    assert [(o.ok, o.value["content"]) for o in llm_worker.outcomes()] == [(True, "in time")]
+    assert server.disconnects == []

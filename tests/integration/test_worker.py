@@ -20,7 +20,10 @@ from rq.serializers import JSONSerializer
 
 from parley.cli.appinfo import app_info
 from parley.cli.procs import RedisServer
-from parley.schemas.jobs import job_id
+from parley.dispatcher.core import Enqueue
+from parley.dispatcher.enqueue import Outbox
+from parley.schemas.jobs import JobKind, job_id
+from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core
 from parley.workers import jobs
@@ -419,3 +422,31 @@ def test_lean_path_a_job_hash_rq_cannot_read_is_skipped(r: redis.Redis, monkeypa
     run_burst(r, "tools")
     assert [(o.work, o.value) for o in outcomes(r)] == [("call-2", 4)]
     assert r.hexists("parley:running", broken) == 0 and r.hexists("parley:inflight", broken) == 1
+
+
+# ---- a prefix other than `parley` ---------------------------------------------------------------
+
+
+def test_a_worker_under_a_prefix_with_colons_runs_its_jobs_and_refuses_another_prefixs(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """The reply stream a job may name is built from the worker's own key layout: with the prefix
+    `acme:parley`, `acme:parley:results[:n]`; a job naming another prefix's stream is refused."""
+    keys = Keys("acme:parley")
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    monkeypatch.setattr(jobs, "_keys", Keys(), raising=False)  # restored after the test: the worker sets it
+    outbox = Outbox(r, keys)
+    ours = [Enqueue(seq=i, job=JobKind.TOOL, work=f"call-{i}", attempt=1, timeout=30, reply_to=reply_to,
+                    app=None, args={"name": "add", "arguments": {"a": i, "b": 1}})
+            for i, reply_to in enumerate([keys.results(), keys.results(2, 4)], 1)]
+    foreign = Enqueue(seq=3, job=JobKind.TOOL, work="call-3", attempt=1, timeout=30,
+                      reply_to="parley:results", app=None,
+                      args={"name": "add", "arguments": {"a": 3, "b": 1}})
+    outbox.flush_many([("s-w", [*ours, foreign])])
+    make_worker([keys.queue("tools")], r, keys=keys).work(burst=True)
+    assert [(o.work, o.value) for o in outcomes(r, keys.results())] == [("call-1", 2)]
+    assert [(o.work, o.value) for o in outcomes(r, keys.results(2, 4))] == [("call-2", 3)]
+    assert r.exists("parley:results") == 0  # the foreign job posted nothing
+    foreign_id = job_id("s-w", "call-3", 1)
+    assert foreign_id in FailedJobRegistry(keys.queue("tools"), connection=r,
+                                           serializer=JSONSerializer).get_job_ids()
+    assert r.hlen(keys.running) == 0 and r.hkeys(keys.inflight) == [foreign_id.encode()]

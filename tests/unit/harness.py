@@ -9,6 +9,7 @@ overwritten, every new message has a `message.created` event and a known parent)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,6 +23,7 @@ from parley.dispatcher.core import (
     Effect,
     Enqueue,
     IndexAdd,
+    Limits,
     ToolInfo,
     Transition,
     apply_input,
@@ -32,6 +34,7 @@ from parley.schemas.codec import decode_input_entry
 from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.jobs import JobKind
 from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import ENGINE_PRINCIPAL
 from parley.schemas.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
 from parley.schemas.view import public_message, show
 
@@ -94,9 +97,12 @@ Policy = Callable[[dict[str, Any], list[dict[str, Any]]], list[dict[str, Any]]]
 class Sim:
     """One session driven by hand. `last` is the last transition; `events` all events so far."""
 
-    def __init__(self, app: AppInfo | None = None, session: str = "s1"):
+    def __init__(self, app: AppInfo | None = None, session: str = "s1", *,
+                 agents: dict[str, AppInfo] | None = None, limits: Limits | None = None):
         self.app = app if app is not None else make_app()
         self.session = session
+        self.agents = agents or {}
+        self.limits = limits or Limits()
         self.state = SessionState(core=None)
         self.events: list[dict[str, Any]] = []
         self.effects: list[Effect] = []
@@ -109,7 +115,7 @@ class Sim:
 
     def ctx(self) -> Context:
         self.now += 1
-        return Context(now_ms=self.now, app=self.app)
+        return Context(now_ms=self.now, app=self.app, agents=self.agents, limits=self.limits)
 
     def commit(self, tr: Transition, ctx: Context) -> Transition:
         """Check a transition against the contract, then make its state the current one."""
@@ -144,18 +150,24 @@ class Sim:
         return decode_input_entry(fields)
 
     def input(self, value: dict[str, Any], *, key: str | None = None, duplicate: bool = False,
-              principal: str | None = None, entry_id: str | None = None) -> Transition:
+              principal: str | None = None, entry_id: str | None = None,
+              engine: bool = False) -> Transition:
+        """A client's input; `engine`: one the dispatcher wrote itself and signed with the
+        engine's key (its signature verified, as the shell does before the core sees it)."""
         entry = self.entry(value, key=key, principal=principal)
+        if engine:
+            entry = dataclasses.replace(entry, principal=ENGINE_PRINCIPAL)
         state = self.state.model_copy(update={"duplicate": True}) if duplicate else self.state
         ctx = self.ctx()
         eid = entry_id or f"1-{next(self._entries)}"
         return self.commit(checked(apply_input, state, entry, eid, ctx), ctx)
 
     def outcome(self, kind: str, work: str, attempt: int, ok: bool = True, value: Any = None,
-                error: str | None = None) -> Transition:
+                error: str | None = None, source: str | None = None,
+                usage: dict[str, int] | None = None) -> Transition:
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
-                          ok=ok, value=value, error=error)
+                          ok=ok, value=value, error=error, source=source, usage=usage)
         return self.commit(checked(apply_outcome, self.state, out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------

@@ -226,6 +226,51 @@ def test_bad_idempotency_key_is_refused(key):
     assert "`id` must be 1-256 characters" in str(err)
 
 
+@pytest.mark.parametrize("key", [b"key-\xff", b"key-\xfe", b"\xc3"])
+def test_idempotency_key_that_is_not_utf8_is_refused(key):
+    """Two keys that differ only in bytes that are not UTF-8 must not merge into one
+    (`key-\ufffd`): such a key is refused, naming the problem, and marks nothing used."""
+    err = refused(entry({"type": "session.create"}, id=key))
+    assert "`id` is not valid UTF-8" in str(err)
+    assert err.idempotency_key is None
+
+
+def test_a_refused_entry_carries_the_valid_key_it_uses_up():
+    err = refused(entry(b"{bad json", id=b"k-\xc3\xa9"))
+    assert err.idempotency_key == "k-\u00e9"
+    assert refused(entry({"type": "session.create"}, id=b"")).idempotency_key is None
+
+
+def test_session_that_is_not_utf8_is_refused_saying_so():
+    err = refused(entry({"type": "session.create"}, session=b"s-\xff"))
+    assert "`session` is not valid UTF-8" in str(err)
+    assert session_of(entry({"type": "session.create"}, session=b"s-\xff")) is None
+
+
+# ---- numbers: integers beyond 64 bits are refused, never rounded to floats ------------------------
+
+
+@pytest.mark.parametrize("raw, path", [
+    (b'{"type": "session.create", "metadata": {"n": 18446744073709551616}}', "metadata.n"),
+    (b'{"type": "session.create", "metadata": {"l": [1, -9223372036854775809]}}', "metadata.l[1]"),
+    (b'{"type": "interrupt.resume", "interrupt_id": "int-1", "payload": 123456789012345678901234567890}',
+     "payload"),
+])
+def test_integer_beyond_64_bits_is_refused_naming_its_path(raw, path):
+    err = refused(entry(raw))
+    assert f"integer beyond 64 bits at {path}" in str(err)
+    assert err.input_type == orjson.loads(raw)["type"]
+
+
+def test_integers_within_64_bits_and_large_floats_stay_exact():
+    raw = (b'{"type": "session.create", "metadata": {"max": 18446744073709551615, '
+           b'"min": -9223372036854775808, "f": 1.8446744073709552e19, "e": 1e300}}')
+    e = decode_input_entry(entry(raw))
+    assert isinstance(e.input, SessionCreate)
+    assert e.input.metadata == {"max": 2**64 - 1, "min": -(2**63), "f": 1.8446744073709552e19, "e": 1e300}
+    assert isinstance(e.input.metadata["max"], int) and isinstance(e.input.metadata["f"], float)
+
+
 # ---- decisions ------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,9 @@ import pytest
 
 from parley.dispatcher.core import (
     Cancel,
+    Close,
+    DeadlineAdd,
+    DeadlineRemove,
     Effect,
     Enqueue,
     IndexAdd,
@@ -19,7 +22,7 @@ from parley.dispatcher.core import (
     effect_to_json,
 )
 from parley.dispatcher.core.effects import EFFECT_TYPES
-from parley.schemas.codes import DropReason, EffectKind, IgnoreCode, RefusalCode
+from parley.schemas.codes import CloseReason, DropReason, EffectKind, IgnoreCode, RefusalCode
 from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import ALLOWED_FUNCS, JOBS, KIND_OF_QUEUE, JobKind, job_id
@@ -41,6 +44,9 @@ ONE_OF_EACH: list[Effect] = [
     Report(seq=6, stream="parley:results", outcome=WorkOutcome(
         session="s", work="call-1", attempt=1, kind="tool", ok=True, value="done", source="s:sub-1")),
     Stat(seq=7, field="held", delta=-1),
+    Close(seq=8, child="s:sub-1", call_id="call-1", attempt=1, reason=CloseReason.TIMEOUT),
+    DeadlineAdd(seq=9, timer="call-1/timeout", at=1_000),
+    DeadlineRemove(seq=10, timer="call-1/timeout"),
 ]
 
 

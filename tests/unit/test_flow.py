@@ -4,6 +4,8 @@ proposed and actions (docs/protocol.md, Triggers, Actions) on the pure core, wit
 
 import pytest
 
+from parley.cli.transcript import format_transcript
+from parley.dispatcher.core import AppInfo
 from parley.schemas.jobs import JOBS
 
 from .harness import Sim, make_app
@@ -529,6 +531,11 @@ def _to_tool_execute() -> Sim:
     ({"actions": [{"type": "tool.result", "result": 1}, {"type": "tool.result", "result": 2}]},
      "is not open"),
     ({"actions": [{"type": "tool.result", "call_id": "call-7", "result": 1}]}, "is not open"),
+    # arguments without a name used to run the original call with its original arguments
+    ({"actions": [{"type": "tool.execute", "arguments": {"to": "eve@example.com"}}]},
+     "`arguments` needs a `name`"),
+    ({"actions": [{"type": "tool.execute", "call_id": "call-1", "name": "search"}]},
+     "`call_id` and `name` exclude each other"),
     ({"actions": [{"type": "explode"}]}, "invalid decision"),
     ({"actions": [{"type": "llm.call", "temperature": 1}]}, "invalid decision"),
     ({"actions": [], "extra": 1}, "invalid decision"),
@@ -854,3 +861,34 @@ def test_show_lists_messages_in_order_without_internal_fields():
     assert [m["id"] for m in view["messages"]] == ["msg-1", "msg-2"]
     assert all("turn" not in m for m in view["messages"])
     assert view["pending"] == [{"call_id": "call-1", "kind": "tool", "name": "search"}]
+
+
+def test_show_lists_messages_in_creation_order_whatever_their_ids():
+    """docs/protocol.md, Reading a session: messages used to be sorted by the N of `msg-N`, ids
+    a producer chose last, so a chosen root came after the replies under it."""
+    app = AppInfo()  # no decide: proposed actions apply at once
+    s = Sim(app=app)
+    s.send("first", message_id="zz-root")
+    s.finish_llm(content="reply one")
+    s.send("second", message_id="aa-next")
+    s.finish_llm(content="reply two")
+    s.send("a new root", parent=None)
+    order = [m["id"] for m in s.show()["messages"]]
+    assert order == ["zz-root", "msg-1", "aa-next", "msg-2", "msg-3"]
+    assert all(set(m) <= {"id", "parent_id", "role", "content", "tool_calls", "tool_call_id", "error"}
+               for m in s.show()["messages"])
+    text = format_transcript(s.show())
+    # the text walks the tree from its roots, in the same order (`*` marks the head)
+    assert [line[1:].split()[0] for line in text.splitlines()[1:6]] == [
+        "zz-root", "msg-1", "aa-next", "msg-2", "msg-3"]
+
+
+def test_show_puts_parents_first_for_messages_stored_without_their_creation_order():
+    """Messages stored before sessions kept their creation order (no `order` field): a parent
+    still comes before its children."""
+    s = Sim(app=AppInfo())
+    s.send("first", message_id="zz-root")
+    s.finish_llm(content="reply")
+    for m in s.state.messages.values():
+        m.pop("order", None)
+    assert [m["id"] for m in s.show()["messages"]] == ["zz-root", "msg-1"]

@@ -10,8 +10,9 @@ Parley's response shape. Configuration comes from the constructor or the environ
 
 HTTP 429, 5xx, connection errors and timeouts are retried with full-jitter exponential
 backoff (a `Retry-After` in seconds is honoured, capped); other errors raise `LLMError`
-at once. Any exception becomes `llm.failed` in Parley's LLM job. The API key is never
-logged, shown in `repr` or echoed in an error.
+at once. Retries stop in time to end the call inside its time limit: `total_timeout`, and in
+a worker the job's (`--llm-timeout`). Any exception becomes `llm.failed` in Parley's LLM job.
+The API key is never logged, shown in `repr` or echoed in an error.
 """
 
 import json
@@ -19,19 +20,23 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from parley.logs import kv
 from parley.retry import backoff
+from parley.workers.llm.limits import TimeLimit, current_time_limit, earliest
 
 log = logging.getLogger("parley.llm")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUSES = frozenset({429}) | frozenset(range(500, 600))
 EXCERPT_CHARS = 300
+# the least time worth starting another attempt in (or `timeout`, when that is shorter)
+MIN_ATTEMPT_S = 1.0
 # what the model reads for a tool call whose result the transcript does not hold (yet): a
 # chat-completions server refuses an assistant tool call without a tool message answering it
 NO_RESULT = "(no result: the call has not completed)"
@@ -49,6 +54,17 @@ class LLMTimeoutError(LLMError, TimeoutError):
     """The server did not answer within the timeout (on every attempt)."""
 
 
+@dataclass(frozen=True)
+class _Retryable:
+    """An attempt that failed in a way worth retrying (429, 5xx, no connection, no answer in
+    time): `why` for the log, the response for its Retry-After, and `fail(tried)`, the error to
+    raise when no attempt is left (`tried` says how many were made and why they stopped)."""
+
+    why: str
+    response: httpx.Response | None
+    fail: Callable[[str], LLMError]
+
+
 class OpenAICompatible:
     """`llm = OpenAICompatible()` or `OpenAICompatible(model="gpt-4o-mini")` in an app module.
 
@@ -58,6 +74,9 @@ class OpenAICompatible:
         api_key: sent as `Authorization: Bearer ...`.
         timeout: seconds for each attempt (connect, read, write, pool, each).
         max_retries: retries after the first attempt, for 429, 5xx, connection errors, timeouts.
+        total_timeout: seconds for the whole call, retries and waits included (default: none of
+            its own). In a worker the job's time limit (`--llm-timeout`) bounds it as well: no
+            retry starts that could not end before it, and an attempt gets at most the time left.
         backoff_base: seconds; attempt n waits uniform(0, min(max_backoff, backoff_base * 2**n)).
         max_backoff: seconds; also caps a server's `Retry-After`.
         headers: extra headers for every request (e.g. an org or project header).
@@ -65,10 +84,12 @@ class OpenAICompatible:
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None,
                  api_key: str | None = None, timeout: float = 60.0, max_retries: int = 4,
-                 backoff_base: float = 0.5, max_backoff: float = 10.0,
+                 total_timeout: float | None = None, backoff_base: float = 0.5, max_backoff: float = 10.0,
                  headers: Mapping[str, str] | None = None) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if total_timeout is not None and total_timeout <= 0:
+            raise ValueError("total_timeout must be > 0 (or None)")
         if timeout <= 0 or backoff_base < 0 or max_backoff < 0:
             raise ValueError("timeout must be > 0, backoff_base and max_backoff >= 0")
         self.base_url = (base_url or os.environ.get("PARLEY_LLM_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
@@ -76,6 +97,7 @@ class OpenAICompatible:
         self._api_key = api_key or os.environ.get("PARLEY_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.timeout = timeout
         self.max_retries = max_retries
+        self.total_timeout = total_timeout
         self.backoff_base = backoff_base
         self.max_backoff = max_backoff
         self.headers = dict(headers or {})
@@ -145,45 +167,57 @@ class OpenAICompatible:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
+    def time_limit(self) -> TimeLimit | None:
+        """The limit this call must end within: `total_timeout` from now, or the time left of the
+        worker's job (`--llm-timeout`), whichever comes first."""
+        own = TimeLimit.starting_now(self.total_timeout) if self.total_timeout is not None else None
+        return earliest(own, current_time_limit())
+
     def _post(self, body: dict[str, Any]) -> Any:
         content = json.dumps(body, ensure_ascii=False).encode()
-        attempts = self.max_retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                response = self._http().post(self.url, content=content, headers=self._headers())
-            except httpx.TimeoutException as exc:
-                if last:
-                    raise LLMTimeoutError(
-                        f"{self.url}: no answer within {self.timeout:g} s "
-                        f"({type(exc).__name__}, {attempts} attempt(s))") from None
-                self._wait(attempt, None, f"timeout ({type(exc).__name__})")
-                continue
-            except httpx.TransportError as exc:
-                if last:
-                    raise LLMError(f"{self.url}: connection failed ({type(exc).__name__}: "
-                                   f"{self._redact(str(exc))}; {attempts} attempt(s))") from None
-                self._wait(attempt, None, f"connection error ({type(exc).__name__})")
-                continue
-            if response.status_code in RETRY_STATUSES and not last:
-                self._wait(attempt, response, f"HTTP {response.status_code}")
-                continue
-            if response.status_code >= 400:
-                tried = f" after {attempts} attempt(s)" if response.status_code in RETRY_STATUSES else ""
-                raise LLMError(f"{self.url}: HTTP {response.status_code}{tried}: "
-                               f"{self._excerpt(response.text)}", status=response.status_code)
-            try:
-                return response.json()
-            except ValueError:
-                raise LLMError(f"{self.url}: HTTP {response.status_code} with a body that is not JSON: "
-                               f"{self._excerpt(response.text)}", status=response.status_code) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        limit = self.time_limit()
+        attempts = 0
+        while True:
+            timeout = self.timeout if limit is None else max(min(self.timeout, limit.left()), 0.001)
+            outcome = self._attempt(content, timeout)
+            attempts += 1
+            if not isinstance(outcome, _Retryable):
+                return outcome
+            if attempts > self.max_retries:
+                raise outcome.fail(f"{attempts} attempt(s)")
+            delay = self.delay(attempts - 1, outcome.response)
+            # another attempt only when, after its wait, it has a useful time left to run in
+            if limit is not None and limit.left() - delay < min(self.timeout, MIN_ATTEMPT_S):
+                raise outcome.fail(f"{attempts} attempt(s), stopped by the time limit of {limit.seconds:g} s")
+            log.warning("llm call retried", extra=kv(url=self.url, why=outcome.why, attempt=attempts,
+                                                     delay_s=round(delay, 3)))
+            time.sleep(delay)
 
-    def _wait(self, attempt: int, response: httpx.Response | None, why: str) -> None:
-        delay = self.delay(attempt, response)
-        log.warning("llm call retried", extra=kv(url=self.url, why=why, attempt=attempt + 1,
-                                                 delay_s=round(delay, 3)))
-        time.sleep(delay)
+    def _attempt(self, content: bytes, timeout: float) -> "Any | _Retryable":
+        """One POST: the reply's JSON, a failure worth retrying, or LLMError for one that is not."""
+        try:
+            response = self._http().post(self.url, content=content, headers=self._headers(),
+                                         timeout=httpx.Timeout(timeout))
+        except httpx.TimeoutException as exc:
+            kind = type(exc).__name__
+            return _Retryable(f"timeout ({kind})", None, lambda tried: LLMTimeoutError(
+                f"{self.url}: no answer within {round(timeout, 2):g} s ({kind}, {tried})"))
+        except httpx.TransportError as exc:
+            kind, text = type(exc).__name__, self._redact(str(exc))
+            return _Retryable(f"connection error ({kind})", None, lambda tried: LLMError(
+                f"{self.url}: connection failed ({kind}: {text}; {tried})"))
+        status = response.status_code
+        if status in RETRY_STATUSES:
+            excerpt = self._excerpt(response.text)
+            return _Retryable(f"HTTP {status}", response, lambda tried: LLMError(
+                f"{self.url}: HTTP {status} after {tried}: {excerpt}", status=status))
+        if status >= 400:
+            raise LLMError(f"{self.url}: HTTP {status}: {self._excerpt(response.text)}", status=status)
+        try:
+            return response.json()
+        except ValueError:
+            raise LLMError(f"{self.url}: HTTP {status} with a body that is not JSON: "
+                           f"{self._excerpt(response.text)}", status=status) from None
 
     def delay(self, attempt: int, response: httpx.Response | None = None) -> float:
         """Seconds to wait before retry `attempt + 1`: the server's Retry-After, else full jitter."""

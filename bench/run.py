@@ -298,7 +298,7 @@ def floor(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet | None
                              failure_ttl=24 * 3600, description=f"noop {j}")
             q.enqueue_job(job, pipeline=pipe)
             if lean:  # the in-flight record, numbered in its queue, as the outbox writes it
-                pipe.eval(RECORD_INFLIGHT, 3, keys.inflight, keys.inflight_order(q.name), keys.enqueue_seq,
+                pipe.eval(RECORD_INFLIGHT, 3, keys.inflight, keys.inflight_order(q.name), keys.stats,
                           job.id, orjson.dumps({
                               "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
                               "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000)}))

@@ -110,11 +110,6 @@ class Keys:
         is the queue's own: the jobs numbered below the queue's head have left the queue."""
         return f"{self.prefix}:inflight:{queue}"
 
-    @property
-    def enqueue_seq(self) -> str:
-        """Counter: the last sequence number given to an enqueued job (`inflight_order`)."""
-        return f"{self.prefix}:enqueued"
-
     def last_take(self, worker: str) -> str:
         """What a worker's last take_job.lua call took (token, job): a retried call gets it back."""
         return f"{self.prefix}:took:{worker}"
@@ -135,7 +130,8 @@ class Keys:
     @property
     def stats(self) -> str:
         """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions; `parked`:
-        distinct parked anchors, kept with the interrupt index)."""
+        distinct parked anchors, kept with the interrupt index; `enqueued`: jobs enqueued so
+        far, which numbers each in its queue's in-flight order)."""
         return f"{self.prefix}:stats"
 
     @property

@@ -53,6 +53,7 @@ def noop_lean(payload: Any = None) -> None:
     pipe = job.connection.pipeline(transaction=True)
     pipe.hdel(keys.running, job.id)
     pipe.hdel(keys.inflight, job.id)
+    pipe.zrem(keys.inflight_order(job.origin), job.id)
     pipe.delete(job.key)
     pipe.execute()
     RAN[0] += 1

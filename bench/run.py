@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, five scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, six scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -8,6 +8,8 @@
 3. Cost of a pause: Redis memory and process RSS per parked session, resume latency at P
 4. Scaling: dispatchers x worker processes
 5. The peer: the same flow in LangGraph with its SQLite and Postgres checkpointers
+6. Sweeps with a backlog: the dispatcher's sweeps per tick with 50,000 jobs queued and no worker,
+   and a concurrent client's PING
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -39,6 +41,8 @@ from bench import peer
 from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_flow
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
+from bench.sweep import backlog_row
+from parley.dispatcher.enqueue import RECORD_INFLIGHT
 from parley.schemas.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -293,10 +297,11 @@ def floor(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet | None
                              serializer=JSONSerializer, timeout=30, result_ttl=0,
                              failure_ttl=24 * 3600, description=f"noop {j}")
             q.enqueue_job(job, pipeline=pipe)
-            if lean:
-                pipe.hset(keys.inflight, job.id, orjson.dumps({
-                    "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
-                    "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000)}))
+            if lean:  # the in-flight record, numbered in its queue, as the outbox writes it
+                pipe.eval(RECORD_INFLIGHT, 3, keys.inflight, keys.inflight_order(q.name), keys.stats,
+                          job.id, orjson.dumps({
+                              "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
+                              "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000)}))
         pipe.execute()
     procs = [subprocess.Popen([sys.executable, "-m", "bench.noop", url, FLOOR_QUEUE,
                                *([f"floor-worker-{n}"] if lean else [])], cwd=ROOT,
@@ -533,6 +538,23 @@ def scenario_5(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
     save(args, out)
 
 
+# ---- scenario 6 ----------------------------------------------------------------------------------
+
+def scenario_6(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    rows = out.setdefault("scenario_6", [])
+    why = out_of_time(args, "scenario 6")
+    if why:
+        rows.append({"jobs": args.backlog_jobs, "skipped": why})
+        return
+    log(f"scenario 6: sweeps with {args.backlog_jobs} jobs queued, no worker, {args.backlog_ticks} ticks")
+    row = backlog_row(workdir / "s6", args.backlog_jobs, args.backlog_ticks, lost=args.backlog_lost,
+                      settings=deploy_tuning(), dist=dist)
+    rows.append(row)
+    log(f"  sweeps per tick p99 {row['sweep_ms_per_tick'].get('p99')} ms, "
+        f"PING p99 {row['ping_ms'].get('p99')} ms")
+    save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -693,6 +715,22 @@ def report(out: dict[str, Any]) -> str:
                          pq(r["park_ms"]), r["resume_threads_per_s"], pq(r["resume_ms"]),
                          r["row_bytes_per_parked_thread"], r["storage_growth_bytes_per_parked_thread"]])
         lines.append(table(hdr, rows))
+    s6 = out.get("scenario_6", [])
+    if s6:
+        lines.append("")
+        lines.append("6. Sweeps with a backlog: jobs queued, no worker, every sweep due on every tick; "
+                     "a concurrent client's PING (ms, p50/p99)")
+        hdr = ["queued", "ticks", "sweeps/tick ms", "max ms", "commands/tick", "losses posted", "PING ms",
+               "PING max"]
+        rows = []
+        for r in s6:
+            if "skipped" in r:
+                rows.append(skipped_row([r["jobs"]], len(hdr), r["skipped"]))
+                continue
+            rows.append([r["queued"], r["ticks"], pq(r["sweep_ms_per_tick"]), r["max_sweep_ms"],
+                         r["redis_commands_per_tick"], f"{r['losses_posted']}/{r['lost_planted']}",
+                         pq(r["ping_ms"]), r["ping_ms"].get("max")])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -759,6 +797,14 @@ def goal_lines(out: dict[str, Any]) -> list[str]:
         each = [f"P={r['parked']:,}: {g / 1024:.1f} MiB" for r, g in zip(s3, growth, strict=True)]
         lines.append("  [see] dispatcher RSS growth while parking at each P: " + ", ".join(each)
                      + " (goal: unchanged by P)")
+    for r in out.get("scenario_6", []):
+        if "skipped" in r:
+            continue
+        sweep_p99, ping_p99 = r["sweep_ms_per_tick"].get("p99"), r["ping_ms"].get("p99")
+        say(f"sweeps per tick p99 with {r['queued']:,} jobs queued", f"{sweep_p99} ms", "<= 10 ms",
+            sweep_p99 is not None and sweep_p99 <= 10)
+        say("a concurrent PING p99 meanwhile", f"{ping_p99} ms", "<= 5 ms",
+            ping_p99 is not None and ping_p99 <= 5)
     return lines
 
 
@@ -768,7 +814,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -789,6 +835,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-postgres", action="store_true", help="skip the Postgres row of scenario 5")
     ap.add_argument("--no-idempotency-keys", dest="idempotency_keys", action="store_false",
                     help="send inputs without an `id` (no idempotency keys in Redis)")
+    ap.add_argument("--backlog-jobs", type=int, default=50_000, help="scenario 6 jobs queued")
+    ap.add_argument("--backlog-ticks", type=int, default=500, help="scenario 6 ticks measured")
+    ap.add_argument("--backlog-lost", type=int, default=250,
+                    help="scenario 6 jobs popped by workers that died before recording them")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -800,6 +850,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.smoke:
         args.sessions, args.park_sizes, args.resumes = 20, "50", 20
         args.scaling_sessions, args.lg_threads, args.timeout = 10, 20, 120
+        args.backlog_jobs, args.backlog_ticks, args.backlog_lost = 500, 20, 5
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -835,6 +886,9 @@ def main(argv: list[str] | None = None) -> int:
             scenario_5(args, workdir, out)
         if "3" in args.only:
             scenario_3(args, workdir, out)
+        # before 4: short, and 4's rows are the ones to give up if time runs out
+        if "6" in args.only:
+            scenario_6(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

@@ -8,6 +8,7 @@ owner of the partition replays it, finds it applied, and flushes what is left.
 import math
 import time
 from collections.abc import Callable
+from importlib.resources import files
 from typing import Any, assert_never
 
 import orjson
@@ -30,6 +31,7 @@ from parley.dispatcher.core.effects import (
     Stat,
 )
 from parley.dispatcher.engine_key import EngineKey
+from parley.dispatcher.store import load_script
 from parley.schemas.jobs import JOBS, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields
@@ -37,6 +39,12 @@ from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fie
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
 FAILURE_TTL = 24 * 3600
+
+# EVAL, not EVALSHA: inside a MULTI a script missing from the cache (Redis restarted) would fail
+# alone at EXEC while the job's push went through, leaving a job with no in-flight record.
+# Likewise for the interrupt index: its counts must move with it or not at all.
+RECORD_INFLIGHT, INDEX_ADD, INDEX_REMOVE = (files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
+                                            for name in ("record_inflight", "index_add", "index_remove"))
 
 
 class Outbox:
@@ -46,6 +54,8 @@ class Outbox:
         self._queues: dict[str, Queue] = {}
         self._partitions: int | None = None
         self.engine_key = EngineKey(redis, keys)
+        # the gauges' counts, for an index an older dispatcher wrote without them (once per Redis)
+        load_script(redis, "count_interrupts")(keys=[keys.interrupt_info, keys.interrupt_anchors, keys.stats])
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -130,33 +140,38 @@ class Outbox:
                          timeout=max(1, math.ceil(fx.timeout)), result_ttl=RESULT_TTL,
                          failure_ttl=FAILURE_TTL, description=f"{fx.work} of {session}")
         queue.enqueue_job(job, pipeline=pipe)
-        pipe.hset(self.keys.inflight, jid, orjson.dumps({
+        record = orjson.dumps({
             "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
-            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)}))
+            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
+        pipe.eval(RECORD_INFLIGHT, 3, self.keys.inflight, self.keys.inflight_order(queue.name),
+                  self.keys.stats, jid, record)
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
         # Best effort: a queued job is removed; a running model call is stopped by its worker,
         # which watches the in-flight record deleted here (workers/stopping.py); anything else
         # running finishes and its result is dropped by the core (voiding is logical: I4).
         jid = job_id(session, fx.work, fx.attempt)
-        pipe.lrem(self.queue(JOBS[fx.job].queue).key, 0, jid)
+        queue = self.queue(JOBS[fx.job].queue)
+        pipe.lrem(queue.key, 0, jid)
         pipe.delete(Job.key_for(jid))
         pipe.hdel(self.keys.inflight, jid)
+        pipe.zrem(self.keys.inflight_order(queue.name), jid)
+
+    def _index_keys(self) -> list[str]:
+        k = self.keys
+        return [k.interrupt_index, k.interrupt_info, k.deadlines, k.interrupt_anchors, k.stats]
 
     def _index_add(self, pipe: Any, session: str, fx: IndexAdd) -> None:
+        """Into the index, the deadlines, and the counts the metrics read (index_add.lua)."""
         member = self.keys.index_member(session, fx.interrupt_id)
-        pipe.zadd(self.keys.interrupt_index, {member: fx.raised_at})
-        pipe.hset(self.keys.interrupt_info, member, orjson.dumps({
+        details = orjson.dumps({
             "session": session, "interrupt_id": fx.interrupt_id, "reason": fx.reason,
-            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent}))
-        if fx.deadline is not None:
-            pipe.zadd(self.keys.deadlines, {member: fx.deadline})
+            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent})
+        pipe.eval(INDEX_ADD, 5, *self._index_keys(), member, fx.raised_at, details,
+                  "" if fx.deadline is None else fx.deadline)
 
     def _index_remove(self, pipe: Any, session: str, fx: IndexRemove) -> None:
-        member = self.keys.index_member(session, fx.interrupt_id)
-        pipe.zrem(self.keys.interrupt_index, member)
-        pipe.hdel(self.keys.interrupt_info, member)
-        pipe.zrem(self.keys.deadlines, member)
+        pipe.eval(INDEX_REMOVE, 5, *self._index_keys(), self.keys.index_member(session, fx.interrupt_id))
 
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's creation and first message, one input: a spawn either makes its own

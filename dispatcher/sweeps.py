@@ -1,7 +1,7 @@
 """Sweeps: work that no stream entry announces, found by looking at Redis on a timer.
 
 Three things happen without anyone posting them: an interrupt's deadline passes; a worker
-dies holding a job; a worker dies between RQ's dequeue and the job's first line. Each sweep
+dies holding a job; a worker dies between popping a job and recording it as running. Each sweep
 turns what it finds into a work outcome on the session's results stream, with a script that
 posts it exactly once (every dispatcher sweeps, standbys too, whoever looks first wins); the
 machine then applies it like any other outcome. Nothing here holds a lease or touches session
@@ -14,12 +14,14 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from rq import Queue
 from rq.job import Job
 
 from parley import metrics
 from parley.dispatcher.leases import Leases
 from parley.dispatcher.store import load_script
 from parley.logs import kv
+from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
 
@@ -38,6 +40,8 @@ class Sweeps:
     DEADLINES_EVERY_S = 0.2
     LOST_EVERY_S = 1.0
     UNCLAIMED_EVERY_S = 5.0
+    UNCLAIMED_STEP_EVERY_S = 0.2
+    UNCLAIMED_BATCH = 100
     # a worker alive records its job within milliseconds of taking it
     UNCLAIMED_AFTER_MS = 15_000
 
@@ -51,6 +55,10 @@ class Sweeps:
         self._fire_deadline = load_script(redis, "fire_deadline")
         self._settle_lost = load_script(redis, "settle_lost")
         self._settle_unclaimed = load_script(redis, "settle_unclaimed")
+        self._find_unclaimed = load_script(redis, "find_unclaimed")
+        self.queues = sorted({keys.queue(spec.queue) for spec in JOBS.values()})
+        # per queue: where its unclaimed-work walk goes on ('' = done, or not started)
+        self._cursors: dict[str, str] = {}
 
     def run(self) -> None:
         self.fire_deadlines()
@@ -117,36 +125,53 @@ class Sweeps:
 
     def find_unclaimed_work(self) -> None:
         """Jobs that left their queue but were never recorded as running: their worker died
-        between RQ's dequeue and the job's first line. After 15 s they are lost, like work
-        held by a dead worker."""
+        between the blocking pop and the record (or a job raised and released its record).
+        After 15 s they are lost, like work held by a dead worker.
+
+        Queued jobs are never looked at, however long the queues: each queue's in-flight jobs
+        are numbered in push order, so the ones numbered below the queue's head are the ones
+        that left it (dispatcher/lua/find_unclaimed.lua). Those are walked with a cursor, at
+        most UNCLAIMED_BATCH per queue and step: a walk starts every 5 s and, while it has
+        more to see, takes its next step 0.2 s later, so a tick's work stays bounded."""
         now = time.monotonic()
-        if now - self.unclaimed_checked < self.UNCLAIMED_EVERY_S:
+        walking = any(self._cursors.values())
+        every = self.UNCLAIMED_STEP_EVERY_S if walking else self.UNCLAIMED_EVERY_S
+        if now - self.unclaimed_checked < every:
             return
         self.unclaimed_checked = now
-        inflight: Any = self.redis.hgetall(self.keys.inflight)
-        now_ms = int(time.time() * 1000)
-        old = [(job, raw, orjson.loads(raw)) for job, raw in (inflight or {}).items()]
-        old = [(job, raw, rec) for job, raw, rec in old if now_ms - rec["at"] > self.UNCLAIMED_AFTER_MS]
-        if not old:
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        for job, _raw, rec in old:
-            pipe.hexists(self.keys.running, job)
-            pipe.lpos(rec["queue"], job)
-        answers: Any = pipe.execute()
-        for i, (job, raw, rec) in enumerate(old):
-            claimed, position = answers[2 * i], answers[2 * i + 1]
-            if claimed or position is not None:
-                continue  # running on a live worker (the heartbeat path watches it), or waiting
-            self._post_unclaimed(job, raw, rec)
+        for name in self.queues:
+            if walking and not self._cursors.get(name):
+                continue  # this queue's walk is done; wait for the next one
+            self._step(name)
 
-    def _post_unclaimed(self, job: Any, raw: Any, rec: dict[str, Any]) -> None:
-        if rec.get("reply_to") != self.results_of(rec["session"]):
-            return
-        job_key = Job.key_for(job.decode() if isinstance(job, bytes) else job)
-        # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
-        if self._settle_unclaimed(keys=[self.keys.inflight, self.keys.running, rec["reply_to"], job_key],
-                                  args=[job, raw, lost_outcome(rec).model_dump_json()]):
-            metrics.WORK_LOST.labels(rec["kind"]).inc()
-            log.warning("job dequeued but never started (its worker died)", extra=kv(
-                session=rec["session"], work=rec["work"], kind=rec["kind"]))
+    def _step(self, name: str) -> None:
+        order = self.keys.inflight_order(name)
+        reply: Any = self._find_unclaimed(
+            keys=[Queue.redis_queue_namespace_prefix + name, order, self.keys.inflight, self.keys.running],
+            args=[self._cursors.get(name, ""), self.UNCLAIMED_BATCH])
+        cursor, found = reply[0], reply[1:]
+        self._cursors[name] = cursor.decode() if isinstance(cursor, bytes) else cursor
+        now_ms = int(time.time() * 1000)
+        lost = [(job, raw, rec) for job, raw in zip(found[::2], found[1::2], strict=True)
+                # a job popped a moment ago is being recorded by a live worker
+                if now_ms - (rec := orjson.loads(raw))["at"] > self.UNCLAIMED_AFTER_MS]
+        if lost:
+            self._post_unclaimed(lost, order)
+
+    def _post_unclaimed(self, lost: list[tuple[Any, Any, dict[str, Any]]], order: str) -> None:
+        """Post each loss with settle_unclaimed.lua, all in one round trip (one fsync)."""
+        # a record naming any other stream is not ours to act on (see _post_lost)
+        lost = [(job, raw, rec) for job, raw, rec in lost
+                if rec.get("reply_to") == self.results_of(rec["session"])]
+        pipe = self.redis.pipeline(transaction=False)
+        for job, raw, rec in lost:
+            job_key = Job.key_for(job.decode() if isinstance(job, bytes) else job)
+            # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
+            self._settle_unclaimed(keys=[self.keys.inflight, self.keys.running, rec["reply_to"], job_key,
+                                         order],
+                                   args=[job, raw, lost_outcome(rec).model_dump_json()], client=pipe)
+        for (_job, _raw, rec), posted in zip(lost, pipe.execute(), strict=True):
+            if posted:
+                metrics.WORK_LOST.labels(rec["kind"]).inc()
+                log.warning("job dequeued but never started (its worker died)", extra=kv(
+                    session=rec["session"], work=rec["work"], kind=rec["kind"]))

@@ -77,6 +77,12 @@ class Keys:
         return f"{self.prefix}:interrupts:info"
 
     @property
+    def interrupt_anchors(self) -> str:
+        """Hash: session + anchor (empty: a global interrupt) -> open interrupts parking it; kept
+        with the index, so `parley_parked_branches` (`stats` field `parked`) is one HGET."""
+        return f"{self.prefix}:interrupts:anchors"
+
+    @property
     def deadlines(self) -> str:
         """Sorted set of open interrupts with a timeout, scored by deadline (Unix ms)."""
         return f"{self.prefix}:deadlines"
@@ -98,6 +104,12 @@ class Keys:
         lost between a worker's dequeue and its running record is still noticed."""
         return f"{self.prefix}:inflight"
 
+    def inflight_order(self, queue: str) -> str:
+        """Sorted set: RQ job id -> enqueue sequence number, for the in-flight jobs of one RQ
+        queue (by its name, `Keys.queue`). Numbered in the MULTI that pushes them, so the order
+        is the queue's own: the jobs numbered below the queue's head have left the queue."""
+        return f"{self.prefix}:inflight:{queue}"
+
     def last_take(self, worker: str) -> str:
         """What a worker's last take_job.lua call took (token, job): a retried call gets it back."""
         return f"{self.prefix}:took:{worker}"
@@ -117,7 +129,9 @@ class Keys:
 
     @property
     def stats(self) -> str:
-        """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions)."""
+        """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions; `parked`:
+        distinct parked anchors, kept with the interrupt index; `enqueued`: jobs enqueued so
+        far, which numbers each in its queue's in-flight order)."""
         return f"{self.prefix}:stats"
 
     @property

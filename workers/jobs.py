@@ -135,6 +135,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
         pipe.hdel(_keys.running, job.id)
         pipe.hdel(_keys.inflight, job.id)
+        pipe.zrem(_keys.inflight_order(job.origin), job.id)  # the in-flight record's place in its queue
         if _claimed_by_worker(job):
             # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
             pipe.delete(job.key)

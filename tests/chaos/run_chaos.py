@@ -3,12 +3,19 @@
     python -m tests.chaos.run_chaos --sessions 200      (make chaos)
     python -m tests.chaos.run_chaos --sessions 40       (make chaos-smoke, in CI)
 
-Two dispatchers over two partitions and three workers run the seed app; every few
-seconds one of them is killed with SIGKILL and replaced; once, Redis itself is killed
-(`appendfsync always`) and restarted from its AOF. Each session parks on the interrupt,
-is resumed by this driver, and must finish. Then every session is checked: its input
-taken (no lost input), no duplicate message, exactly one delivered resume, nothing still
-parked, and the transcript complete. Prints the counts and exits 1 on any violation.
+Two dispatchers over two partitions and three workers run tests/apps/chaos_tools.py (the
+seed app plus two tools with real bodies); every few seconds one of them is killed with
+SIGKILL and replaced; once, Redis itself is killed (`appendfsync always`) and restarted from
+its AOF. Each seed session parks on the interrupt, is resumed by this driver, and must
+finish. Then every session is checked: its input taken (no lost input), no duplicate
+message, exactly one delivered resume, nothing still parked, and the transcript complete.
+
+Tool sessions (`--tool-sessions`) ask for two calls at once: `record_once` (not idempotent)
+and `record_idem` (idempotent), whose bodies record each execution in Redis. What
+docs/guarantees.md promises is checked against those records: each call settled exactly once
+(one `tool.completed`, one tool message); `record_once` ran at most once, and its result is
+either its own (it ran) or `worker_lost`; `record_idem` ran at most 3 times (its attempts), and
+a result of its own means it ran. Prints the counts and exits 1 on any violation.
 """
 
 import argparse
@@ -18,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +34,22 @@ import redis
 
 from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
+from tests.apps.chaos_tools import ran_key
 
-APP = "examples.seed_app"
+APP = "tests.apps.chaos_tools"
 FINAL = "Done. send_email: sent"
+TOOLS = ("record_once", "record_idem")
+ATTEMPTS = {"record_once": 1, "record_idem": 3}  # executions allowed per call
+
+
+def is_tool_session(session: str) -> bool:
+    return session.startswith("tools-")
+
+
+def first_message(session: str) -> str:
+    if is_tool_session(session):
+        return "\n".join(f"call {tool} {orjson.dumps({'key': session}).decode()}" for tool in TOOLS)
+    return f"Email bob@example.com: note {session}"
 
 
 class Fleet:
@@ -81,8 +102,8 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
         now = time.monotonic()
         for s in sessions:
             if state[s] == "new" and now >= starts[s]:
-                retrying(client.send, s, {"type": "message.create",
-                                          "content": f"Email bob@example.com: note {s}"}, f"msg-{s}")
+                retrying(client.send, s, {"type": "message.create", "content": first_message(s)},
+                         f"msg-{s}")
                 state[s] = "sent"
             if s in resume_at and state[s] == "parked" and now >= resume_at[s][0]:
                 retrying(client.send, s, {"type": "interrupt.resume", "interrupt_id": resume_at[s][1],
@@ -102,14 +123,15 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
                     if event["type"] == "interrupt.raised" and state[s] == "sent":
                         resume_at[s] = (time.monotonic() + rng.uniform(0, 3), event["interrupt_id"])
                         state[s] = "parked"
-                    elif event["type"] == "turn.completed" and state[s] == "resumed":
+                    elif event["type"] == "turn.completed" and (
+                            state[s] == "resumed" or (state[s] == "sent" and is_tool_session(s))):
                         state[s] = "done"
         time.sleep(0.05)
     stop.set()
     return state
 
 
-def check(client: Client, session: str) -> list[str]:
+def check(client: Client, session: str, tally: dict[str, int]) -> list[str]:
     problems = []
     events = [e for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.2)]
     created = [e["message"]["id"] for e in events if e["type"] == "message.created"]
@@ -121,6 +143,8 @@ def check(client: Client, session: str) -> list[str]:
     users = [m for m in view["messages"] if m["role"] == "user"]
     if len(users) != 1:
         problems.append(f"lost or duplicated input: {len(users)} user messages")
+    if is_tool_session(session):
+        return problems + check_tools(client, session, events, view, tally)
     delivered = [e for e in events if e["type"] == "interrupt.resumed" and e["delivered"]]
     if len(delivered) != 1:
         problems.append(f"{len(delivered)} delivered resumes")
@@ -132,9 +156,38 @@ def check(client: Client, session: str) -> list[str]:
     return problems
 
 
+def check_tools(client: Client, session: str, events: list[dict[str, Any]], view: dict[str, Any],
+                tally: dict[str, int]) -> list[str]:
+    """Each call settled once, and each tool body run as often as its idempotency allows."""
+    problems = []
+    tools = [m for m in view["messages"] if m["role"] == "tool"]
+    if len(tools) != len(TOOLS):
+        problems.append(f"{len(tools)} tool messages for {len(TOOLS)} calls (a result recorded twice?)")
+    if view["messages"][-1]["role"] != "assistant" or not view["messages"][-1]["content"].startswith("Done."):
+        problems.append(f"incomplete transcript {[m['content'] for m in view['messages']]}")
+    for tool in TOOLS:
+        settled = [e for e in events if e["type"] == "tool.completed" and e["name"] == tool]
+        ran = int(client.redis.scard(ran_key(tool, session)))
+        tally[f"{tool} executions"] += ran
+        if len(settled) != 1:
+            problems.append(f"{tool}: settled {len(settled)} times")
+            continue
+        error = settled[0].get("error")
+        tally[f"{tool} {error or 'ok'}"] += 1
+        if ran > ATTEMPTS[tool]:
+            problems.append(f"{tool}: its body ran {ran} times (at most {ATTEMPTS[tool]})")
+        if error is None and ran == 0:
+            problems.append(f"{tool}: a result of its own, but its body never ran")
+        if error not in (None, "worker_lost"):
+            problems.append(f"{tool}: unexpected error {error!r}")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--sessions", type=int, default=200, help="seed sessions")
+    parser.add_argument("--tool-sessions", type=int, default=None,
+                        help="sessions running the recording tools (default: half --sessions)")
     parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills")
     parser.add_argument("--spread", type=float, default=60.0, help="seconds over which sessions start")
     parser.add_argument("--timeout", type=float, default=240.0)
@@ -149,7 +202,11 @@ def main() -> int:
     client = Client(redis.Redis.from_url(server.url, socket_timeout=5))
     while client.redis.hget(client.keys.config, "partitions") is None:
         time.sleep(0.05)  # producers hash sessions over the N the dispatchers publish
+    tool_sessions = args.sessions // 2 if args.tool_sessions is None else args.tool_sessions
+    # interleaved, so that kills land on both kinds at every stage
     sessions = [f"chaos-{i}" for i in range(args.sessions)]
+    for i in range(tool_sessions):
+        sessions.insert(min(len(sessions), 3 * i + 1), f"tools-{i}")
     stop = threading.Event()
     restarts = 0
 
@@ -172,8 +229,9 @@ def main() -> int:
     chaos_thread.join()
     elapsed = time.monotonic() - t0
     violations = {}
+    tally: Counter[str] = Counter()
     for s in sessions:
-        problems = check(client, s) if state[s] == "done" else [f"did not finish (state {state[s]})"]
+        problems = check(client, s, tally) if state[s] == "done" else [f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
     for s in sorted(violations)[:3]:  # what a stuck session looks like, before Redis goes away
@@ -186,9 +244,11 @@ def main() -> int:
     if crashed or any(codes):
         # a process that died by itself (not one we killed) or did not stop cleanly on SIGTERM
         violations["fleet"] = [f"died on their own: {crashed}", f"exit codes on SIGTERM: {codes}"]
-    print(f"chaos: sessions={len(sessions)} finished={sum(v == 'done' for v in state.values())} "
+    print(f"chaos: sessions={len(sessions)} (tool sessions {tool_sessions}) "
+          f"finished={sum(v == 'done' for v in state.values())} "
           f"kills={fleet.kills} redis_restarts={restarts} violations={len(violations)} "
           f"seconds={elapsed:.1f} exit_codes={codes}")
+    print("tools: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))
     for s, problems in sorted(violations.items())[:20]:
         print(f"  {s}: {'; '.join(problems)}")
     if violations:

@@ -800,9 +800,10 @@ def goal_lines(out: dict[str, Any]) -> list[str]:
     for r in out.get("scenario_6", []):
         if "skipped" in r:
             continue
-        sweep_p99, ping_p99 = r["sweep_ms_per_tick"].get("p99"), r["ping_ms"].get("p99")
-        say(f"sweeps per tick p99 with {r['queued']:,} jobs queued", f"{sweep_p99} ms", "<= 10 ms",
-            sweep_p99 is not None and sweep_p99 <= 10)
+        # every tick, the slowest included: the sweeps run in the dispatcher's main loop
+        sweep_max, ping_p99 = r["max_sweep_ms"], r["ping_ms"].get("p99")
+        say(f"sweeps per tick, slowest tick, with {r['queued']:,} jobs queued", f"{sweep_max} ms", "<= 10 ms",
+            sweep_max is not None and sweep_max <= 10)
         say("a concurrent PING p99 meanwhile", f"{ping_p99} ms", "<= 5 ms",
             ping_p99 is not None and ping_p99 <= 5)
     return lines

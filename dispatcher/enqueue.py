@@ -143,8 +143,7 @@ class Outbox:
         record = orjson.dumps({
             "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
             "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
-        pipe.eval(RECORD_INFLIGHT, 3, self.keys.inflight, self.keys.inflight_order(queue.name),
-                  self.keys.stats, jid, record)
+        pipe.eval(RECORD_INFLIGHT, 2, self.keys.inflight, self.keys.inflight_order(queue.name), jid, record)
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
         # Best effort: a queued job is removed; a running model call is stopped by its worker,

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from redis.exceptions import ResponseError
 from rq import Queue
 from rq.job import Job
 
@@ -41,7 +42,7 @@ class Sweeps:
     LOST_EVERY_S = 1.0
     UNCLAIMED_EVERY_S = 5.0
     UNCLAIMED_STEP_EVERY_S = 0.2
-    UNCLAIMED_BATCH = 100
+    UNCLAIMED_BATCH = 50
     # a worker alive records its job within milliseconds of taking it
     UNCLAIMED_AFTER_MS = 15_000
 
@@ -52,6 +53,7 @@ class Sweeps:
         self.deadlines_checked = 0.0
         self.lost_checked = 0.0
         self.unclaimed_checked = 0.0
+        self._refused_logged: dict[str, float] = {}
         self._fire_deadline = load_script(redis, "fire_deadline")
         self._settle_lost = load_script(redis, "settle_lost")
         self._settle_unclaimed = load_script(redis, "settle_unclaimed")
@@ -60,10 +62,27 @@ class Sweeps:
         # per queue: where its unclaimed-work walk goes on ('' = done, or not started)
         self._cursors: dict[str, str] = {}
 
+    #: a sweep Redis refuses is logged at most this often
+    REFUSED_LOG_EVERY_S = 30.0
+
     def run(self) -> None:
-        self.fire_deadlines()
-        self.find_lost_work()
-        self.find_unclaimed_work()
+        for sweep in (self.fire_deadlines, self.find_lost_work, self.find_unclaimed_work):
+            try:
+                sweep()
+            except ResponseError as exc:
+                self._refused(sweep.__name__, exc)
+
+    def _refused(self, name: str, exc: ResponseError) -> None:
+        """A sweep Redis refuses (an ACL without a command the sweep needs, after an upgrade
+        whose users.acl was not loaded; a script error) must not stop the dispatcher from
+        applying inputs and outcomes: it is logged, counted, and tried again at its pace. An
+        outage (ConnectionError) is not caught here: the loop waits that out as a whole."""
+        metrics.SWEEP_ERRORS.labels(name).inc()
+        now = time.monotonic()
+        if now - self._refused_logged.get(name, float("-inf")) >= self.REFUSED_LOG_EVERY_S:
+            self._refused_logged[name] = now
+            log.error("a sweep was refused by Redis; inputs are still applied",
+                      extra=kv(sweep=name, error=str(exc)))
 
     def results_of(self, session: str) -> str:
         return self.keys.results_of(session, self.leases.partitions)

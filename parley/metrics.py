@@ -43,6 +43,8 @@ WORK_LOST = Counter("parley_work_lost_total", "Jobs found held by a dead worker"
                     registry=REGISTRY)
 TRANSITIONS = Counter("parley_transitions_total", "Transitions committed (replays excluded)",
                       registry=REGISTRY)
+SWEEP_ERRORS = Counter("parley_sweep_errors_total", "Sweeps Redis refused (an ACL missing a command, a "
+                       "script error): the dispatcher goes on applying inputs", ["sweep"], registry=REGISTRY)
 REPLAYS = Counter("parley_replays_total", "Entries found already applied (after a crash)", registry=REGISTRY)
 TRANSITION_SECONDS = Histogram("parley_transition_seconds",
                                "Load, apply and commit of the wave an entry was in",

@@ -130,8 +130,7 @@ class Keys:
     @property
     def stats(self) -> str:
         """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions; `parked`:
-        distinct parked anchors, kept with the interrupt index; `enqueued`: jobs enqueued so
-        far, which numbers each in its queue's in-flight order)."""
+        distinct parked anchors, kept with the interrupt index)."""
         return f"{self.prefix}:stats"
 
     @property

@@ -183,6 +183,24 @@ def check_tools(client: Client, session: str, events: list[dict[str, Any]], view
     return problems
 
 
+def leftovers(client: Client, within_s: float = 30.0) -> list[str]:
+    """Fleet-wide bookkeeping a finished run must not leave behind (after kills and a Redis
+    restart): in-flight and running records, the queues' in-flight numbers, the interrupt counts.
+    A number left by the heartbeat sweep goes at the next unclaimed-work walk: waited for."""
+    r, keys = client.redis, client.keys
+    deadline = time.monotonic() + within_s
+    while True:
+        numbered = sum(int(r.zcard(k)) for k in r.scan_iter(f"{keys.prefix}:inflight:*"))
+        found = {"in-flight records": int(r.hlen(keys.inflight)),
+                 "running records": int(r.hlen(keys.running)),
+                 "in-flight numbers": numbered, "parked anchors": int(r.hlen(keys.interrupt_anchors)),
+                 "parked gauge": int(r.hget(keys.stats, "parked") or 0)}
+        problems = [f"{what}: {n} left" for what, n in found.items() if n]
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(0.5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=200, help="seed sessions")
@@ -234,6 +252,8 @@ def main() -> int:
         problems = check(client, s, tally) if state[s] == "done" else [f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
+    if not violations and (left := leftovers(client)):
+        violations["leftovers"] = left
     for s in sorted(violations)[:3]:  # what a stuck session looks like, before Redis goes away
         events = [e["type"] for _id, e in client.events(s, block_ms=1, until=time.monotonic() + 0.2)]
         (workdir / f"{s}.txt").write_text(f"events: {events}\nview: {client.show(s)}\n"

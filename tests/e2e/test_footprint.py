@@ -39,5 +39,8 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
     assert not [k for k in keys if k.startswith("rq:job:")]  # finished jobs leave nothing behind
     assert r.xlen("parley:inputs") == 0 and r.xlen("parley:results") == 0  # acked entries trimmed
     assert r.hlen("parley:running") == 0 and r.zcard("parley:interrupts") == 0
+    # the in-flight records and their numbers, and the interrupt counts, go with the work
+    assert r.hlen("parley:inflight") == 0 and not [k for k in keys if k.startswith("parley:inflight:")]
+    assert r.hlen("parley:interrupts:anchors") == 0 and int(r.hget("parley:stats", "parked") or 0) == 0
     global_keys = keys - per_session
     assert len(global_keys) < 20, sorted(global_keys)  # fixed bookkeeping, not per session

@@ -14,7 +14,7 @@ import redis
 
 from parley.client import Client
 from tests.apps.chaos_tools import ran_key
-from tests.chaos.run_chaos import check_tools
+from tests.chaos.run_chaos import check_tools, leftovers
 
 
 def completed(name: str, error: str | None = None) -> dict[str, Any]:
@@ -58,3 +58,14 @@ def test_each_violation_is_named(r: redis.Redis) -> None:
     ran(r, "tools-none", once=0, idem=0)
     assert problems(r, "tools-none", [completed("record_once"), completed("record_idem", "timeout")]) == [
         "record_once: a result of its own, but its body never ran", "record_idem: unexpected error 'timeout'"]
+
+
+def test_the_run_names_fleet_wide_bookkeeping_left_behind(r: redis.Redis) -> None:
+    client = Client(r)
+    assert leftovers(client, within_s=0) == []
+    r.hset("parley:inflight", "job-1", "{}")
+    r.zadd("parley:inflight:llm", {"job-1": 1})
+    r.hset("parley:interrupts:anchors", "s-1\x1fmsg-2", 1)
+    r.hset("parley:stats", "parked", 1)
+    assert leftovers(client, within_s=0) == ["in-flight records: 1 left", "in-flight numbers: 1 left",
+                                             "parked anchors: 1 left", "parked gauge: 1 left"]

@@ -12,11 +12,12 @@ import orjson
 import pytest
 import redis
 
+from parley import metrics
 from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
-from parley.dispatcher.core import Enqueue
+from parley.dispatcher.core import Cancel, Enqueue
 from parley.schemas.jobs import JobKind, job_id
-from tests.integration.conftest import KEYS, RESULTS, MakeDispatcher, queue_ids
+from tests.integration.conftest import KEYS, RESULTS, MakeDispatcher, events, queue_ids, send, tick
 
 
 def commands_total(r: redis.Redis) -> int:
@@ -116,3 +117,55 @@ def test_running_and_released_jobs_ahead_of_the_queue(
     assert posted(r) == [("b-1", "worker_lost")]
     assert r.hexists(KEYS.inflight, running) and not r.hexists(KEYS.inflight, released)
     assert sweep(d) == 0
+
+
+def test_numbers_follow_the_queue_even_when_the_stats_hash_is_deleted(
+        r: redis.Redis, d: Dispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job is numbered one above its queue's highest, not by a counter: an operator who deletes
+    `parley:stats` (its gauges are recounted) cannot make queued jobs look as if they had left."""
+    ids = enqueue_llm_jobs(r, d, 10, monkeypatch)
+    for job in ids[:5]:  # taken and answered: the outcome's MULTI removes record and number
+        assert r.lpop("rq:queue:llm") == job.encode()
+        r.hdel(KEYS.inflight, job)
+        r.zrem(KEYS.inflight_order("llm"), job)
+    r.delete(KEYS.stats)
+    later = enqueue_llm_jobs(r, d, 3, monkeypatch, first=10)
+    assert sweep(d) == 0
+    assert queue_ids(r, "llm") == ids[5:] + later
+    assert all(r.exists(f"rq:job:{job}") for job in later)
+
+
+def test_a_job_cancelled_in_the_middle_of_the_queue_leaves_no_number_and_no_loss(
+        r: redis.Redis, d: Dispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = enqueue_llm_jobs(r, d, 6, monkeypatch)
+    d.outbox.flush_many([("b-3", [Cancel(seq=2, job=JobKind.LLM, work="llm-1", attempt=1)])])
+    assert queue_ids(r, "llm") == ids[:3] + ids[4:]
+    assert r.zcard(KEYS.inflight_order("llm")) == 5 and not r.hexists(KEYS.inflight, ids[3])
+    r.lpop("rq:queue:llm")  # the head's worker dies before recording it
+    assert sweep(d) == 1 and posted(r) == [("b-0", "worker_lost")]
+    assert sweep(d) == 0
+    # what is left: the five queued jobs' records and numbers, nothing else
+    assert r.zcard(KEYS.inflight_order("llm")) == r.hlen(KEYS.inflight) == 4
+
+
+def test_a_number_left_behind_by_the_heartbeat_sweep_is_cleared_by_the_next_walk(
+        r: redis.Redis, d: Dispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = enqueue_llm_jobs(r, d, 3, monkeypatch)
+    r.lpop("rq:queue:llm")
+    r.hdel(KEYS.inflight, ids[0])  # settled by the heartbeat sweep (settle_lost keeps the number)
+    assert r.zscore(KEYS.inflight_order("llm"), ids[0]) is not None
+    assert sweep(d) == 0
+    assert r.zscore(KEYS.inflight_order("llm"), ids[0]) is None
+    assert r.zcard(KEYS.inflight_order("llm")) == 2
+
+
+def test_a_sweep_redis_refuses_does_not_stop_the_dispatcher_applying_inputs(
+        r: redis.Redis, d: Dispatcher) -> None:
+    """A refused sweep (here a key of the wrong type; after an upgrade, an ACL not yet loaded)
+    is counted and logged; the tick goes on to read and apply the partition's inputs."""
+    r.set(KEYS.deadlines, "not a sorted set")
+    before = metrics.SWEEP_ERRORS.labels("fire_deadlines")._value.get()
+    send(r, "s-1", {"type": "message.create", "content": "hello"})
+    tick(d)
+    assert [e["type"] for e in events(r, "s-1")][:2] == ["session.created", "message.created"]
+    assert metrics.SWEEP_ERRORS.labels("fire_deadlines")._value.get() == before + 1

@@ -165,7 +165,8 @@ class Outbox:
         member = self.keys.index_member(session, fx.interrupt_id)
         details = orjson.dumps({
             "session": session, "interrupt_id": fx.interrupt_id, "reason": fx.reason,
-            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent})
+            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent,
+            "response_schema": fx.response_schema})
         pipe.eval(INDEX_ADD, 5, *self._index_keys(), member, fx.raised_at, details,
                   "" if fx.deadline is None else fx.deadline)
 

@@ -53,6 +53,8 @@ class InterruptAction(_Action):
     timeout_s: Annotated[float, Field(gt=0)] | None = None
     default: Any = None
     resumable_by: list[str] | None = None
+    #: JSON Schema (Draft 2020-12) a resume's payload must match, else it is refused `invalid_resume`
+    response_schema: dict[str, Any] | None = None
 
 
 Action = Annotated[

@@ -34,6 +34,8 @@ class RefusalCode(StrEnum):
     UNKNOWN_MESSAGE = "unknown_message"
     #: interrupt.resume not signed by one of the interrupt's `resumable_by` principals
     FORBIDDEN = "forbidden"
+    #: interrupt.resume whose payload does not match the interrupt's `response_schema`
+    INVALID_RESUME = "invalid_resume"
 
 
 class IgnoreCode(StrEnum):

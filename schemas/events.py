@@ -17,7 +17,7 @@ class _Event(BaseModel):
 
 
 class InputRef(BaseModel):
-    """`input` of refused/ignored events: the entry id, the type and the ids it names."""
+    """`input` of the events an input causes: the entry id, the type and the ids it names."""
 
     model_config = ConfigDict(extra="forbid")
     entry: str
@@ -41,11 +41,14 @@ class SessionCreated(_Event):
     type: Literal["session.created"]
     budget: dict[str, Any] | None
     metadata: dict[str, Any] | None
+    input: InputRef | None = None
 
 
 class MessageCreated(_Event):
     type: Literal["message.created"]
     message: dict[str, Any]
+    #: only a client's message (the one that starts a turn) names its entry
+    input: InputRef | None = None
 
 
 class BranchSwitched(_Event):
@@ -53,6 +56,7 @@ class BranchSwitched(_Event):
     head: str
     parked: bool
     interrupt_ids: list[str]
+    input: InputRef | None = None
 
 
 class LlmStarted(_Event):
@@ -119,10 +123,15 @@ class InterruptRaised(_Event):
 class InterruptResumed(_Event):
     type: Literal["interrupt.resumed"]
     interrupt_id: str
+    #: the interrupt's own reason and payload: which question this answers
+    reason: str
+    request: Any
     payload: Any
     delivered: bool
     timed_out: bool
     principal: str | None = None
+    #: the resume's entry (absent when a deadline resumed it)
+    input: InputRef | None = None
 
 
 class DecisionHeld(_Event):
@@ -150,15 +159,17 @@ class SessionClosed(_Event):
 
 class InputRefused(_Event):
     type: Literal["input.refused"]
-    input: InputRef
+    input: InputRef | None = None
     code: RefusalCode
     message: str
     interrupt_ids: list[str] | None = None
+    #: with invalid_resume: where the payload fails the response_schema (a JSON path, `$...`)
+    path: str | None = None
 
 
 class InputIgnored(_Event):
     type: Literal["input.ignored"]
-    input: InputRef
+    input: InputRef | None = None
     code: IgnoreCode
 
 

@@ -79,6 +79,8 @@ class Interrupt(BaseModel):
     deadline: int | None = None
     default: Any = None
     resumable_by: list[str] | None = None
+    #: what a resume's payload must match (actions.InterruptAction.response_schema)
+    response_schema: dict[str, Any] | None = None
 
 
 class Core(BaseModel):

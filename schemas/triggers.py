@@ -40,6 +40,8 @@ class Trigger(BaseModel):
     pending: list[str] | None = None
     # interrupt.resumed
     interrupt_id: str | None = None
+    reason: str | None = None
+    request: Any = None
     payload: Any = None
     timed_out: bool | None = None
     origin: dict[str, Any] | None = None

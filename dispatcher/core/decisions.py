@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.dispatcher.core import budgets, interrupts, work
+from parley.dispatcher.core import answers, budgets, interrupts, work
 from parley.dispatcher.core.transition import Tx
 from parley.dispatcher.core.triggers import (
     default_call,
@@ -106,6 +106,8 @@ class _Check:
             raise InvalidDecision(f"{where}: interrupt id {iid!r} is already used (I1)")
         if iid is not None:
             self.new_ids.add(iid)
+        if action.response_schema is not None:
+            typed_answer(where, action)
         self.seen_interrupt = True
 
     def settles(self, where: str, cid: str | None) -> None:
@@ -137,6 +139,22 @@ class _Check:
         if w.turn != self.item.turn:
             raise InvalidDecision(f"{where}: call {cid!r} belongs to another turn")
         self.executed.add(cid)
+
+
+def typed_answer(where: str, action: InterruptAction) -> None:
+    """A response_schema must be a valid schema within the size limit, and the `default` a
+    deadline would deliver must match it: else the interrupt could never be answered, or its
+    deadline would deliver what no person could have sent."""
+    assert action.response_schema is not None
+    problem = answers.schema_problem(action.response_schema)
+    if problem is not None:
+        raise InvalidDecision(f"{where}: response_schema {problem}")
+    if action.timeout_s is None and "default" not in action.model_fields_set:
+        return
+    wrong = answers.mismatch(action.response_schema, action.default)
+    if wrong is not None:
+        raise InvalidDecision(f"{where}: default does not match response_schema: {wrong.message} "
+                              f"at {wrong.path}")
 
 
 def validate(tx: Tx, item: QueuedTrigger, turn: Turn | None, decision: Decision) -> None:

@@ -71,6 +71,8 @@ class IndexAdd:
     deadline: int | None
     #: the parent session, when this one is a sub-agent's
     parent: str | None
+    #: what a resume's payload must match (None: any answer)
+    response_schema: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

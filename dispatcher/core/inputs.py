@@ -6,8 +6,10 @@ event in one place. Refusals and ignores are events for the sender, never errors
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from parley.dispatcher.core import answers
 from parley.dispatcher.core.closing import close_session, is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
@@ -70,7 +72,7 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
             # The one place a closed session refuses its inputs (session.create changes
             # nothing of it either: it is `session_exists`).
             raise RefuseInput(RefusalCode.SESSION_CLOSED, "the session is closed: it takes no more inputs")
-        _HANDLERS[type(inp)](tx, inp, entry)
+        _HANDLERS[type(inp)](tx, inp, _Source(entry, _input_ref(entry_id, inp)))
     except RefuseInput as no:
         tx.out.input_outcome = (inp.type, InputOutcome.REFUSED, no.code)
         tx.emit("input.refused", input=_input_ref(entry_id, inp), code=no.code, message=no.message,
@@ -79,6 +81,14 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
         tx.out.input_outcome = (inp.type, InputOutcome.IGNORED, noop.code)
         tx.emit("input.ignored", input=_input_ref(entry_id, inp), code=noop.code)
     return finish(tx)
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """The entry a handler applies, and how the events it causes name it (`input`)."""
+
+    entry: InputEntry
+    ref: dict[str, Any]
 
 
 def from_engine(entry: InputEntry) -> bool:
@@ -104,28 +114,28 @@ def _check_engine_only(tx: Tx, inp: Input, entry: InputEntry) -> None:
 
 
 def _input_ref(entry_id: str, inp: Input) -> dict[str, Any]:
-    """How a refusal names its input: the entry, the type and the ids the input names."""
+    """How an event names the input it is about: the entry, the type and the ids it names."""
     raw = inp.model_dump(mode="json", exclude_unset=True) | {"type": inp.type}
     return {"entry": entry_id, "type": raw.get("type"), **entry_ids(raw)}
 
 
-def _create(tx: Tx, budget: dict[str, Any] | None, metadata: dict[str, Any] | None,
+def _create(tx: Tx, src: _Source, budget: dict[str, Any] | None, metadata: dict[str, Any] | None,
             parent: dict[str, Any] | None = None) -> None:
     tx.core = Core(session=tx.session, created_at=tx.ctx.now_ms, budget=budget, metadata=metadata,
                    parent=parent, app=parent["app"] if parent else None)
-    tx.emit("session.created", budget=budget, metadata=metadata)
+    tx.emit("session.created", budget=budget, metadata=metadata, input=src.ref)
     fire(tx, "session.created", None, [], budget=budget, metadata=metadata)
 
 
-def _session_create(tx: Tx, inp: SessionCreate, entry: InputEntry) -> None:
+def _session_create(tx: Tx, inp: SessionCreate, src: _Source) -> None:
     if tx.core is not None:
         if inp.parent is not None:
             _spawn_onto_existing(tx, inp.parent)
         raise IgnoreInput(IgnoreCode.SESSION_EXISTS)
-    _create(tx, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
+    _create(tx, src, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
             inp.parent.model_dump() if inp.parent else None)
     if inp.task is not None:  # a spawn: the child's first message, in the same step
-        _start_turn(tx, None, None, inp.task)
+        _start_turn(tx, src, None, None, inp.task)
 
 
 def _spawn_onto_existing(tx: Tx, link: ParentLink) -> None:
@@ -136,11 +146,11 @@ def _spawn_onto_existing(tx: Tx, link: ParentLink) -> None:
         post_report(tx, link.model_dump(), ok=False, error=CallError.SUBAGENT_SESSION_EXISTS)
 
 
-def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
+def _message_create(tx: Tx, inp: MessageCreate, src: _Source) -> None:
     if tx.core is None and inp.parent_given and inp.parent_id is not None:
         raise RefuseInput(RefusalCode.UNKNOWN_PARENT, f"no message {inp.parent_id!r} in this session")
     if tx.core is None:
-        _create(tx, None, None)  # implicit creation fires session.created first
+        _create(tx, src, None, None)  # implicit creation fires session.created first
     c = tx.c
     parent = inp.parent_id if inp.parent_given else c.head
     if parent is not None and tx.msg(parent) is None:
@@ -155,10 +165,10 @@ def _message_create(tx: Tx, inp: MessageCreate, entry: InputEntry) -> None:
         raise RefuseInput(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
     if inp.message_id is not None and tx.msg(inp.message_id) is not None:
         raise RefuseInput(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
-    _start_turn(tx, parent, inp.message_id, inp.content)
+    _start_turn(tx, src, parent, inp.message_id, inp.content)
 
 
-def _start_turn(tx: Tx, parent: str | None, message_id: str | None, content: str) -> None:
+def _start_turn(tx: Tx, src: _Source, parent: str | None, message_id: str | None, content: str) -> None:
     """A user message under `parent` (None: a new root), and the turn it starts."""
     c = tx.c
     mid = message_id or tx.mint("msg")
@@ -167,33 +177,40 @@ def _start_turn(tx: Tx, parent: str | None, message_id: str | None, content: str
     c.turns[mid] = turn
     c.head = mid
     tx.add_message(message)
+    tx.out.events[-1]["input"] = src.ref  # the message.created add_message just emitted
     fire(tx, "message.created", turn, [{"type": "llm.call"}], message=public_message(message))
 
 
-def _branch_switch(tx: Tx, inp: BranchSwitch, entry: InputEntry) -> None:
+def _branch_switch(tx: Tx, inp: BranchSwitch, src: _Source) -> None:
     if tx.core is None or tx.msg(inp.head) is None:
         raise RefuseInput(RefusalCode.UNKNOWN_MESSAGE, f"no message {inp.head!r} in this session")
     tx.c.head = inp.head
     ids = tx.parking(inp.head)
-    tx.emit("branch.switched", head=inp.head, parked=bool(ids), interrupt_ids=ids)  # I8
+    tx.emit("branch.switched", head=inp.head, parked=bool(ids), interrupt_ids=ids, input=src.ref)  # I8
     release(tx, tx.turn_of(inp.head))  # I10
 
 
-def _interrupt_resume(tx: Tx, inp: InterruptResume, entry: InputEntry) -> None:
+def _interrupt_resume(tx: Tx, inp: InterruptResume, src: _Source) -> None:
     if tx.core is None:
         raise IgnoreInput(IgnoreCode.UNKNOWN_INTERRUPT)
     rec = tx.c.interrupts.get(inp.interrupt_id)
     if rec is None:  # I11
         resumed = inp.interrupt_id in tx.c.resumed
         raise IgnoreInput(IgnoreCode.ALREADY_RESUMED if resumed else IgnoreCode.UNKNOWN_INTERRUPT)
-    if rec.resumable_by is not None and entry.principal not in rec.resumable_by:
+    if rec.resumable_by is not None and src.entry.principal not in rec.resumable_by:
         # Only a signed resume by one of them clears it (unsigned: no principal).
         raise RefuseInput(RefusalCode.FORBIDDEN, "this interrupt may be resumed only by "
                       + ", ".join(rec.resumable_by))
-    resume(tx, rec, inp.payload, False, entry.principal)
+    if rec.response_schema is not None:
+        wrong = answers.mismatch(rec.response_schema, inp.payload)
+        if wrong is not None:  # the interrupt stays open for a matching answer
+            raise RefuseInput(RefusalCode.INVALID_RESUME,
+                              f"the payload does not match the interrupt's response_schema: {wrong.message}",
+                              path=wrong.path)
+    resume(tx, rec, inp.payload, False, src.entry.principal, src.ref)
 
 
-def _tool_result(tx: Tx, inp: ToolResultInput, entry: InputEntry) -> None:
+def _tool_result(tx: Tx, inp: ToolResultInput, src: _Source) -> None:
     w = open_tool(tx, inp.call_id) if tx.core is not None else None
     if w is None or w.status != "deferred":
         settled = tx.core is not None and _was_minted(tx.c, inp.call_id)
@@ -204,7 +221,7 @@ def _tool_result(tx: Tx, inp: ToolResultInput, entry: InputEntry) -> None:
         settle(tx, w, result=inp.result)
 
 
-def _session_close(tx: Tx, inp: SessionClose, entry: InputEntry) -> None:
+def _session_close(tx: Tx, inp: SessionClose, src: _Source) -> None:
     if tx.core is None or inp.parent is None or not _is_child_of(tx.core, inp.parent):
         # A parent closes only its own call's child, never a session that took that id first.
         raise IgnoreInput(IgnoreCode.UNKNOWN_SESSION)
@@ -224,7 +241,7 @@ def _was_minted(core: Core, work_id: str) -> bool:
         and work_id not in core.work
 
 
-_HANDLERS: dict[type[Any], Callable[[Tx, Any, InputEntry], None]] = {
+_HANDLERS: dict[type[Any], Callable[[Tx, Any, _Source], None]] = {
     SessionCreate: _session_create,
     MessageCreate: _message_create,
     BranchSwitch: _branch_switch,

@@ -28,13 +28,15 @@ def raise_interrupt(tx: Tx, origin: QueuedTrigger | None, turn: Turn | None, act
                     turn=turn.id if turn else None, origin=origin, raised_at=now,
                     timeout_s=action.timeout_s,
                     deadline=now + int(action.timeout_s * 1000) if action.timeout_s else None,
-                    default=action.default, resumable_by=action.resumable_by, system=system)
+                    default=action.default, resumable_by=action.resumable_by, system=system,
+                    response_schema=action.response_schema)
     c.interrupts[iid] = rec
     tx.count("interrupt_raised", "global" if anchor is None else "anchored")
     tx.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload, anchor=anchor)
     tx.effect(IndexAdd(seq=tx.next_seq(), interrupt_id=iid, reason=rec.reason, anchor=anchor,
                        raised_at=rec.raised_at, deadline=rec.deadline,
-                       parent=c.parent["session"] if c.parent else None))
+                       parent=c.parent["session"] if c.parent else None,
+                       response_schema=rec.response_schema))
     park(tx, rec)
     return rec
 
@@ -103,9 +105,11 @@ def _void_llm_calls(tx: Tx, rec: Interrupt) -> None:
 # ---- resuming (I9, I11) --------------------------------------------------------------------------
 
 
-def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str | None) -> None:
+def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str | None,
+           source: dict[str, Any] | None = None) -> None:
     """Close the interrupt and deliver its resume (or hold its origin when its turn is not
-    active). `principal` is the dispatcher-verified signer, or None (unsigned, or a deadline)."""
+    active). `principal` is the dispatcher-verified signer, or None (unsigned, or a deadline);
+    `source` the reference of the resume's input entry (None for a deadline)."""
     c = tx.c
     tx.out.waits.append(max(0, tx.ctx.now_ms - rec.raised_at) / 1000)
     del c.interrupts[rec.id]
@@ -115,13 +119,16 @@ def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str
     proposed = _resume_proposed(rec, turn)
     if rec.system:
         budgets.apply_new_limits(tx, payload)
-        if _still_spent(tx, rec, turn, proposed, payload, timed_out, principal):
+        if _still_spent(tx, rec, turn, proposed, payload, timed_out, principal, source):
             return
     delivered = rec.anchor is None or (turn is not None and tx.is_active(turn))
-    _emit_resumed(tx, rec, payload, delivered, timed_out, principal)
+    _emit_resumed(tx, rec, payload, delivered, timed_out, principal, source)
     origin = rec.origin
     if delivered:
-        fields: dict[str, Any] = {"interrupt_id": rec.id, "payload": payload, "timed_out": timed_out,
+        # `reason` and `request` say which question this answers: an app that asks one
+        # question still sees the engine's own (a budget stop), and must tell them apart.
+        fields: dict[str, Any] = {"interrupt_id": rec.id, "reason": rec.reason, "request": rec.payload,
+                                  "payload": payload, "timed_out": timed_out,
                                   "origin": origin.trigger if origin else None}
         if origin is not None and origin.trigger.get("call_id") is not None:
             fields["call_id"] = origin.trigger["call_id"]
@@ -142,7 +149,8 @@ def _resume_proposed(rec: Interrupt, turn: Turn | None) -> list[dict[str, Any]]:
 
 
 def _still_spent(tx: Tx, rec: Interrupt, turn: Turn | None, proposed: list[dict[str, Any]],
-                 payload: Any, timed_out: bool, principal: str | None) -> bool:
+                 payload: Any, timed_out: bool, principal: str | None,
+                 source: dict[str, Any] | None) -> bool:
     """I3: a budget resume that leaves a limit spent is not delivered: it raises again at once."""
     origin = rec.origin
     origin_call = origin.trigger.get("call_id") if origin else None
@@ -150,7 +158,7 @@ def _still_spent(tx: Tx, rec: Interrupt, turn: Turn | None, proposed: list[dict[
         "tokens" if budgets.tokens_spent(tx) else None)
     if still is None:
         return False
-    _emit_resumed(tx, rec, payload, False, timed_out, principal)
+    _emit_resumed(tx, rec, payload, False, timed_out, principal, source)
     again = origin.model_copy(update={"proposed": proposed}) if origin else None
     new = raise_budget(tx, still, turn, again)
     if again is None and rec.voided_llm:
@@ -159,7 +167,9 @@ def _still_spent(tx: Tx, rec: Interrupt, turn: Turn | None, proposed: list[dict[
 
 
 def _emit_resumed(tx: Tx, rec: Interrupt, payload: Any, delivered: bool, timed_out: bool,
-                  principal: str | None) -> None:
+                  principal: str | None, source: dict[str, Any] | None) -> None:
     tx.count("interrupt_resumed", "delivered" if delivered else "not_delivered")
-    tx.emit("interrupt.resumed", interrupt_id=rec.id, payload=payload, delivered=delivered,
-            timed_out=timed_out, **({"principal": principal} if principal is not None else {}))
+    optional = {"principal": principal, "input": source}
+    tx.emit("interrupt.resumed", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
+            payload=payload, delivered=delivered, timed_out=timed_out,
+            **{k: v for k, v in optional.items() if v is not None})

@@ -57,8 +57,11 @@ def test_I3_budget_resume_with_a_raised_limit_delivers_the_blocked_decision_and_
     s.resume("int-1", {"budget": {"llm_calls": 5}})
     assert s.types() == ["interrupt.resumed"]
     assert s.ev("interrupt.resumed") | {"at": 0} == {
-        "type": "interrupt.resumed", "at": 0, "interrupt_id": "int-1",
-        "payload": {"budget": {"llm_calls": 5}}, "delivered": True, "timed_out": False}
+        "type": "interrupt.resumed", "at": 0, "interrupt_id": "int-1", "reason": "budget",
+        "request": {"used": {"llm_calls": 1, "tool_calls": 0, "tokens": 0},
+                    "limit": {"llm_calls": 1, "tool_calls": None, "tokens": None}, "exceeded": "llm_calls"},
+        "payload": {"budget": {"llm_calls": 5}}, "delivered": True, "timed_out": False,
+        "input": {"entry": "1-4", "type": "interrupt.resume", "interrupt_id": "int-1"}}
     assert s.core.budget == {"llm_calls": 5}
     t = s.trigger
     assert t["type"] == "interrupt.resumed" and t["head"] == "msg-3"

@@ -27,7 +27,8 @@ def test_interrupt_with_timeout_records_a_deadline_and_indexes_it():
     [fx] = s.index_adds()
     assert effect_to_dict(fx) | {"seq": 0} == {
         "seq": 0, "op": "index_add", "interrupt_id": iid, "reason": "confirm", "anchor": "msg-2",
-        "raised_at": raised_at, "deadline": raised_at + 5000, "parent": None}
+        "raised_at": raised_at, "deadline": raised_at + 5000, "parent": None,
+        "response_schema": None}
     # the event tells nothing of the deadline: the contract's fields only
     assert s.ev("interrupt.raised") | {"at": 0} == {
         "type": "interrupt.raised", "at": 0, "interrupt_id": iid, "reason": "confirm",
@@ -59,12 +60,13 @@ def test_I9_deadline_resumes_with_the_default_and_timed_out_true():
     assert tr.dropped is None
     assert s.types() == ["interrupt.resumed"]
     assert s.ev("interrupt.resumed") | {"at": 0} == {
-        "type": "interrupt.resumed", "at": 0, "interrupt_id": iid, "payload": {"approved": False},
-        "delivered": True, "timed_out": True}
+        "type": "interrupt.resumed", "at": 0, "interrupt_id": iid, "reason": "confirm",
+        "request": {"q": "Send?"}, "payload": {"approved": False}, "delivered": True, "timed_out": True}
     assert [f.op for f in tr.effects] == ["index_remove", "enqueue"]
     assert isinstance(tr.effects[0], IndexRemove) and tr.effects[0].interrupt_id == iid
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
-                         "interrupt_id": iid, "payload": {"approved": False}, "timed_out": True,
+                         "interrupt_id": iid, "reason": "confirm", "request": {"q": "Send?"},
+                         "payload": {"approved": False}, "timed_out": True,
                          "origin": origin.trigger, "call_id": calls[0]}
     assert s.proposed == [{"type": "tool.execute"}]
     assert s.core.interrupts == {} and iid in s.core.resumed

@@ -57,7 +57,8 @@ def test_implicit_creation_fires_session_created_before_message_created():
     s.send("hello")
     assert s.types() == ["session.created", "message.created"]
     assert s.ev("session.created") | {"at": 0} == {
-        "type": "session.created", "at": 0, "budget": None, "metadata": None}
+        "type": "session.created", "at": 0, "budget": None, "metadata": None,
+        "input": {"entry": "1-1", "type": "message.create"}}  # the entry that created it
     # Triggers are decided one at a time in the order fired: session.created first.
     assert s.enqueued_work("decide") == ["dec-1"]
     assert s.trigger["type"] == "session.created"
@@ -233,7 +234,8 @@ def test_switch_moves_the_head_and_next_message_goes_there():
     s.decide()
     s.switch("msg-1")
     assert s.ev("branch.switched") | {"at": 0} == {
-        "type": "branch.switched", "at": 0, "head": "msg-1", "parked": False, "interrupt_ids": []}
+        "type": "branch.switched", "at": 0, "head": "msg-1", "parked": False, "interrupt_ids": [],
+        "input": {"entry": "1-2", "type": "branch.switch", "head": "msg-1"}}
     assert s.head == "msg-1" and s.show()["head"] == "msg-1"
     s.send("other")
     assert s.ev("message.created")["message"]["parent_id"] == "msg-1"

@@ -495,7 +495,9 @@ def test_I8_switch_back_into_parked_branch_reenters_parked_state():
     edit_away(s)
     s.switch("msg-2")
     assert s.ev("branch.switched") | {"at": 0} == {"type": "branch.switched", "at": 0, "head": "msg-2",
-                                                   "parked": True, "interrupt_ids": ["int-1"]}
+                                                   "parked": True, "interrupt_ids": ["int-1"],
+                                                   "input": {"entry": "1-3", "type": "branch.switch",
+                                                             "head": "msg-2"}}
     assert s.show()["parked"] is True
     s.send("hello?")
     assert s.ev("input.refused")["code"] == "branch_parked"
@@ -527,11 +529,14 @@ def test_I9_resume_of_the_active_turn_delivers_interrupt_resumed_at_once():
     tr = s.resume("int-1", {"approved": True}, principal="alice", entry_id="2-2")
     assert s.types() == ["interrupt.resumed"]
     assert s.ev("interrupt.resumed") | {"at": 0} == {
-        "type": "interrupt.resumed", "at": 0, "interrupt_id": "int-1", "payload": {"approved": True},
-        "delivered": True, "timed_out": False}  # an unsigned principal is not reported
+        "type": "interrupt.resumed", "at": 0, "interrupt_id": "int-1", "reason": "confirm",
+        "request": {"q": "Send?"}, "payload": {"approved": True}, "delivered": True, "timed_out": False,
+        "input": {"entry": "2-2", "type": "interrupt.resume", "interrupt_id": "int-1"},
+    }  # an unsigned principal is not reported
     assert [f.op for f in tr.effects] == ["index_remove", "enqueue"]
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
-                         "interrupt_id": "int-1", "payload": {"approved": True}, "timed_out": False,
+                         "interrupt_id": "int-1", "reason": "confirm", "request": {"q": "Send?"},
+                         "payload": {"approved": True}, "timed_out": False,
                          "origin": origin.trigger, "call_id": calls[0]}
     assert origin.trigger["type"] == "tool.execute" and origin.trigger["call_id"] == calls[0]
     assert s.proposed == [{"type": "tool.execute"}]  # the origin's proposed

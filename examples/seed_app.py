@@ -14,7 +14,8 @@ def decide(trigger, proposed):
         return {"actions": [{"type": "interrupt", "reason": "confirm",
                              "payload": {"message": "Send the email?"}}]}
 
-    if trigger.type == "interrupt.resumed":
+    # Only the answer to our own question: a budget stop is resumed with reason "budget".
+    if trigger.type == "interrupt.resumed" and trigger.reason == "confirm":
         return ({"actions": [{"type": "tool.result", "result": "sent"}]}
                 if (trigger.payload or {}).get("approved")
                 else {"actions": [{"type": "tool.error", "error": "declined"}]})

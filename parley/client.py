@@ -3,12 +3,13 @@
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, overload
 
 import orjson
 from redis import Redis
 
 from parley.schemas.keys import Keys
+from parley.schemas.resumes import ResumeOutcome, is_outcome_of, resume_outcome, timed_out
 from parley.schemas.signing import signed_fields
 from parley.schemas.state import SessionState
 from parley.schemas.view import show
@@ -43,6 +44,54 @@ class Client:
             fields["id"] = idempotency_key
         entry: Any = self.redis.xadd(self.stream_for(session), fields)
         return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    @overload
+    def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
+               idempotency_key: str | None = None, principal: str | None = None,
+               key: str | None = None, wait: Literal[False] = False,
+               timeout_s: float = 10.0) -> str: ...
+
+    @overload
+    def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
+               idempotency_key: str | None = None, principal: str | None = None,
+               key: str | None = None, wait: Literal[True],
+               timeout_s: float = 10.0) -> ResumeOutcome: ...
+
+    def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
+               idempotency_key: str | None = None, principal: str | None = None,
+               key: str | None = None, wait: bool = False,
+               timeout_s: float = 10.0) -> str | ResumeOutcome:
+        """Send an `interrupt.resume`. Returns its entry id, or with `wait=True` what became of
+        it (schemas/resumes.py), waiting at most `timeout_s` for the session's events to say."""
+        value = {"type": "interrupt.resume", "interrupt_id": interrupt_id, "payload": payload}
+        if not wait:
+            return self.send(session, value, idempotency_key, principal, key)
+        # Read the stream's last id before sending: the outcome is written after it.
+        since = self._last_event_id(session)
+        entry = self.send(session, value, idempotency_key, principal, key)
+        return self._outcome_of(session, entry, since, timeout_s)
+
+    def _last_event_id(self, session: str) -> str:
+        last: Any = self.redis.xrevrange(self.keys.events(session), count=1)
+        if not last:
+            return "0-0"
+        raw_id = last[0][0]
+        return raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+
+    def _outcome_of(self, session: str, entry: str, since: str, timeout_s: float) -> ResumeOutcome:
+        """Block on the session's events (XREAD BLOCK, the remaining time at most) until one
+        names `entry`, or the time is up."""
+        deadline = time.monotonic() + timeout_s
+        key, last = self.keys.events(session), since
+        while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
+            reply: Any = self.redis.xread({key: last}, count=100, block=left_ms)
+            for _stream, entries in reply or []:
+                for raw_id, fields in entries:
+                    last = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+                    event = orjson.loads(fields[b"event"] if b"event" in fields else fields["event"])
+                    if is_outcome_of(entry, event):
+                        return resume_outcome(entry, event)
+        return timed_out(entry, timeout_s)
 
     def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                until: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:

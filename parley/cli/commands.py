@@ -257,13 +257,26 @@ def send(ctx: click.Context, session: str, text: str, parent: str | None, root: 
 @click.argument("interrupt_id")
 @click.argument("payload", required=False)
 @click.option("--id", "idem", default=None, help="Idempotency key of this input.")
+@click.option("--wait", is_flag=True,
+              help="Wait for what became of the resume, print it, and exit with its code: 0 "
+                   "delivered, 3 not delivered, 4 refused, 5 ignored, 6 no outcome in time.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="With --wait: seconds to wait for the outcome.")
 @click.pass_context
 def resume(ctx: click.Context, session: str, interrupt_id: str, payload: str | None,
-           idem: str | None) -> None:
-    """Resume INTERRUPT_ID of SESSION with an optional JSON PAYLOAD."""
-    value = {"type": "interrupt.resume", "interrupt_id": interrupt_id,
-             "payload": _json_arg(payload, "PAYLOAD")}
-    _send(ctx, session, value, idem)
+           idem: str | None, wait: bool, timeout_s: float) -> None:
+    """Resume INTERRUPT_ID of SESSION with an optional JSON PAYLOAD.
+
+    Prints the entry id; with --wait, the outcome (docs/protocol.md, "Waiting for a resume")."""
+    answer = _json_arg(payload, "PAYLOAD")
+    client = _client(ctx)
+    sign = {"idempotency_key": idem, "principal": ctx.obj["principal"], "key": ctx.obj["key"]}
+    if not wait:
+        click.echo(client.resume(session, interrupt_id, answer, **sign))
+        return
+    outcome = client.resume(session, interrupt_id, answer, **sign, wait=True, timeout_s=timeout_s)
+    click.echo(outcome.describe())
+    ctx.exit(outcome.exit_code)
 
 
 @cli.command()

@@ -1,0 +1,14 @@
+"""The seed app, its question typed: the answer must be `{"approved": <bool>}`."""
+
+from examples.seed_app import decide_on, llm, tools  # noqa: F401  (the app's attributes)
+from examples.seed_app import decide as seed_decide
+
+ANSWER = {"type": "object", "properties": {"approved": {"type": "boolean"}},
+          "required": ["approved"], "additionalProperties": False}
+
+
+def decide(trigger, proposed):
+    decision = seed_decide(trigger, proposed)
+    if trigger.type == "tool.execute":
+        decision["actions"][0]["response_schema"] = ANSWER
+    return decision

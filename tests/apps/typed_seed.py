@@ -1,7 +1,7 @@
 """The seed app, its question typed: the answer must be `{"approved": <bool>}`."""
 
-from examples.seed_app import decide_on, llm, tools  # noqa: F401  (the app's attributes)
 from examples.seed_app import decide as seed_decide
+from examples.seed_app import decide_on, llm, tools  # noqa: F401  (the app's attributes)
 
 ANSWER = {"type": "object", "properties": {"approved": {"type": "boolean"}},
           "required": ["approved"], "additionalProperties": False}

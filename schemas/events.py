@@ -123,9 +123,10 @@ class InterruptRaised(_Event):
 class InterruptResumed(_Event):
     type: Literal["interrupt.resumed"]
     interrupt_id: str
-    #: the interrupt's own reason and payload: which question this answers
-    reason: str
-    request: Any
+    #: the interrupt's own reason and payload: which question this answers (None only in
+    #: events written before they were reported)
+    reason: str | None = None
+    request: Any = None
     payload: Any
     delivered: bool
     timed_out: bool

@@ -176,8 +176,7 @@ def _start_turn(tx: Tx, src: _Source, parent: str | None, message_id: str | None
     turn = Turn(id=mid, tip=mid)
     c.turns[mid] = turn
     c.head = mid
-    tx.add_message(message)
-    tx.out.events[-1]["input"] = src.ref  # the message.created add_message just emitted
+    tx.add_message(message, src.ref)
     fire(tx, "message.created", turn, [{"type": "llm.call"}], message=public_message(message))
 
 

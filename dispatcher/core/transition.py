@@ -116,14 +116,16 @@ class Tx:
             return None
         return self.added.get(mid) or self.msgs.get(mid)
 
-    def add_message(self, message: dict[str, Any]) -> None:
+    def add_message(self, message: dict[str, Any], source: dict[str, Any] | None = None) -> None:
         """Record a new message (stored by the commit) and announce it. Its `order` (internal,
         like `turn`) is its place in the session's creation order: ids a producer chose carry
-        no number, and `parley show` lists messages as they were created."""
+        no number, and `parley show` lists messages as they were created. `source`: the input
+        entry a client's message came from (the event's `input`)."""
         message["order"] = self.c.seq["order"] = self.c.seq.get("order", 0) + 1
         self.added[message["id"]] = message
         self.out.new_messages.append(message)
-        self.emit("message.created", message=public_message(message))
+        self.emit("message.created", message=public_message(message),
+                  **({"input": source} if source is not None else {}))
 
     def append(self, turn: Turn, message: dict[str, Any]) -> dict[str, Any]:
         """Append an engine message at the turn's tip: never a fork (docs/protocol.md, Actions)."""

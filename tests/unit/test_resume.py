@@ -121,3 +121,23 @@ def test_the_resumed_event_names_the_resume_entry_but_not_for_a_deadline():
     _interrupt_decision(s2, timeout_s=5)
     s2.deadline("int-1")
     assert "input" not in s2.ev("interrupt.resumed")
+
+
+def test_a_reference_outside_the_schema_is_not_fetched_and_no_answer_matches_it():
+    s = Sim()
+    s.pause_on_tool("send_email", response_schema={"$ref": "https://example.invalid/answer.json"})
+    s.resume("int-1", {"approved": True})
+    refused = s.ev("input.refused")
+    assert refused["code"] == "invalid_resume" and "cannot be resolved" in refused["message"]
+    assert "int-1" in s.core.interrupts
+
+
+def test_a_reference_inside_the_schema_resolves():
+    schema = {"$defs": {"yes_no": {"type": "boolean"}},
+              "type": "object", "properties": {"approved": {"$ref": "#/$defs/yes_no"}}}
+    s = Sim()
+    s.pause_on_tool("send_email", response_schema=schema)
+    s.resume("int-1", {"approved": 1})
+    assert s.ev("input.refused")["path"] == "$.approved"
+    s.resume("int-1", {"approved": False})
+    assert s.ev("interrupt.resumed")["delivered"] is True

@@ -97,3 +97,37 @@ def test_interrupts_command_filters_for_scripts(procs: Procs, r: redis.Redis, cl
     assert run("--older-than", "3600") == []
     time.sleep(1.1)
     assert len(run("--older-than", "1")) == 3
+
+
+def inputs(input_type: str, outcome: str, code: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return ("parley_inputs_total", (("code", code), ("outcome", outcome), ("type", input_type)))
+
+
+def test_a_fresh_process_shows_known_label_series_at_zero(procs: Procs) -> None:
+    """Dashboards show 0, not "No data", before anything happened: every labelled series whose
+    label values are a known set exists from the start, as do the failure counters."""
+    dport, wport = free_port(), free_port()
+    procs.dispatcher("examples.seed_app", "--metrics-port", str(dport))
+    procs.worker("examples.seed_app", "--metrics-port", str(wport))
+    eventually(lambda: _up(dport) and _up(wport), timeout=10)
+    d, w = scrape(dport), scrape(wport)
+    zero = [
+        inputs("interrupt.resume", "applied", ""), inputs("interrupt.resume", "refused", "forbidden"),
+        inputs("message.create", "ignored", "duplicate"), inputs("unknown", "rejected", "invalid_input"),
+        ("parley_triggers_total", (("type", "llm.failed"),)),
+        ("parley_actions_total", (("type", "interrupt"),)),
+        ("parley_interrupts_raised_total", (("scope", "global"),)),
+        ("parley_interrupts_resumed_total", (("delivered", "false"),)),
+        ("parley_results_dropped_total", (("reason", "stale_attempt"),)),
+        ("parley_work_retried_total", (("kind", "tool"),)),
+        ("parley_work_lost_total", (("kind", "llm"),)),
+        ("parley_sweep_errors_total", (("sweep", "fire_deadlines"),)),
+        ("parley_decisions_failed_total", ()),
+        ("parley_llm_failed_total", ()),
+        ("parley_interrupts_timed_out_total", ()),
+    ]
+    assert {key: d.get(key) for key in zero} == {key: 0.0 for key in zero}
+    for kind in ("decide", "llm", "tool"):
+        for outcome in ("ok", "error", "stopped"):
+            assert w[("parley_jobs_total", (("kind", kind), ("outcome", outcome)))] == 0
+        assert w[("parley_job_seconds_count", (("kind", kind),))] == 0

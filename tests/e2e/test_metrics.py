@@ -131,3 +131,24 @@ def test_a_fresh_process_shows_known_label_series_at_zero(procs: Procs) -> None:
         for outcome in ("ok", "error", "stopped"):
             assert w[("parley_jobs_total", (("kind", kind), ("outcome", outcome)))] == 0
         assert w[("parley_job_seconds_count", (("kind", kind),))] == 0
+
+
+def test_failures_and_deadlines_are_counted_by_a_real_dispatcher(procs: Procs, r: redis.Redis,
+                                                                 client: Client) -> None:
+    dport = free_port()
+    procs.dispatcher("tests.apps.scenarios", "--llm-timeout", "1", "--metrics-port", str(dport))
+    procs.worker()
+    eventually(lambda: _up(dport), timeout=10)
+    for session, text in (("f1", "[decide-raises]"), ("f2", "[slow-llm] hi"),
+                          ("f3", "email bob: [deadline] hi")):
+        r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(
+            {"type": "message.create", "content": text})})
+    wait_for(client, "f1", lambda e: e["type"] == "decision.failed", timeout=30)
+    wait_for(client, "f2", lambda e: e["type"] == "llm.failed", timeout=30)
+    wait_for(client, "f3", lambda e: e["type"] == "interrupt.resumed" and e["timed_out"], timeout=30)
+    counted = ("parley_decisions_failed_total", "parley_llm_failed_total", "parley_interrupts_timed_out_total")
+    # the events are committed before the dispatcher counts them: wait for the count, then check it
+    eventually(lambda: all(scrape(dport)[(name, ())] >= 1 for name in counted))
+    time.sleep(0.3)
+    m = scrape(dport)
+    assert {name: m[(name, ())] for name in counted} == dict.fromkeys(counted, 1.0)

@@ -146,7 +146,8 @@ def test_failures_and_deadlines_are_counted_by_a_real_dispatcher(procs: Procs, r
     wait_for(client, "f1", lambda e: e["type"] == "decision.failed", timeout=30)
     wait_for(client, "f2", lambda e: e["type"] == "llm.failed", timeout=30)
     wait_for(client, "f3", lambda e: e["type"] == "interrupt.resumed" and e["timed_out"], timeout=30)
-    counted = ("parley_decisions_failed_total", "parley_llm_failed_total", "parley_interrupts_timed_out_total")
+    counted = ("parley_decisions_failed_total", "parley_llm_failed_total",
+               "parley_interrupts_timed_out_total")
     # the events are committed before the dispatcher counts them: wait for the count, then check it
     eventually(lambda: all(scrape(dport)[(name, ())] >= 1 for name in counted))
     time.sleep(0.3)

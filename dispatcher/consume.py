@@ -61,6 +61,7 @@ class Dispatcher:
         self.outbox = Outbox(redis, keys)
         self.stats = Stats()
         self.health: metrics.Health | None = None
+        metrics.start_dispatcher_series()
         self.leases = Leases(redis, keys, self.name, lease_ms)
         self.sweeps = Sweeps(redis, keys, self.leases)
         # Every dispatcher verifies the inputs dispatchers write themselves (sub-agents),

@@ -60,6 +60,75 @@ JOBS = Counter("parley_jobs_total", "Jobs a worker ran, by kind and outcome (ok,
                ["kind", "outcome"], registry=REGISTRY)
 JOBS_REFUSED = Counter("parley_jobs_refused_total", "Job hashes naming a function outside Parley's own",
                        registry=REGISTRY)
+DECISIONS_FAILED = Counter("parley_decisions_failed_total", "Decisions that failed (decision.failed: "
+                           "decide raised or timed out, or returned an invalid decision)", registry=REGISTRY)
+LLM_FAILED = Counter("parley_llm_failed_total", "Model calls that failed (llm.failed)", registry=REGISTRY)
+INTERRUPTS_TIMED_OUT = Counter("parley_interrupts_timed_out_total", "Interrupts resumed by their deadline "
+                               "(interrupt.resumed with timed_out)", registry=REGISTRY)
+
+#: the sweeps of dispatcher/sweeps.py, by the name their refusals are counted under
+SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work")
+#: outcomes of `parley_jobs_total` (workers/jobs.py)
+JOB_OUTCOMES = ("ok", "error", "stopped")
+
+
+def _action_types() -> list[str]:
+    """Each `Action` model's `type` (schemas/actions.py): one list, read off the union."""
+    from typing import get_args
+
+    from parley.schemas.actions import Action
+
+    union = get_args(Action)[0]
+    return sorted(model.model_fields["type"].default for model in get_args(union))
+
+
+def start_dispatcher_series() -> None:
+    """Create every dispatcher series whose label values are a known set, at 0: a dashboard or
+    an alert then reads 0 from a fresh process instead of "No data" (a series is born on its
+    first `.labels()`, which for a failure may be never)."""
+    from parley.schemas.codes import DropReason, IgnoreCode, InputOutcome, RefusalCode
+    from parley.schemas.inputs import INPUT_TYPES
+    from parley.schemas.jobs import JobKind
+    from parley.schemas.triggers import TRIGGER_TYPES
+
+    codes_of: dict[InputOutcome, list[str]] = {
+        InputOutcome.APPLIED: [""],
+        InputOutcome.REFUSED: list(RefusalCode),
+        InputOutcome.IGNORED: list(IgnoreCode),
+        # the dispatcher's own refusals, before the session is read (schemas/codes.py)
+        InputOutcome.REJECTED: [RefusalCode.INVALID_INPUT, RefusalCode.UNAUTHORIZED],
+    }
+    for outcome, codes in codes_of.items():
+        # an entry that does not decode has no type: it is counted as `unknown`
+        types = sorted(INPUT_TYPES) + (["unknown"] if outcome == InputOutcome.REJECTED else [])
+        for input_type in types:
+            for code in codes:
+                INPUTS.labels(input_type, outcome, code)
+    for trigger_type in sorted(TRIGGER_TYPES):
+        TRIGGERS.labels(trigger_type)
+    for action_type in _action_types():
+        ACTIONS.labels(action_type)
+    for scope in ("anchored", "global"):
+        INTERRUPTS_RAISED.labels(scope)
+    for delivered in ("true", "false"):
+        INTERRUPTS_RESUMED.labels(delivered)
+    for reason in DropReason:
+        RESULTS_DROPPED.labels(reason)
+    for kind in JobKind:
+        WORK_RETRIED.labels(kind)
+        WORK_LOST.labels(kind)
+    for sweep in SWEEP_NAMES:
+        SWEEP_ERRORS.labels(sweep)
+
+
+def start_worker_series() -> None:
+    """A worker's known series at 0 (see `start_dispatcher_series`)."""
+    from parley.schemas.jobs import JobKind
+
+    for kind in JobKind:
+        JOB_SECONDS.labels(kind)
+        for outcome in JOB_OUTCOMES:
+            JOBS.labels(kind, outcome)
 
 
 def record_transition(tr: Any, seconds: float) -> None:
@@ -85,6 +154,20 @@ def record_transition(tr: Any, seconds: float) -> None:
             WORK_RETRIED.labels(label).inc(n)
     for wait in tr.waits:
         RESUME_WAIT.observe(wait)
+    _count_failures(tr.events)
+
+
+def _count_failures(events: list[dict[str, Any]]) -> None:
+    """Failures are read off the committed events, which already say all of it: the pure core
+    keeps no counter of its own for them."""
+    for event in events:
+        kind = event.get("type")
+        if kind == "decision.failed":
+            DECISIONS_FAILED.inc()
+        elif kind == "llm.failed":
+            LLM_FAILED.inc()
+        elif kind == "interrupt.resumed" and event.get("timed_out"):
+            INTERRUPTS_TIMED_OUT.inc()
 
 
 class RedisStateCollector(Collector):

@@ -26,7 +26,7 @@ from rq.timeouts import JobTimeoutException
 from rq.utils import now
 from rq.worker import WorkerStatus
 
-from parley.metrics import JOBS_REFUSED, Health
+from parley.metrics import JOBS_REFUSED, Health, start_worker_series
 from parley.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
@@ -317,6 +317,7 @@ def _format(exc_info: Any) -> str:
 
 def make_worker(queue_names: list[str], connection, name: str | None = None,  # type: ignore[no-untyped-def]
                 keys: Keys | None = None) -> ParleyWorker:
+    start_worker_series()  # idempotent: the series exist at 0 from the first worker on
     queues = [Queue(q, connection=connection, serializer=JSONSerializer, job_class=ParleyJob)
               for q in queue_names]
     return ParleyWorker(queues, connection=connection, serializer=JSONSerializer, name=name,

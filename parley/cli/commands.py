@@ -78,7 +78,50 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
     return health
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: exit code of any command that cannot use Redis (down, a wrong address, a refused password);
+#: sysexits.h's EX_UNAVAILABLE, apart from click's 1 (an error) and 2 (a usage error)
+REDIS_UNAVAILABLE = 69
+# Errors that say "this Redis cannot be used", not "this command went wrong": an
+# AuthenticationError is a ConnectionError; the wrong-number-of-args kind is a Redis before 6
+# given a user name.
+REDIS_UNUSABLE = (redis.ConnectionError, redis.TimeoutError,
+                  redis.exceptions.AuthenticationWrongNumberOfArgsError)
+
+
+def masked_url(url: str) -> str:
+    """`url` as it may be shown: its password (in the address or a `password=` query) as ***."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query)],
+                          safe="*")
+        # by hand: urlunsplit drops the `//` of `unix:///path` (an empty host)
+        return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    except ValueError:  # not a URL redis-py reads either: show nothing of it
+        return "<an invalid URL>"
+
+
+class ParleyGroup(click.Group):
+    """The `parley` group: a Redis any command cannot use is one line and `REDIS_UNAVAILABLE`,
+    not a traceback (those are for bugs). Outages a running dispatcher or worker meets are
+    waited out by their own loops; this catches what reaches the top, e.g. at start."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except REDIS_UNUSABLE as exc:
+            url = ctx.obj["url"] if isinstance(ctx.obj, dict) else "?"
+            click.echo(f"parley: cannot use Redis at {masked_url(url)}: {exc}", err=True)
+            raise click.exceptions.Exit(REDIS_UNAVAILABLE) from None
+
+
+@click.group(cls=ParleyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True,
+              help="Say which Redis (password masked) and key prefix the command uses, on stderr.")
 @click.option("--redis-url", envvar="PARLEY_REDIS_URL", default=DEFAULT_URL, show_default=True,
               help="Redis to use (env PARLEY_REDIS_URL); credentials go in the URL.")
 @click.option("--prefix", envvar="PARLEY_PREFIX", default="parley", show_default=True,
@@ -91,8 +134,8 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
 @click.option("--signing-key", envvar="PARLEY_SIGNING_KEY", default=None,
               help="The principal's secret (env PARLEY_SIGNING_KEY; prefer the environment to argv).")
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, principal: str | None,
-        signing_key: str | None) -> None:
+def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_level: str,
+        principal: str | None, signing_key: str | None) -> None:
     """Parley: agent sessions on RQ worker fleets, with durable interrupts.
 
     Inputs, events and codes: docs/protocol.md. Interrupt rules: docs/rules.md.
@@ -101,6 +144,8 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
     if (principal is None) != (signing_key is None):
         raise click.UsageError("--principal and --signing-key go together")
     ctx.obj = {"url": redis_url, "prefix": prefix, "principal": principal, "key": signing_key}
+    if verbose:
+        click.echo(f"parley: redis {masked_url(redis_url)}, prefix {prefix}", err=True)
 
 
 @cli.command()

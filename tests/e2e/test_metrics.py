@@ -97,3 +97,59 @@ def test_interrupts_command_filters_for_scripts(procs: Procs, r: redis.Redis, cl
     assert run("--older-than", "3600") == []
     time.sleep(1.1)
     assert len(run("--older-than", "1")) == 3
+
+
+def inputs(input_type: str, outcome: str, code: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return ("parley_inputs_total", (("code", code), ("outcome", outcome), ("type", input_type)))
+
+
+def test_a_fresh_process_shows_known_label_series_at_zero(procs: Procs) -> None:
+    """Dashboards show 0, not "No data", before anything happened: every labelled series whose
+    label values are a known set exists from the start, as do the failure counters."""
+    dport, wport = free_port(), free_port()
+    procs.dispatcher("examples.seed_app", "--metrics-port", str(dport))
+    procs.worker("examples.seed_app", "--metrics-port", str(wport))
+    eventually(lambda: _up(dport) and _up(wport), timeout=10)
+    d, w = scrape(dport), scrape(wport)
+    zero = [
+        inputs("interrupt.resume", "applied", ""), inputs("interrupt.resume", "refused", "forbidden"),
+        inputs("message.create", "ignored", "duplicate"), inputs("unknown", "rejected", "invalid_input"),
+        ("parley_triggers_total", (("type", "llm.failed"),)),
+        ("parley_actions_total", (("type", "interrupt"),)),
+        ("parley_interrupts_raised_total", (("scope", "global"),)),
+        ("parley_interrupts_resumed_total", (("delivered", "false"),)),
+        ("parley_results_dropped_total", (("reason", "stale_attempt"),)),
+        ("parley_work_retried_total", (("kind", "tool"),)),
+        ("parley_work_lost_total", (("kind", "llm"),)),
+        ("parley_sweep_errors_total", (("sweep", "fire_deadlines"),)),
+        ("parley_decisions_failed_total", ()),
+        ("parley_llm_failed_total", ()),
+        ("parley_interrupts_timed_out_total", ()),
+    ]
+    assert {key: d.get(key) for key in zero} == {key: 0.0 for key in zero}
+    for kind in ("decide", "llm", "tool"):
+        for outcome in ("ok", "error", "stopped"):
+            assert w[("parley_jobs_total", (("kind", kind), ("outcome", outcome)))] == 0
+        assert w[("parley_job_seconds_count", (("kind", kind),))] == 0
+
+
+def test_failures_and_deadlines_are_counted_by_a_real_dispatcher(procs: Procs, r: redis.Redis,
+                                                                 client: Client) -> None:
+    dport = free_port()
+    procs.dispatcher("tests.apps.scenarios", "--llm-timeout", "1", "--metrics-port", str(dport))
+    procs.worker()
+    eventually(lambda: _up(dport), timeout=10)
+    for session, text in (("f1", "[decide-raises]"), ("f2", "[slow-llm] hi"),
+                          ("f3", "email bob: [deadline] hi")):
+        r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(
+            {"type": "message.create", "content": text})})
+    wait_for(client, "f1", lambda e: e["type"] == "decision.failed", timeout=30)
+    wait_for(client, "f2", lambda e: e["type"] == "llm.failed", timeout=30)
+    wait_for(client, "f3", lambda e: e["type"] == "interrupt.resumed" and e["timed_out"], timeout=30)
+    counted = ("parley_decisions_failed_total", "parley_llm_failed_total",
+               "parley_interrupts_timed_out_total")
+    # the events are committed before the dispatcher counts them: wait for the count, then check it
+    eventually(lambda: all(scrape(dport)[(name, ())] >= 1 for name in counted))
+    time.sleep(0.3)
+    m = scrape(dport)
+    assert {name: m[(name, ())] for name in counted} == dict.fromkeys(counted, 1.0)

@@ -376,9 +376,10 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
 
 def test_alert_rules() -> None:
     rules = {r["alert"]: r for r in alert_rules()}
-    assert set(rules) == {"ParleyConsumerLagGrowing", "ParleyInterruptOpenTooLong"}
+    assert set(rules) == {"ParleyConsumerLagGrowing", "ParleyInterruptOpenTooLong", "ParleyDecisionsFailing"}
     assert "parley_stream_lag" in rules["ParleyConsumerLagGrowing"]["expr"]
     assert "parley_oldest_open_interrupt_age_seconds" in rules["ParleyInterruptOpenTooLong"]["expr"]
+    assert "parley_decisions_failed_total" in rules["ParleyDecisionsFailing"]["expr"]
     assert all(r.get("for") for r in rules.values())
 
 

@@ -124,11 +124,14 @@ def cli(ctx: click.Context, redis_url: str, prefix: str, log_level: str, princip
               help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
 @click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
               help="Refuse every unsigned input as `unauthorized` (env PARLEY_REQUIRE_SIGNING=1).")
+@click.option("--feed-maxlen", envvar="PARLEY_FEED_MAXLEN", type=click.IntRange(1), default=100_000,
+              show_default=True,
+              help="About how many entries the fleet-wide feed keeps (env PARLEY_FEED_MAXLEN).")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
-               require_signing: bool, metrics_port: int | None) -> None:
+               require_signing: bool, feed_maxlen: int, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -155,7 +158,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
-                   lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents)
+                   lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
+                   feed_maxlen=feed_maxlen)
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)

@@ -34,8 +34,8 @@ RESUMED = {"type": "interrupt.resumed", "at": 2, "interrupt_id": "int-1", "paylo
 
 
 def test_feed_types_are_the_interrupt_lifecycle_and_turn_completed() -> None:
-    assert FEED_EVENT_TYPES == {"interrupt.raised", "interrupt.resumed", "interrupt.cancelled",
-                                "turn.completed"}
+    assert {"interrupt.raised", "interrupt.resumed", "interrupt.cancelled",
+                                "turn.completed"} == FEED_EVENT_TYPES
 
 
 def test_commit_copies_interrupt_and_turn_events_to_the_feed_whole(r: redis.Redis) -> None:

@@ -350,6 +350,61 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
 
 
 @cli.command()
+@click.option("--webhook", "url", envvar="PARLEY_WEBHOOK_URL", required=True,
+              help="POST each feed entry here as JSON (env PARLEY_WEBHOOK_URL).")
+@click.option("--secret-file", envvar="PARLEY_WEBHOOK_SECRET_FILE", default=None,
+              help="File holding the signing secret (env PARLEY_WEBHOOK_SECRET_FILE); without it "
+                   "the secret is read from env PARLEY_WEBHOOK_SECRET. Never taken on the command line.")
+@click.option("--group", default="parley-notify", show_default=True,
+              help="Consumer group on the feed: forwarders of one group share its entries.")
+@click.option("--name", default=None, help="Consumer name (default: host-pid-random).")
+@click.option("--types", default=None,
+              help="Comma-separated event types to post (default: all); the rest are acknowledged.")
+@click.option("--max-attempts", type=click.IntRange(1), default=8, show_default=True,
+              help="POSTs of one entry before it goes to the dead-letter stream.")
+@click.option("--timeout", type=click.FloatRange(0.1), default=10, show_default=True,
+              help="Seconds one POST may take.")
+@click.option("--retry-base", type=click.FloatRange(0.01), default=0.5, show_default=True,
+              help="First retry waits up to this many seconds, doubling each time.")
+@click.option("--retry-cap", type=click.FloatRange(0.01), default=30, show_default=True,
+              help="No retry waits longer than this many seconds.")
+@click.option("--claim-idle", type=click.FloatRange(0.1), default=60, show_default=True,
+              help="Seconds an entry may stay unacknowledged by its forwarder before another "
+                   "forwarder takes it over.")
+@METRICS_PORT
+@click.pass_context
+def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, name: str | None,
+           types: str | None, max_attempts: int, timeout: float, retry_base: float,
+           retry_cap: float, claim_idle: float, metrics_port: int | None) -> None:
+    """Forward the fleet-wide feed to a webhook: signed JSON POSTs, retried with backoff,
+    dead-lettered after --max-attempts. Several may run: they share the feed through a consumer
+    group. SIGTERM stops it; an entry not yet acknowledged is taken over by another forwarder."""
+    import os
+
+    from parley.metrics import Health, serve
+    from parley.notify import Forwarder, NotifyConfig, load_secret
+    from parley.schemas.keys import Keys
+
+    try:
+        secret = load_secret(secret_file, dict(os.environ))
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"webhook secret: {exc}") from None
+    wanted = frozenset(t.strip() for t in types.split(",") if t.strip()) if types else None
+    config = NotifyConfig(url=url, secret=secret, group=group, consumer=name or "", types=wanted,
+                          max_attempts=max_attempts, timeout_s=timeout, retry_base_s=retry_base,
+                          retry_cap_s=retry_cap, claim_idle_ms=int(claim_idle * 1000))
+    stop = _stop_on_signals()
+    connection, keys = _connect(ctx), Keys(ctx.obj["prefix"])
+    forwarder = Forwarder(connection, keys, config)
+    forwarder.health = Health(connection)
+    if metrics_port is not None:
+        serve(metrics_port, connection, keys, forwarder.health, redis_state=False)
+    click.echo(f"parley notify {forwarder.consumer} started (feed {keys.feed}, group {group})", err=True)
+    forwarder.run(stop)
+    click.echo(f"parley notify {forwarder.consumer} stopped", err=True)
+
+
+@cli.command()
 @click.option("--app", default=SEED_APP, show_default=True, help="The app to run.")
 @click.option("--yes", "answer", flag_value="yes", help="Approve without asking.")
 @click.option("--no", "answer", flag_value="no", help="Decline without asking.")

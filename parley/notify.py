@@ -125,14 +125,14 @@ def wanted(entry: FeedEntry, types: frozenset[str] | None) -> bool:
     return types is None or entry.type in types
 
 
-def load_secret(path: str | None, env: dict[str, str]) -> bytes:
-    """The signing secret: the file's content (trailing newline dropped) or PARLEY_WEBHOOK_SECRET.
-    ValueError when there is none: an unsigned webhook could be forged by anyone."""
+def load_secret(path: str | None, from_env: str | None) -> bytes:
+    """The signing secret: the file's content (trailing newline dropped), else `from_env` (env
+    PARLEY_WEBHOOK_SECRET). ValueError when there is none: an unsigned webhook could be forged."""
     if path is not None:
         with open(path, "rb") as f:
             secret = f.read().rstrip(b"\r\n")
     else:
-        secret = env.get("PARLEY_WEBHOOK_SECRET", "").encode()
+        secret = (from_env or "").encode()
     if not secret:
         raise ValueError("no webhook secret: set PARLEY_WEBHOOK_SECRET or pass --secret-file")
     return secret

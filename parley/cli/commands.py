@@ -386,7 +386,7 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
     from parley.schemas.keys import Keys
 
     try:
-        secret = load_secret(secret_file, dict(os.environ))
+        secret = load_secret(secret_file, os.environ.get("PARLEY_WEBHOOK_SECRET"))
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"webhook secret: {exc}") from None
     wanted = frozenset(t.strip() for t in types.split(",") if t.strip()) if types else None

@@ -92,10 +92,11 @@ def test_type_filter() -> None:
 def test_the_secret_comes_from_a_file_or_the_environment_and_is_required(tmp_path: Path) -> None:
     path = tmp_path / "secret"
     path.write_bytes(b"from-file\n")
-    assert load_secret(str(path), {"PARLEY_WEBHOOK_SECRET": "env"}) == b"from-file"
-    assert load_secret(None, {"PARLEY_WEBHOOK_SECRET": "env"}) == b"env"
-    with pytest.raises(ValueError, match="no webhook secret"):
-        load_secret(None, {})
+    assert load_secret(str(path), "env") == b"from-file"
+    assert load_secret(None, "env") == b"env"
+    for nothing in (None, ""):
+        with pytest.raises(ValueError, match="no webhook secret"):
+            load_secret(None, nothing)
 
 
 def test_the_config_never_shows_its_secret() -> None:

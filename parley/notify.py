@@ -201,12 +201,15 @@ class Forwarder:
 
     def tick(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            if self.health is not None:
-                self.health.beat()
+            self.beat()
             for entry_id, fields in self.reclaim() or self.read():
                 if stop.is_set():
                     return  # left pending: another forwarder (or this one restarted) takes it
                 self.forward(entry_id, fields, stop)
+
+    def beat(self) -> None:
+        if self.health is not None:
+            self.health.beat()
 
     def read(self) -> Sequence[tuple[Any, Any]]:
         reply: Any = self.redis.xreadgroup(self.config.group, self.consumer, {self.keys.feed: ">"},
@@ -235,6 +238,7 @@ class Forwarder:
         body = entry.body()
         failures = 0
         while True:
+            self.beat()  # retrying a receiver that is down is the loop turning, not stalled
             error = self.post(entry, body)
             if error is None:
                 self.redis.xack(self.keys.feed, self.config.group, entry_id)

@@ -17,6 +17,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,11 +150,22 @@ class NotifyConfig:
     timeout_s: float = 10.0
     retry_base_s: float = 0.5
     retry_cap_s: float = 30.0
-    # An entry a forwarder has not touched for this long is taken over by another: longer than
-    # one POST plus one wait, since a live forwarder touches its entry before every retry.
+    # An entry a forwarder has not touched for this long is taken over by another. A live
+    # forwarder touches the entries it holds before a POST once a quarter of this has passed,
+    # and at most one POST and one wait lie between two POSTs: so it must be longer than those.
     claim_idle_ms: int = 60_000
     batch: int = 50
     block_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max attempts must be at least 1, not {self.max_attempts}")
+        longest_gap_ms = (self.timeout_s + self.retry_cap_s) * 1000
+        if self.claim_idle_ms <= longest_gap_ms:
+            raise ValueError(
+                f"the claim idle time ({self.claim_idle_ms / 1000:g} s) must exceed the POST timeout "
+                f"plus the longest retry wait ({longest_gap_ms / 1000:g} s), or a live forwarder's "
+                "entries would be taken over and posted twice")
 
     def __repr__(self) -> str:  # the secret never reaches a log line
         return f"NotifyConfig(url={self.url!r}, group={self.group!r}, consumer={self.consumer!r})"
@@ -174,6 +186,8 @@ class Forwarder:
         self.consumer = config.consumer or consumer_name()
         self.http = http or httpx.Client(timeout=config.timeout_s)
         self.health: metrics.Health | None = None
+        self.held: deque[Any] = deque()  # ids of the current batch not yet acknowledged, in order
+        self.touched_at = time.monotonic()
         metrics.init_notify_metrics()
 
     def ensure_group(self) -> None:
@@ -202,10 +216,14 @@ class Forwarder:
     def tick(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self.beat()
-            for entry_id, fields in self.reclaim() or self.read():
+            batch = self.reclaim() or self.read()
+            self.held = deque(entry_id for entry_id, _fields in batch)
+            self.touched_at = time.monotonic()
+            for entry_id, fields in batch:
                 if stop.is_set():
                     return  # left pending: another forwarder (or this one restarted) takes it
                 self.forward(entry_id, fields, stop)
+                self.held.popleft()
 
     def beat(self) -> None:
         if self.health is not None:
@@ -239,6 +257,7 @@ class Forwarder:
         failures = 0
         while True:
             self.beat()  # retrying a receiver that is down is the loop turning, not stalled
+            self.keep_held()
             error = self.post(entry, body)
             if error is None:
                 self.redis.xack(self.keys.feed, self.config.group, entry_id)
@@ -252,7 +271,6 @@ class Forwarder:
                 return
             if stop.wait(retry_delay(failures, self.config.retry_base_s, self.config.retry_cap_s)):
                 return
-            self.touch(entry_id)
 
     def post(self, entry: FeedEntry, body: bytes) -> str | None:
         """None when the receiver took the entry (2xx), else why not."""
@@ -273,10 +291,15 @@ class Forwarder:
         metrics.NOTIFY_FAILED.labels("status").inc()
         return f"status {response.status_code}"
 
-    def touch(self, entry_id: Any) -> None:
-        """Reset the entry's idle time: this forwarder is alive and still retrying it, so nobody
-        else reclaims it meanwhile."""
-        self.redis.xclaim(self.keys.feed, self.config.group, self.consumer, 0, [entry_id], justid=True)
+    def keep_held(self) -> None:
+        """Reset the idle time of the entries this forwarder holds and has not finished (the
+        one it posts and the rest of its batch) once a quarter of the claim idle time has
+        passed: it is alive, so nobody else takes them over and posts them twice."""
+        if not self.held or time.monotonic() - self.touched_at < self.config.claim_idle_ms / 4000:
+            return
+        self.redis.xclaim(self.keys.feed, self.config.group, self.consumer, 0, list(self.held),
+                          justid=True)
+        self.touched_at = time.monotonic()
 
     def dead_letter(self, entry_id: Any, fields: dict[Any, Any], error: str, failures: int) -> None:
         """Copy the entry with why it failed to the dead-letter stream and acknowledge it, in

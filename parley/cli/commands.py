@@ -390,9 +390,12 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"webhook secret: {exc}") from None
     wanted = frozenset(t.strip() for t in types.split(",") if t.strip()) if types else None
-    config = NotifyConfig(url=url, secret=secret, group=group, consumer=name or "", types=wanted,
-                          max_attempts=max_attempts, timeout_s=timeout, retry_base_s=retry_base,
-                          retry_cap_s=retry_cap, claim_idle_ms=int(claim_idle * 1000))
+    try:
+        config = NotifyConfig(url=url, secret=secret, group=group, consumer=name or "", types=wanted,
+                              max_attempts=max_attempts, timeout_s=timeout, retry_base_s=retry_base,
+                              retry_cap_s=retry_cap, claim_idle_ms=int(claim_idle * 1000))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--claim-idle") from None
     stop = _stop_on_signals()
     connection, keys = _connect(ctx), Keys(ctx.obj["prefix"])
     forwarder = Forwarder(connection, keys, config)

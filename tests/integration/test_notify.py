@@ -155,18 +155,32 @@ def test_a_forwarder_killed_with_entries_pending_another_takes_them_over(
     rec = receivers(lambda n: ("stall", 3, 503) if n == 0 else 200)
     r.xgroup_create(FEED, GROUP, id="0", mkstream=True)
     ids = write_feed(r, 5)
-    first = procs.start("notify", "examples.seed_app", "--webhook", rec.url, "--timeout", "30",
+    first = procs.start("notify", "examples.seed_app", "--webhook", rec.url, "--timeout", "20",
                         "--name", "first", env={"PARLEY_WEBHOOK_SECRET": SECRET})
     eventually(lambda: len(rec.requests) == 1, timeout=10)
     assert r.xpending(FEED, GROUP)["consumers"] == [{"name": b"first", "pending": 5}]
     first.kill()  # kill -9 with five entries read and none acknowledged
     first.wait()
     procs.forget(first)
-    notify(procs, rec.url, "--name", "second", "--claim-idle", "0.5")
+    notify(procs, rec.url, "--name", "second", "--claim-idle", "1")
     eventually(lambda: len(rec.accepted_ids()) >= 5, timeout=20)
     time.sleep(0.5)
     assert rec.accepted_ids() == ids  # nothing lost, nothing twice
     eventually(lambda: r.xpending(FEED, GROUP)["pending"] == 0)
+
+
+def test_a_slow_forwarder_keeps_its_batch_from_being_taken_over(
+        procs: Procs, r: redis.Redis, receivers: Callable[[Behaviour], Receiver]) -> None:
+    # each answer takes 0.3 s: the first forwarder's batch of 10 takes three claim idle times
+    rec = receivers(lambda n: ("stall", 0.3, 200))
+    r.xgroup_create(FEED, GROUP, id="0", mkstream=True)
+    ids = write_feed(r, 10)
+    notify(procs, rec.url, "--name", "slow", "--claim-idle", "1")
+    eventually(lambda: len(rec.requests) >= 1, timeout=10)
+    notify(procs, rec.url, "--name", "eager", "--claim-idle", "1")
+    eventually(lambda: len(rec.accepted_ids()) >= 10, timeout=20)
+    time.sleep(1.5)  # a second copy of any entry would arrive meanwhile
+    assert rec.accepted_ids() == ids
 
 
 def test_two_forwarders_share_the_feed_and_post_each_entry_once(
@@ -191,6 +205,13 @@ def test_type_filter_posts_only_the_chosen_types(procs: Procs, r: redis.Redis,
     eventually(lambda: r.xpending(FEED, GROUP)["pending"] == 0
                and r.xinfo_groups(FEED)[0]["lag"] == 0, timeout=10)
     eventually(lambda: rec.accepted_ids() == raised)
+
+
+def test_a_claim_idle_time_shorter_than_a_post_and_a_wait_is_refused(procs: Procs) -> None:
+    proc = notify(procs, "http://127.0.0.1:9/x", "--claim-idle", "0.6")
+    assert proc.wait(20) == 2
+    assert "must exceed the POST timeout plus the longest retry wait" in procs.logs()
+    procs.forget(proc)
 
 
 def test_without_a_secret_it_refuses_to_start(procs: Procs) -> None:

@@ -102,3 +102,11 @@ def test_the_secret_comes_from_a_file_or_the_environment_and_is_required(tmp_pat
 def test_the_config_never_shows_its_secret() -> None:
     config = NotifyConfig(url="http://x", secret=b"do-not-log")
     assert "do-not-log" not in repr(config) and "do-not-log" not in str(config)
+
+
+def test_a_claim_idle_time_a_live_forwarder_could_exceed_is_refused() -> None:
+    NotifyConfig(url="http://x", secret=b"k", timeout_s=10, retry_cap_s=30, claim_idle_ms=40_001)
+    with pytest.raises(ValueError, match="must exceed the POST timeout plus the longest retry wait"):
+        NotifyConfig(url="http://x", secret=b"k", timeout_s=10, retry_cap_s=30, claim_idle_ms=40_000)
+    with pytest.raises(ValueError, match="at least 1"):
+        NotifyConfig(url="http://x", secret=b"k", max_attempts=0)

@@ -30,7 +30,7 @@ from parley.dispatcher.core import AppInfo, Limits
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
-from parley.dispatcher.store import Store
+from parley.dispatcher.store import DEFAULT_FEED_MAXLEN, Store
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
@@ -50,14 +50,14 @@ class Dispatcher:
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
                  name: str | None = None, keyring: Keyring | None = None,
-                 agents: dict[str, AppInfo] | None = None):
+                 agents: dict[str, AppInfo] | None = None, feed_maxlen: int = DEFAULT_FEED_MAXLEN):
         self.redis = redis
         self.keys = keys
         self.default_partitions = partitions
         self.block_ms = block_ms
         self.batch = batch
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.store = Store(redis, keys)
+        self.store = Store(redis, keys, feed_maxlen=feed_maxlen)
         self.outbox = Outbox(redis, keys)
         self.stats = Stats()
         self.health: metrics.Health | None = None

@@ -10,11 +10,15 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from parley.dispatcher.core import Effect, Transition, effect_from_dict, effect_to_json
+from parley.schemas.events import FEED_EVENT_TYPES
 from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 DEFAULT_EVENTS_MAXLEN = 10_000
+# The feed serves the whole fleet: at a few hundred interrupt and turn events a second this is
+# minutes of history for a notifier to catch up on after a restart (docs/operations.md).
+DEFAULT_FEED_MAXLEN = 100_000
 
 COMMITTED, CONFLICT, LEASE_LOST = 1, 0, -1
 
@@ -25,10 +29,12 @@ def load_script(redis: Redis, name: str) -> Script:
 
 
 class Store:
-    def __init__(self, redis: Redis, keys: Keys, events_maxlen: int = DEFAULT_EVENTS_MAXLEN):
+    def __init__(self, redis: Redis, keys: Keys, events_maxlen: int = DEFAULT_EVENTS_MAXLEN,
+                 feed_maxlen: int = DEFAULT_FEED_MAXLEN):
         self.redis = redis
         self.keys = keys
         self.events_maxlen = events_maxlen
+        self.feed_maxlen = feed_maxlen
         self._commit = load_script(redis, "commit")
 
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
@@ -110,17 +116,20 @@ class Store:
             version, lease_token, core.to_json() if core is not None else "",
             orjson.dumps(tr.state.applied), self.events_maxlen,
             IDEMPOTENCY_TTL_S if tr.idempotency_key else 0,
+            self.feed_maxlen, session,
             len(tr.new_messages)]
         for m in tr.new_messages:
             argv += [m["id"], orjson.dumps(m)]
         argv.append(len(tr.events))
-        argv += [orjson.dumps(e) for e in tr.events]
+        for e in tr.events:
+            # the feed copies the event whole: fields added to an event later flow through
+            argv += [_feed_type(e), orjson.dumps(e)]
         argv.append(len(tr.effects))
         for fx in tr.effects:
             argv += [fx.seq, effect_to_json(fx)]
         idem = k.idempotency(session, tr.idempotency_key) if tr.idempotency_key else k.meta(session)
         keys = [k.meta(session), k.messages(session), k.events(session), k.outbox(session), idem,
-                lease_key]
+                lease_key, k.feed]
         return keys, argv
 
     def pending_effects(self, session: str) -> list[Effect]:
@@ -128,3 +137,9 @@ class Store:
         in the order the transitions asked for it."""
         raw = self.redis.hgetall(self.keys.outbox(session))
         return sorted((effect_from_dict(orjson.loads(v)) for v in raw.values()), key=lambda fx: fx.seq)
+
+
+def _feed_type(event: dict[str, Any]) -> str:
+    """The event's type when the feed carries it, else '' (it stays in its session's stream)."""
+    kind = event.get("type")
+    return kind if isinstance(kind, str) and kind in FEED_EVENT_TYPES else ""

@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis import Redis
 
+from parley.schemas.events import FEED_EVENT_TYPES
 from parley.schemas.keys import Keys
 
 REGISTRY = CollectorRegistry()
@@ -129,6 +130,27 @@ def start_worker_series() -> None:
         JOB_SECONDS.labels(kind)
         for outcome in JOB_OUTCOMES:
             JOBS.labels(kind, outcome)
+
+# `parley notify` (parley/notify.py): the webhook forwarder of the fleet-wide feed
+NOTIFY_FORWARDED = Counter("parley_notify_forwarded_total", "Feed entries the webhook took (2xx), by "
+                           "event type", ["type"], registry=REGISTRY)
+NOTIFY_FAILED = Counter("parley_notify_failed_total", "Webhook POSTs that failed, by why (status: "
+                        "not 2xx, timeout, connection)", ["reason"], registry=REGISTRY)
+NOTIFY_DEAD = Counter("parley_notify_dead_lettered_total", "Feed entries given up on, copied to the "
+                      "dead-letter stream", registry=REGISTRY)
+NOTIFY_RECLAIMED = Counter("parley_notify_reclaimed_total", "Feed entries taken over from a forwarder "
+                           "that stopped acknowledging them", registry=REGISTRY)
+NOTIFY_SECONDS = Histogram("parley_notify_seconds", "Duration of one webhook POST",
+                           buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30),
+                           registry=REGISTRY)
+
+
+def init_notify_metrics() -> None:
+    """Every label series of the notifier at 0 from the start: dashboards show 0, not no data."""
+    for kind in sorted(FEED_EVENT_TYPES):
+        NOTIFY_FORWARDED.labels(kind)
+    for reason in ("status", "timeout", "connection"):
+        NOTIFY_FAILED.labels(reason)
 
 
 def record_transition(tr: Any, seconds: float) -> None:
@@ -248,9 +270,12 @@ class Health:
         return True, "ok"
 
 
-def serve(port: int, redis: Redis, keys: Keys, health: Health) -> ThreadingHTTPServer:
-    """`/metrics`, `/healthz` and `/readyz` on `port`, in a daemon thread."""
-    REGISTRY.register(RedisStateCollector(redis, keys))
+def serve(port: int, redis: Redis, keys: Keys, health: Health,
+          redis_state: bool = True) -> ThreadingHTTPServer:
+    """`/metrics`, `/healthz` and `/readyz` on `port`, in a daemon thread. Without `redis_state`
+    (the notifier, whose Redis login reads the feed only) no gauge is read from Redis."""
+    if redis_state:
+        REGISTRY.register(RedisStateCollector(redis, keys))
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

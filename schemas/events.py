@@ -182,3 +182,9 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+#: The events also copied to the fleet-wide feed (docs/protocol.md, "Feed"): what happens to
+#: interrupts in any session, and the end of a turn, so one stream tells notifiers and
+#: dashboards what thousands of session streams would.
+FEED_EVENT_TYPES: frozenset[str] = frozenset(
+    {"interrupt.raised", "interrupt.resumed", "interrupt.cancelled", "turn.completed"})

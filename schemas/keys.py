@@ -83,6 +83,17 @@ class Keys:
         return f"{self.prefix}:interrupts:anchors"
 
     @property
+    def feed(self) -> str:
+        """Stream, capped: the fleet-wide feed of interrupt and turn events of every session,
+        written by the commit script with the session's own events (docs/protocol.md, "Feed")."""
+        return f"{self.prefix}:feed"
+
+    @property
+    def feed_dead(self) -> str:
+        """Stream, capped: feed entries `parley notify` gave up forwarding, with the error."""
+        return f"{self.prefix}:feed:dead"
+
+    @property
     def deadlines(self) -> str:
         """Sorted set of open interrupts with a timeout, scored by deadline (Unix ms)."""
         return f"{self.prefix}:deadlines"

@@ -5,17 +5,23 @@
 -- KEYS[4] outbox hash ({S})
 -- KEYS[5] idempotency key ({S}; ignored when ARGV[6] is 0)
 -- KEYS[6] the partition's lease (fencing; ignored when ARGV[2] is empty).
---         The only key outside the session's slot: Redis Cluster is not supported yet.
+-- KEYS[7] the fleet-wide feed stream.
+--         KEYS[6] and KEYS[7] are the only keys outside the session's slot: Redis Cluster is
+--         not supported yet.
 -- ARGV[1] expected version (what the transition was computed from)
 -- ARGV[2] lease token held by the committing dispatcher, or ''
 -- ARGV[3] core JSON ('' = the session still does not exist)
 -- ARGV[4] applied-markers JSON
 -- ARGV[5] events MAXLEN (approximate trim)
 -- ARGV[6] idempotency TTL seconds (0 = no key)
--- ARGV[7] n messages, then n pairs (id, json)
--- then    m events, then m JSON strings
+-- ARGV[7] feed MAXLEN (approximate trim)
+-- ARGV[8] the session id (named by feed entries)
+-- ARGV[9] n messages, then n pairs (id, json)
+-- then    m events, then m pairs (feed type or '' when the event stays in the session, json)
 -- then    k effects, then k pairs (seq, json)
 -- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
+-- Nothing is written before both checks pass, so a refused commit (a replay computed from an
+-- old version included) leaves the feed as it was: each applied event is copied once.
 if ARGV[2] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[2] then
   return -1
 end
@@ -32,7 +38,7 @@ local ttl = tonumber(ARGV[6])
 if ttl > 0 then
   redis.call('SET', KEYS[5], '1', 'EX', ttl)
 end
-local i = 7
+local i = 9
 local n = tonumber(ARGV[i])
 for j = 1, n do
   redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
@@ -40,9 +46,14 @@ end
 i = i + 2 * n + 1
 local m = tonumber(ARGV[i])
 for j = 1, m do
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[i + j])
+  local feed_type, event = ARGV[i + 2 * j - 1], ARGV[i + 2 * j]
+  local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'event', event)
+  if feed_type ~= '' then
+    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[7], '*', 'session', ARGV[8], 'type', feed_type,
+               'event_id', id, 'event', event)
+  end
 end
-i = i + m + 1
+i = i + 2 * m + 1
 local k = tonumber(ARGV[i])
 for j = 1, k do
   redis.call('HSET', KEYS[4], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])

@@ -169,11 +169,14 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
               help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
 @click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
               help="Refuse every unsigned input as `unauthorized` (env PARLEY_REQUIRE_SIGNING=1).")
+@click.option("--feed-maxlen", envvar="PARLEY_FEED_MAXLEN", type=click.IntRange(1), default=100_000,
+              show_default=True,
+              help="About how many entries the fleet-wide feed keeps (env PARLEY_FEED_MAXLEN).")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
-               require_signing: bool, metrics_port: int | None) -> None:
+               require_signing: bool, feed_maxlen: int, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -200,7 +203,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
-                   lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents)
+                   lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
+                   feed_maxlen=feed_maxlen)
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
@@ -401,6 +405,64 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
         age = (now_ms - r["raised_at"]) / 1000
         click.echo(f"{r['session']}\t{r['interrupt_id']}\t{r['reason']}\tanchor={r['anchor']}\t"
                    f"open {age:.0f}s")
+
+
+@cli.command()
+@click.option("--webhook", "url", envvar="PARLEY_WEBHOOK_URL", required=True,
+              help="POST each feed entry here as JSON (env PARLEY_WEBHOOK_URL).")
+@click.option("--secret-file", envvar="PARLEY_WEBHOOK_SECRET_FILE", default=None,
+              help="File holding the signing secret (env PARLEY_WEBHOOK_SECRET_FILE); without it "
+                   "the secret is read from env PARLEY_WEBHOOK_SECRET. Never taken on the command line.")
+@click.option("--group", default="parley-notify", show_default=True,
+              help="Consumer group on the feed: forwarders of one group share its entries.")
+@click.option("--name", default=None, help="Consumer name (default: host-pid-random).")
+@click.option("--types", default=None,
+              help="Comma-separated event types to post (default: all); the rest are acknowledged.")
+@click.option("--max-attempts", type=click.IntRange(1), default=8, show_default=True,
+              help="POSTs of one entry before it goes to the dead-letter stream.")
+@click.option("--timeout", type=click.FloatRange(0.1), default=10, show_default=True,
+              help="Seconds one POST may take.")
+@click.option("--retry-base", type=click.FloatRange(0.01), default=0.5, show_default=True,
+              help="First retry waits up to this many seconds, doubling each time.")
+@click.option("--retry-cap", type=click.FloatRange(0.01), default=30, show_default=True,
+              help="No retry waits longer than this many seconds.")
+@click.option("--claim-idle", type=click.FloatRange(0.1), default=60, show_default=True,
+              help="Seconds an entry may stay unacknowledged by its forwarder before another "
+                   "forwarder takes it over.")
+@METRICS_PORT
+@click.pass_context
+def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, name: str | None,
+           types: str | None, max_attempts: int, timeout: float, retry_base: float,
+           retry_cap: float, claim_idle: float, metrics_port: int | None) -> None:
+    """Forward the fleet-wide feed to a webhook: signed JSON POSTs, retried with backoff,
+    dead-lettered after --max-attempts. Several may run: they share the feed through a consumer
+    group. SIGTERM stops it; an entry not yet acknowledged is taken over by another forwarder."""
+    import os
+
+    from parley.metrics import Health, serve
+    from parley.notify import Forwarder, NotifyConfig, load_secret
+    from parley.schemas.keys import Keys
+
+    try:
+        secret = load_secret(secret_file, os.environ.get("PARLEY_WEBHOOK_SECRET"))
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"webhook secret: {exc}") from None
+    wanted = frozenset(t.strip() for t in types.split(",") if t.strip()) if types else None
+    try:
+        config = NotifyConfig(url=url, secret=secret, group=group, consumer=name or "", types=wanted,
+                              max_attempts=max_attempts, timeout_s=timeout, retry_base_s=retry_base,
+                              retry_cap_s=retry_cap, claim_idle_ms=int(claim_idle * 1000))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--claim-idle") from None
+    stop = _stop_on_signals()
+    connection, keys = _connect(ctx), Keys(ctx.obj["prefix"])
+    forwarder = Forwarder(connection, keys, config)
+    forwarder.health = Health(connection)
+    if metrics_port is not None:
+        serve(metrics_port, connection, keys, forwarder.health, redis_state=False)
+    click.echo(f"parley notify {forwarder.consumer} started (feed {keys.feed}, group {group})", err=True)
+    forwarder.run(stop)
+    click.echo(f"parley notify {forwarder.consumer} stopped", err=True)
 
 
 @cli.command()

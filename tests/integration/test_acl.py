@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from parley.dispatcher.core import Cancel, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import get_partitions
 from parley.metrics import Health, RedisStateCollector
+from parley.notify import Forwarder, NotifyConfig
 from parley.schemas.jobs import KIND_OF_QUEUE, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
@@ -46,6 +48,8 @@ from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker
 from tests.integration.conftest import enqueue_tool_job, tick
+from tests.integration.test_notify import SECRET as NOTIFY_SECRET
+from tests.integration.test_notify import Receiver
 
 pytestmark = pytest.mark.usefixtures("restore_signals")
 
@@ -57,9 +61,11 @@ SEED = "Email bob@example.com: the launch moved to Friday."
 
 PRODUCER, WORKER = "parley-producer", "parley-worker"
 DISPATCHER, READER = "parley-dispatcher", "parley-reader"
+NOTIFIER = "parley-notifier"
 # the placeholders shipped in the file (deploy/README.md: replace them before deploying)
 PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
-             DISPATCHER: "change-me-dispatcher", READER: "change-me-reader"}
+             DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
+             NOTIFIER: "change-me-notifier"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 
 
@@ -216,9 +222,9 @@ def refused(call: Callable[[], Any]) -> None:
 
 def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
     users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
-    assert set(users) == {"default", PRODUCER, WORKER, DISPATCHER, READER, ADMIN}
+    assert set(users) == {"default", PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ADMIN}
     assert " off " in users["default"] and "nopass" not in users["default"]
-    for user in (PRODUCER, WORKER, DISPATCHER, READER):
+    for user in (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER):
         assert " on " in users[user]
         assert "~*" not in users[user] and "&*" not in users[user] and "+@all" not in users[user]
     # ACL files accept no comments: the operator's notes live in deploy/README.md
@@ -558,6 +564,56 @@ def test_reader_is_refused_the_rest(acl: AclRedis, reader: redis.Redis,
                                     attempt: Callable[[redis.Redis], Any]) -> None:
     refused(lambda: attempt(reader))
     assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {READER}
+
+
+# ---- the notifier (parley notify) and the feed -------------------------------------------------
+
+
+def test_the_feed_is_written_by_dispatchers_read_by_readers_forwarded_by_notifiers(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,
+        reader: redis.Redis, worker_app: None) -> None:
+    client = Client(producer)
+    d = make_dispatcher(dispatcher)
+    notifier = acl.connect(NOTIFIER)
+    rec = Receiver(lambda n: 500 if n == 0 else 200)  # the first entry is dead-lettered
+    config = NotifyConfig(url=rec.url, secret=NOTIFY_SECRET.encode(), max_attempts=1, block_ms=100)
+    forwarder = Forwarder(notifier, KEYS, config)
+    forwarder.ensure_group()
+    client.send("acl-f", {"type": "message.create", "content": SEED})
+    drive(d, worker, client, "acl-f", "interrupt.raised")
+    client.send("acl-f", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
+    drive(d, worker, client, "acl-f", "turn.completed")
+    feed_types = [f[b"type"] for _id, f in reader.xrange(KEYS.feed)]
+    assert feed_types == [b"interrupt.raised", b"interrupt.resumed", b"turn.completed"]
+    stop = threading.Event()
+    for entry_id, fields in forwarder.read():
+        forwarder.forward(entry_id, fields, stop)
+    assert forwarder.reclaim() == []
+    assert [a["type"] for a in rec.accepted] == ["interrupt.resumed", "turn.completed"]
+    assert [f[b"type"] for _id, f in acl.admin.xrange(KEYS.feed_dead)] == [b"interrupt.raised"]
+    rec.server.shutdown()
+    assert acl.denials() == []
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.xrange(KEYS.events("acl-f")), id="read-session-events"),
+    pytest.param(lambda r: r.hgetall(KEYS.meta("acl-f")), id="read-meta"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
+    pytest.param(lambda r: r.xadd(KEYS.feed, {"type": "forged"}), id="write-the-feed"),
+    pytest.param(lambda r: r.xrange(KEYS.feed_dead), id="read-dead-letters"),
+    pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+])
+def test_notifier_is_refused_the_rest(acl: AclRedis, attempt: Callable[[redis.Redis], Any]) -> None:
+    refused(lambda: attempt(acl.connect(NOTIFIER)))
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {NOTIFIER}
+
+
+def test_reader_reads_the_feed_but_joins_no_group(acl: AclRedis, reader: redis.Redis) -> None:
+    acl.admin.xgroup_create(KEYS.feed, "parley-notify", id="0", mkstream=True)
+    assert reader.xrange(KEYS.feed) == []
+    refused(lambda: reader.xreadgroup("parley-notify", "me", {KEYS.feed: ">"}))
+    refused(lambda: reader.xadd(KEYS.feed, {"type": "forged"}))
 
 
 # ---- the real processes: credentials come from the URL ------------------------------------------

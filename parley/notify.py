@@ -1,0 +1,315 @@
+"""`parley notify`: forward the fleet-wide feed (docs/protocol.md, "Feed") to a webhook.
+
+The pure part (what is posted, how it is signed and verified, how long to wait before the
+next try) is written and unit-tested once (tests/unit/test_notify.py); `Forwarder` is the thin
+loop around it: a consumer group on the feed, one POST per entry, retries with backoff, a
+dead-letter stream once an entry has failed `max_attempts` times. Delivery is at least once:
+an entry is acknowledged only after its POST succeeded (or it was dead-lettered), so a
+receiver may see an entry twice after a forwarder crash and tells them apart by the
+`Parley-Delivery` header.
+"""
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from parley import metrics
+from parley.logs import kv
+from parley.retry import backoff
+from parley.schemas.keys import Keys
+
+log = logging.getLogger("parley.notify")
+
+SIGNATURE_HEADER = "Parley-Signature"
+DELIVERY_HEADER = "Parley-Delivery"
+EVENT_HEADER = "Parley-Event"
+DEFAULT_GROUP = "parley-notify"
+DEAD_MAXLEN = 100_000
+# A receiver refuses a signature older than this: a captured request cannot be replayed later.
+SIGNATURE_TOLERANCE_S = 300
+
+
+class FeedEntryError(ValueError):
+    """A feed entry that cannot be forwarded as it is (not written by the commit script)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEntry:
+    """One entry of the feed: which session, which event, and the event whole."""
+
+    entry_id: str
+    session: str
+    type: str
+    event_id: str
+    event: dict[str, Any]
+
+    def body(self) -> bytes:
+        """The JSON document POSTed for this entry."""
+        return orjson.dumps({"id": self.entry_id, "session": self.session, "type": self.type,
+                             "event_id": self.event_id, "event": self.event})
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def parse_entry(entry_id: Any, fields: dict[Any, Any]) -> FeedEntry:
+    """The feed entry of a stream reply, or FeedEntryError saying what is wrong with it."""
+    named = {_text(k): v for k, v in fields.items()}
+    missing = [f for f in ("session", "type", "event_id", "event") if f not in named]
+    if missing:
+        raise FeedEntryError(f"feed entry {_text(entry_id)} lacks {', '.join(missing)}")
+    try:
+        event = orjson.loads(named["event"])
+    except orjson.JSONDecodeError as exc:
+        raise FeedEntryError(f"feed entry {_text(entry_id)}: event is not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise FeedEntryError(f"feed entry {_text(entry_id)}: event is not a JSON object")
+    return FeedEntry(_text(entry_id), _text(named["session"]), _text(named["type"]),
+                     _text(named["event_id"]), event)
+
+
+def sign(secret: bytes, timestamp: int, body: bytes) -> str:
+    """The `Parley-Signature` header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>`
+    (Stripe's scheme: the timestamp is signed too, so an old request cannot be replayed)."""
+    mac = hmac.new(secret, str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def verify(secret: bytes, header: str, body: bytes, now: float,
+           tolerance_s: float = SIGNATURE_TOLERANCE_S) -> bool:
+    """What a receiver runs: the header is well formed, recent, and its MAC matches `body`."""
+    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    try:
+        timestamp = int(parts["t"])
+    except (KeyError, ValueError):
+        return False
+    if abs(now - timestamp) > tolerance_s:
+        return False
+    return hmac.compare_digest(sign(secret, timestamp, body), f"t={timestamp},v1={parts.get('v1', '')}")
+
+
+def headers(secret: bytes, entry: FeedEntry, body: bytes, now: float) -> dict[str, str]:
+    return {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, int(now), body),
+            DELIVERY_HEADER: entry.entry_id, EVENT_HEADER: entry.type}
+
+
+def retry_delay(failures: int, base_s: float, cap_s: float) -> float:
+    """Seconds before the next POST of an entry that failed `failures` times (>= 1): exponential,
+    jittered, so forwarders retrying together do not hit a recovering receiver in lockstep."""
+    return backoff(failures - 1, base=base_s, cap=cap_s, jitter=True)
+
+
+def is_dead(failures: int, max_attempts: int) -> bool:
+    """Whether an entry that failed `failures` times goes to the dead-letter stream."""
+    return failures >= max_attempts
+
+
+def wanted(entry: FeedEntry, types: frozenset[str] | None) -> bool:
+    """Whether the forwarder posts this entry (`--types`); others are acknowledged unposted."""
+    return types is None or entry.type in types
+
+
+def load_secret(path: str | None, from_env: str | None) -> bytes:
+    """The signing secret: the file's content (trailing newline dropped), else `from_env` (env
+    PARLEY_WEBHOOK_SECRET). ValueError when there is none: an unsigned webhook could be forged."""
+    if path is not None:
+        with open(path, "rb") as f:
+            secret = f.read().rstrip(b"\r\n")
+    else:
+        secret = (from_env or "").encode()
+    if not secret:
+        raise ValueError("no webhook secret: set PARLEY_WEBHOOK_SECRET or pass --secret-file")
+    return secret
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    url: str
+    secret: bytes
+    group: str = DEFAULT_GROUP
+    consumer: str = ""
+    types: frozenset[str] | None = None
+    max_attempts: int = 8
+    timeout_s: float = 10.0
+    retry_base_s: float = 0.5
+    retry_cap_s: float = 30.0
+    # An entry a forwarder has not touched for this long is taken over by another. A live
+    # forwarder touches the entries it holds before a POST once a quarter of this has passed,
+    # and at most one POST and one wait lie between two POSTs: so it must be longer than those.
+    claim_idle_ms: int = 60_000
+    batch: int = 50
+    block_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max attempts must be at least 1, not {self.max_attempts}")
+        longest_gap_ms = (self.timeout_s + self.retry_cap_s) * 1000
+        if self.claim_idle_ms <= longest_gap_ms:
+            raise ValueError(
+                f"the claim idle time ({self.claim_idle_ms / 1000:g} s) must exceed the POST timeout "
+                f"plus the longest retry wait ({longest_gap_ms / 1000:g} s), or a live forwarder's "
+                "entries would be taken over and posted twice")
+
+    def __repr__(self) -> str:  # the secret never reaches a log line
+        return f"NotifyConfig(url={self.url!r}, group={self.group!r}, consumer={self.consumer!r})"
+
+
+def consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Forwarder:
+    """One forwarder process: reads the feed with a consumer group, posts, acknowledges."""
+
+    def __init__(self, redis: Redis, keys: Keys, config: NotifyConfig,
+                 http: httpx.Client | None = None):
+        self.redis = redis
+        self.keys = keys
+        self.config = config
+        self.consumer = config.consumer or consumer_name()
+        self.http = http or httpx.Client(timeout=config.timeout_s)
+        self.health: metrics.Health | None = None
+        self.held: deque[Any] = deque()  # ids of the current batch not yet acknowledged, in order
+        self.touched_at = time.monotonic()
+        metrics.init_notify_metrics()
+
+    def ensure_group(self) -> None:
+        """The group starts at the feed's end: a first forwarder posts what happens from now on."""
+        try:
+            self.redis.xgroup_create(self.keys.feed, self.config.group, id="$", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop`; a Redis outage is waited out with backoff (nothing is acknowledged
+        meanwhile, so nothing is lost)."""
+        outages = 0
+        while not stop.is_set():
+            try:
+                self.ensure_group()
+                self.tick(stop)
+                outages = 0
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                delay = backoff(outages, base=0.25, cap=5.0)
+                outages += 1
+                log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
+                stop.wait(delay)
+
+    def tick(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.beat()
+            batch = self.reclaim() or self.read()
+            self.held = deque(entry_id for entry_id, _fields in batch)
+            self.touched_at = time.monotonic()
+            for entry_id, fields in batch:
+                if stop.is_set():
+                    return  # left pending: another forwarder (or this one restarted) takes it
+                self.forward(entry_id, fields, stop)
+                self.held.popleft()
+
+    def beat(self) -> None:
+        if self.health is not None:
+            self.health.beat()
+
+    def read(self) -> Sequence[tuple[Any, Any]]:
+        reply: Any = self.redis.xreadgroup(self.config.group, self.consumer, {self.keys.feed: ">"},
+                                           count=self.config.batch, block=self.config.block_ms)
+        return reply[0][1] if reply else []
+
+    def reclaim(self) -> Sequence[tuple[Any, Any]]:
+        """Entries a dead forwarder read and never acknowledged (XAUTOCLAIM)."""
+        reply: Any = self.redis.xautoclaim(self.keys.feed, self.config.group, self.consumer,
+                                           min_idle_time=self.config.claim_idle_ms, start_id="0-0",
+                                           count=self.config.batch)
+        claimed = [(i, f) for i, f in reply[1] if f]  # a trimmed entry comes back without fields
+        if claimed:
+            metrics.NOTIFY_RECLAIMED.inc(len(claimed))
+        return claimed
+
+    def forward(self, entry_id: Any, fields: dict[Any, Any], stop: threading.Event) -> None:
+        try:
+            entry = parse_entry(entry_id, fields)
+        except FeedEntryError as exc:
+            self.dead_letter(entry_id, fields, str(exc), 0)
+            return
+        if not wanted(entry, self.config.types):
+            self.redis.xack(self.keys.feed, self.config.group, entry_id)
+            return
+        body = entry.body()
+        failures = 0
+        while True:
+            self.beat()  # retrying a receiver that is down is the loop turning, not stalled
+            self.keep_held()
+            error = self.post(entry, body)
+            if error is None:
+                self.redis.xack(self.keys.feed, self.config.group, entry_id)
+                metrics.NOTIFY_FORWARDED.labels(entry.type).inc()
+                return
+            failures += 1
+            log.warning("webhook failed", extra=kv(entry=entry.entry_id, session=entry.session,
+                                                   error=error, failures=failures))
+            if is_dead(failures, self.config.max_attempts):
+                self.dead_letter(entry_id, fields, error, failures)
+                return
+            if stop.wait(retry_delay(failures, self.config.retry_base_s, self.config.retry_cap_s)):
+                return
+
+    def post(self, entry: FeedEntry, body: bytes) -> str | None:
+        """None when the receiver took the entry (2xx), else why not."""
+        started = time.perf_counter()
+        try:
+            response = self.http.post(self.config.url, content=body,
+                                      headers=headers(self.config.secret, entry, body, time.time()))
+        except httpx.TimeoutException:
+            metrics.NOTIFY_FAILED.labels("timeout").inc()
+            return "timeout"
+        except httpx.HTTPError as exc:
+            metrics.NOTIFY_FAILED.labels("connection").inc()
+            return f"connection: {exc}"
+        finally:
+            metrics.NOTIFY_SECONDS.observe(time.perf_counter() - started)
+        if 200 <= response.status_code < 300:
+            return None
+        metrics.NOTIFY_FAILED.labels("status").inc()
+        return f"status {response.status_code}"
+
+    def keep_held(self) -> None:
+        """Reset the idle time of the entries this forwarder holds and has not finished (the
+        one it posts and the rest of its batch) once a quarter of the claim idle time has
+        passed: it is alive, so nobody else takes them over and posts them twice."""
+        if not self.held or time.monotonic() - self.touched_at < self.config.claim_idle_ms / 4000:
+            return
+        self.redis.xclaim(self.keys.feed, self.config.group, self.consumer, 0, list(self.held),
+                          justid=True)
+        self.touched_at = time.monotonic()
+
+    def dead_letter(self, entry_id: Any, fields: dict[Any, Any], error: str, failures: int) -> None:
+        """Copy the entry with why it failed to the dead-letter stream and acknowledge it, in
+        one MULTI: it is in one of the two streams' hands, never in neither."""
+        copy: dict[Any, Any] = {**{_text(k): v for k, v in fields.items()},
+                "feed_id": _text(entry_id), "error": error, "attempts": failures}
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xadd(self.keys.feed_dead, copy, maxlen=DEAD_MAXLEN, approximate=True)
+        pipe.xack(self.keys.feed, self.config.group, entry_id)
+        pipe.execute()
+        metrics.NOTIFY_DEAD.inc()
+        log.error("feed entry dead-lettered", extra=kv(entry=_text(entry_id), error=error,
+                                                       attempts=failures))

@@ -456,6 +456,7 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
         raise click.BadParameter(str(exc), param_hint="--claim-idle") from None
     stop = _stop_on_signals()
     connection, keys = _connect(ctx), Keys(ctx.obj["prefix"])
+    connection.ping()  # a Redis unusable at start is one line and exit 69, as for every command
     forwarder = Forwarder(connection, keys, config)
     forwarder.health = Health(connection)
     if metrics_port is not None:

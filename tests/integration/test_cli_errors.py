@@ -29,12 +29,19 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "watch": ["s1", "--timeout", "1"],
     "interrupts": ["--json"],
     "demo": ["--yes"],
+    "notify": ["--webhook", "http://127.0.0.1:1/hook"],
 }
+
+
+#: what a command needs in its environment besides the Redis URL
+COMMAND_ENV: dict[str, dict[str, str]] = {"notify": {"PARLEY_WEBHOOK_SECRET": "a-secret"}}
 
 
 def run_parley(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env = {k: v for k, v in env.items() if not k.startswith("PARLEY_")} | {"PYTHONPATH": env["PYTHONPATH"]}
+    command = next((a for a in args if a in COMMAND_ENV), None)
+    env |= COMMAND_ENV.get(command or "", {})
     return subprocess.run([sys.executable, "-m", "parley", *args], capture_output=True, text=True,
                           env=env, timeout=60, check=False)
 

@@ -76,6 +76,43 @@ class Keys:
         """Hash: index member -> JSON details of the open interrupt."""
         return f"{self.prefix}:interrupts:info"
 
+    # The listing's secondary sorted sets (parley/inbox.py), all of score 0, read by ZRANGE BYLEX:
+    # members `raised_at (15 digits) US session US interrupt_id`, so byte order is raise order;
+    # the session set's `session US raised_at US interrupt_id`, for a session prefix's range.
+    @property
+    def interrupts_by_time(self) -> str:
+        return f"{self.prefix}:interrupts:by-time"
+
+    @property
+    def interrupts_by_session(self) -> str:
+        return f"{self.prefix}:interrupts:by-session"
+
+    @property
+    def interrupts_for_anyone(self) -> str:
+        """The open interrupts without `resumable_by`: any principal may resume them."""
+        return f"{self.prefix}:interrupts:anyone"
+
+    def interrupts_of_reason(self, reason: str) -> str:
+        return f"{self.interrupts_reason_prefix}{reason}"
+
+    def interrupts_of_principal(self, principal: str) -> str:
+        """The open interrupts naming this principal in `resumable_by`."""
+        return f"{self.interrupts_principal_prefix}{principal}"
+
+    @property
+    def interrupts_reason_prefix(self) -> str:
+        return f"{self.prefix}:interrupts:reason:"
+
+    @property
+    def interrupts_principal_prefix(self) -> str:
+        return f"{self.prefix}:interrupts:principal:"
+
+    @property
+    def interrupt_index_version(self) -> str:
+        """String: the index's layout version; set once the secondary sets have been built
+        (rebuild_index.lua, at dispatcher start, for an index an older dispatcher wrote)."""
+        return f"{self.prefix}:interrupts:version"
+
     @property
     def interrupt_anchors(self) -> str:
         """Hash: session + anchor (empty: a global interrupt) -> open interrupts parking it; kept

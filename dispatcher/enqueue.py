@@ -47,7 +47,8 @@ RECORD_INFLIGHT, INDEX_LIB, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
     files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
     for name in ("record_inflight", "index_lib", "index_add", "index_remove", "rebuild_index"))
 # the index scripts share the listing's set names and members (index_lib.lua)
-INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (INDEX_LIB + body for body in (INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX))
+INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (INDEX_LIB + script
+                                         for script in (INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX))
 
 
 class Outbox:

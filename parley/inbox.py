@@ -79,7 +79,10 @@ class InterruptFilter:
         return ((self.reason is None or row.reason == self.reason)
                 and (self.session_prefix is None or row.session.startswith(self.session_prefix))
                 and (self.raised_before is None or row.raised_at < self.raised_before)
-                and (self.principal is None or row.resumable_by is None or self.principal in row.resumable_by))
+                and (self.principal is None or self.may_answer(row.resumable_by)))
+
+    def may_answer(self, resumable_by: list[str] | None) -> bool:
+        return resumable_by is None or self.principal in resumable_by
 
     def fingerprint(self) -> list[str | None]:
         """What a cursor must be used with: the filters that choose the driving set."""

@@ -77,8 +77,8 @@ def test_each_filter_and_their_combinations(outbox: Outbox, client: Client) -> N
     assert walk(client, InterruptFilter(principal="carol")) == [("team-a-1", "i2"), ("team-b-1", "i1")]
     assert walk(client, InterruptFilter(reason="confirm", principal="bob"), limit=1) == [
         ("team-a-2", "i1"), ("team-b-1", "i1")]
-    assert walk(client, InterruptFilter(session_prefix="team-", reason="confirm", principal="alice",
-                                        raised_before=4_001), limit=1) == [("team-a-1", "i1"), ("team-b-1", "i1")]
+    every = InterruptFilter(session_prefix="team-", reason="confirm", principal="alice", raised_before=4_001)
+    assert walk(client, every, limit=1) == [("team-a-1", "i1"), ("team-b-1", "i1")]
     assert walk(client, InterruptFilter(session_prefix="team-c")) == []
     assert walk(client, InterruptFilter(reason="nothing")) == []
 
@@ -186,7 +186,35 @@ def test_an_index_written_by_an_older_dispatcher_is_rebuilt_once(r: redis.Redis)
     assert walk(client, InterruptFilter(principal="bob")) == [("old-2", "int-1")]  # no record: anyone
     first = client.interrupt_page(InterruptFilter(principal="alice")).items
     assert [(i.session, i.request, i.expires_at, i.default, i.metadata) for i in first] == [
-        ("old-1", {"to": "bob"}, 61_000, {"approved": False}, {"team": "a"}), ("old-2", None, None, None, None)]
-    r.hset(KEYS.interrupt_info, "old-3\x1fint-1", b"{}")  # written now: not the rebuild's to see again
-    Outbox(r, KEYS)
+        ("old-1", {"to": "bob"}, 61_000, {"approved": False}, {"team": "a"}),
+        ("old-2", None, None, None, None)]
+    assert r.get(KEYS.interrupt_index_version) == b"1"
+    Outbox(r, KEYS)  # the next start finds the version: nothing is rebuilt or listed twice
     assert len(walk(client)) == 2
+
+
+def test_the_command_line_filters_pages_and_refuses_a_bad_cursor(
+        redis_server: Any, outbox: Outbox) -> None:
+    from click.testing import CliRunner
+
+    from parley.cli import cli
+
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i, "confirm", 1, ["alice"] if i % 2 else ["bob"])])
+                       for i in range(5)])
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", *args])
+        assert result.exit_code == 0, result.output
+        return orjson.loads(result.output)
+
+    rows = run("--json")
+    assert [row["session"] for row in rows] == [f"s-{i}" for i in range(5)]
+    assert rows[0]["request"] == {"to": "bob"} and rows[0]["metadata"] == {"team": "a"}
+    first = run("--json", "--principal", "alice", "--limit", "1")
+    assert [row["session"] for row in first["items"]] == ["s-1"]
+    second = run("--json", "--principal", "alice", "--limit", "1", "--cursor", first["cursor"])
+    assert [row["session"] for row in second["items"]] == ["s-3"]
+    last = run("--json", "--principal", "alice", "--cursor", second["cursor"])
+    assert last == {"items": [], "cursor": None}
+    bad = CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", "--cursor", "zz"])
+    assert bad.exit_code == 1 and bad.output.strip().startswith("Error: invalid cursor"), bad.output

@@ -206,26 +206,29 @@ def read_page(redis: Redis, keys: Keys, flt: InterruptFilter, limit: int = DEFAU
         driver, after = _first_driver(redis, keys, flt), None
     items: list[OpenInterrupt] = []
     scanned = 0
-    while len(items) < limit:
+    while True:
+        # a whole page's worth each time, not what is missing: when filters combine, a
+        # shrinking batch would take ever more round trips for the last rows
         p = plan(keys, flt, driver, after)
-        want = limit - len(items)
-        batches = [_text(redis.zrange(k, p.low, p.high, bylex=True, offset=0, num=want)) for k in p.keys]
-        members, exhausted = merge(batches, want)
+        batches = [_text(redis.zrange(k, p.low, p.high, bylex=True, offset=0, num=limit)) for k in p.keys]
+        members, exhausted = merge(batches, limit)
         details: Any = redis.hmget(keys.interrupt_info, [index_member_of(m, driver) for m in members]) \
             if members else []
-        for member, raw in zip(members, details, strict=True):
+        for n, (member, raw) in enumerate(zip(members, details, strict=True), 1):
             after = member
             if raw is not None:  # resumed between the two reads
                 row = OpenInterrupt.from_details(raw)
                 if flt.matches(row):
                     items.append(row)
+            if len(items) == limit:
+                exhausted = exhausted and n == len(members)
+                break
         scanned += len(members)
         if exhausted:
             return InterruptPage(items=items)
-        if scanned >= limit * SCAN_FACTOR:
-            break
-    assert after is not None
-    return InterruptPage(items=items, cursor=Cursor(driver, after, flt.fingerprint()).encode())
+        if len(items) == limit or scanned >= limit * SCAN_FACTOR:
+            assert after is not None
+            return InterruptPage(items=items, cursor=Cursor(driver, after, flt.fingerprint()).encode())
 
 
 def _first_driver(redis: Redis, keys: Keys, flt: InterruptFilter) -> Driver:

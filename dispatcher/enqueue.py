@@ -62,7 +62,7 @@ class Outbox:
         load_script(redis, "count_interrupts")(keys=[keys.interrupt_info, keys.interrupt_anchors, keys.stats])
         # the listing's sets, for an index an older dispatcher wrote without them (once per Redis)
         before_session, after_session = keys.meta("\x00").split("\x00")
-        redis.register_script(REBUILD_INDEX)(keys=[keys.interrupt_info, keys.interrupt_index_version],
+        redis.register_script(REBUILD_INDEX)(keys=[keys.interrupt_info, keys.stats],
                                              args=[*self._listing_names(), before_session, after_session])
 
     def queue(self, name: str) -> Queue:

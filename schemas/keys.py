@@ -108,12 +108,6 @@ class Keys:
         return f"{self.prefix}:interrupts:principal:"
 
     @property
-    def interrupt_index_version(self) -> str:
-        """String: the index's layout version; set once the secondary sets have been built
-        (rebuild_index.lua, at dispatcher start, for an index an older dispatcher wrote)."""
-        return f"{self.prefix}:interrupts:version"
-
-    @property
     def interrupt_anchors(self) -> str:
         """Hash: session + anchor (empty: a global interrupt) -> open interrupts parking it; kept
         with the index, so `parley_parked_branches` (`stats` field `parked`) is one HGET."""
@@ -167,7 +161,8 @@ class Keys:
     @property
     def stats(self) -> str:
         """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions; `parked`:
-        distinct parked anchors, kept with the interrupt index)."""
+        distinct parked anchors, kept with the interrupt index; `listing`: 1 once the listing's
+        sets are built, rebuild_index.lua)."""
         return f"{self.prefix}:stats"
 
     @property

@@ -1,13 +1,13 @@
 -- Build the listing's secondary sets once, for an index an older dispatcher wrote without them
--- (index_add.lua keeps them from then on). Atomic with the flushes; done only when the version
--- key is missing, i.e. once per Redis. Details written by an older dispatcher lack what the
+-- (index_add.lua keeps them from then on). Atomic with the flushes; done only when the stats
+-- hash has no 'listing' field, i.e. once per Redis. Details written by an older dispatcher lack what the
 -- listing shows (request, expires_at, default, resumable_by, metadata): they are completed from
 -- the session's own record, which has them.
--- KEYS[1] the index details (hash), KEYS[2] the version key
+-- KEYS[1] the index details (hash), KEYS[2] the stats hash
 -- ARGV[1..5] the listing's set names (index_lib.lua), ARGV[6] and ARGV[7] what goes before and
 -- after a session id in its meta key
 -- Returns the number of interrupts listed, or -1 when the sets were there.
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('HEXISTS', KEYS[2], 'listing') == 1 then
   return -1
 end
 pcall(cjson.encode_number_precision, 16)  -- rewritten details keep integers like raise times whole
@@ -31,5 +31,5 @@ for i = 1, #all, 2 do
   index_list(names, info)
   listed = listed + 1
 end
-redis.call('SET', KEYS[2], 1)
+redis.call('HSET', KEYS[2], 'listing', 1)
 return listed

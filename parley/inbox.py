@@ -53,10 +53,9 @@ class OpenInterrupt(BaseModel):
 
     @classmethod
     def from_details(cls, raw: bytes | str) -> "OpenInterrupt":
-        info = orjson.loads(raw)
-        info.setdefault("request", info.pop("payload", None))
-        info.setdefault("expires_at", info.pop("deadline", None))
-        return cls.model_validate(info)
+        """A row of the index's details hash; fields a row lacks (an older dispatcher's whose
+        session record was gone at the rebuild) read as null."""
+        return cls.model_validate_json(raw)
 
 
 class InterruptPage(BaseModel):
@@ -183,9 +182,9 @@ def plan(keys: Keys, flt: InterruptFilter, driver: Driver, after: str | None) ->
 def merge(batches: Sequence[Sequence[str]], n: int) -> tuple[list[str], bool]:
     """The first `n` members of sorted batches, each the first `n` of its set after the cursor;
     and whether every set is exhausted past them."""
-    merged = sorted(set().union(*batches))[:n]
-    exhausted = all(len(b) < n for b in batches) and len(merged) == len(set().union(*batches))
-    return merged, exhausted
+    union = sorted(set().union(*batches))
+    merged = union[:n]
+    return merged, all(len(b) < n for b in batches) and len(merged) == len(union)
 
 
 def _text(values: Iterable[Any]) -> list[str]:

@@ -8,7 +8,8 @@ from parley.inbox import Cursor, Driver, InterruptFilter, choose_driver, index_m
 
 def test_the_session_prefix_drives_else_the_smaller_of_reason_and_principal():
     assert choose_driver(InterruptFilter(), 0, 0) is Driver.TIME
-    assert choose_driver(InterruptFilter(session_prefix="a", reason="r", principal="p"), 1, 1) is Driver.SESSION
+    every = InterruptFilter(session_prefix="a", reason="r", principal="p")
+    assert choose_driver(every, 1, 1) is Driver.SESSION
     assert choose_driver(InterruptFilter(reason="r", principal="p"), 10, 500) is Driver.REASON
     assert choose_driver(InterruptFilter(reason="r", principal="p"), 500, 10) is Driver.PRINCIPAL
     assert choose_driver(InterruptFilter(principal="p"), 0, 0) is Driver.PRINCIPAL
@@ -31,7 +32,8 @@ def test_time_members_sort_by_raise_time_and_map_back_to_the_index():
 def test_a_cursor_round_trips_and_is_refused_when_forged_or_used_with_another_filter():
     where = InterruptFilter(reason="confirm")
     text = Cursor(Driver.REASON, time_member(5, "s", "i"), where.fingerprint()).encode()
-    assert Cursor.decode(text, InterruptFilter(reason="confirm", raised_before=9)).after == time_member(5, "s", "i")
+    later = InterruptFilter(reason="confirm", raised_before=9)  # a bound may change between pages
+    assert Cursor.decode(text, later).after == time_member(5, "s", "i")
     for bad in ("", "!!!", "e30", "eyJkIjoibm9wZSIsImEiOiIiLCJmIjpbXX0"):  # "", junk, {}, an unknown driver
         with pytest.raises(ValueError, match="invalid cursor"):
             Cursor.decode(bad, where)

@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, six scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, seven scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -10,6 +10,8 @@
 5. The peer: the same flow in LangGraph with its SQLite and Postgres checkpointers
 6. Sweeps with a backlog: the dispatcher's sweeps per tick with 50,000 jobs queued and no worker,
    and a concurrent client's PING
+7. The inbox listing: a page of `parley interrupts` (each filter) at 1,000 / 10,000 / 100,000
+   open interrupts
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -40,6 +42,7 @@ from rq.serializers import JSONSerializer
 from bench import peer
 from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_flow
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
+from bench.inbox import QUERIES, listing_rows
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from bench.sweep import backlog_row
 from parley.dispatcher.enqueue import RECORD_INFLIGHT
@@ -555,6 +558,20 @@ def scenario_6(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
     save(args, out)
 
 
+# ---- scenario 7 ----------------------------------------------------------------------------------
+
+def scenario_7(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    why = out_of_time(args, "scenario 7")
+    if why:
+        out["scenario_7"] = [{"open": n, "skipped": why} for n in args.inbox_sizes]
+        return
+    log(f"scenario 7: the inbox listing at {', '.join(ints(args.inbox_sizes))} open interrupts, "
+        f"{args.inbox_pages} pages of {args.inbox_limit} per query")
+    out["scenario_7"] = listing_rows(workdir / "s7", args.inbox_sizes, args.inbox_pages, args.inbox_limit,
+                                     dist=dist, log=log)
+    save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -731,6 +748,21 @@ def report(out: dict[str, Any]) -> str:
                          r["redis_commands_per_tick"], f"{r['losses_posted']}/{r['lost_planted']}",
                          pq(r["ping_ms"]), r["ping_ms"].get("max")])
         lines.append(table(hdr, rows))
+    s7 = out.get("scenario_7", [])
+    if s7:
+        lines.append("")
+        lines.append("7. The inbox listing: one page (`Client.interrupt_page`, "
+                     f"{s7[0].get('limit', '?')} rows) per query, ms p50/p99, and Redis commands per page")
+        hdr = ["open", "fill s", *(f"{q} ms" for q in QUERIES), "commands/page"]
+        rows = []
+        for r in s7:
+            if "skipped" in r:
+                rows.append(skipped_row([r["open"]], len(hdr), r["skipped"]))
+                continue
+            per_page = sorted({r[q]["redis_commands_per_page"] for q in QUERIES})
+            rows.append([r["open"], r["fill_s"], *(pq(r[q]["page_ms"]) for q in QUERIES),
+                         "-".join(fmt(x) for x in (per_page[0], per_page[-1]))])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -815,7 +847,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -840,6 +872,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backlog-ticks", type=int, default=500, help="scenario 6 ticks measured")
     ap.add_argument("--backlog-lost", type=int, default=250,
                     help="scenario 6 jobs popped by workers that died before recording them")
+    ap.add_argument("--inbox-sizes", default="1000,10000,100000", help="scenario 7 open interrupts")
+    ap.add_argument("--inbox-pages", type=int, default=100, help="scenario 7 pages walked per query")
+    ap.add_argument("--inbox-limit", type=int, default=50, help="scenario 7 rows per page")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -852,12 +887,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.sessions, args.park_sizes, args.resumes = 20, "50", 20
         args.scaling_sessions, args.lg_threads, args.timeout = 10, 20, 120
         args.backlog_jobs, args.backlog_ticks, args.backlog_lost = 500, 20, 5
+        args.inbox_sizes, args.inbox_pages = "100,300", 5
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
     args.park_sizes = parse_ints(args.park_sizes) + ([100_000] if args.park_100k else [])
     args.scaling_dispatchers = parse_ints(args.scaling_dispatchers)
     args.scaling_workers = parse_ints(args.scaling_workers)
+    args.inbox_sizes = parse_ints(args.inbox_sizes)
     args.only = set(args.only.split(","))
     return args
 
@@ -890,6 +927,8 @@ def main(argv: list[str] | None = None) -> int:
         # before 4: short, and 4's rows are the ones to give up if time runs out
         if "6" in args.only:
             scenario_6(args, workdir, out)
+        if "7" in args.only:
+            scenario_7(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

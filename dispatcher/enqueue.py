@@ -43,8 +43,12 @@ FAILURE_TTL = 24 * 3600
 # EVAL, not EVALSHA: inside a MULTI a script missing from the cache (Redis restarted) would fail
 # alone at EXEC while the job's push went through, leaving a job with no in-flight record.
 # Likewise for the interrupt index: its counts must move with it or not at all.
-RECORD_INFLIGHT, INDEX_ADD, INDEX_REMOVE = (files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
-                                            for name in ("record_inflight", "index_add", "index_remove"))
+RECORD_INFLIGHT, INDEX_LIB, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
+    files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
+    for name in ("record_inflight", "index_lib", "index_add", "index_remove", "rebuild_index"))
+# the index scripts share the listing's set names and members (index_lib.lua)
+INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (INDEX_LIB + script
+                                         for script in (INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX))
 
 
 class Outbox:
@@ -56,6 +60,10 @@ class Outbox:
         self.engine_key = EngineKey(redis, keys)
         # the gauges' counts, for an index an older dispatcher wrote without them (once per Redis)
         load_script(redis, "count_interrupts")(keys=[keys.interrupt_info, keys.interrupt_anchors, keys.stats])
+        # the listing's sets, for an index an older dispatcher wrote without them (once per Redis)
+        before_session, after_session = keys.meta("\x00").split("\x00")
+        redis.register_script(REBUILD_INDEX)(keys=[keys.interrupt_info, keys.stats],
+                                             args=[*self._listing_names(), before_session, after_session])
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -160,18 +168,27 @@ class Outbox:
         k = self.keys
         return [k.interrupt_index, k.interrupt_info, k.deadlines, k.interrupt_anchors, k.stats]
 
+    def _listing_names(self) -> list[str]:
+        """The listing's set names, as index_lib.lua takes them."""
+        k = self.keys
+        return [k.interrupts_by_time, k.interrupts_by_session, k.interrupts_for_anyone,
+                k.interrupts_reason_prefix, k.interrupts_principal_prefix]
+
     def _index_add(self, pipe: Any, session: str, fx: IndexAdd) -> None:
-        """Into the index, the deadlines, and the counts the metrics read (index_add.lua)."""
+        """Into the index and its listing's sets, the deadlines, and the counts the metrics read
+        (index_add.lua). The details are a row of the listing (parley/inbox.py, OpenInterrupt)."""
         member = self.keys.index_member(session, fx.interrupt_id)
         details = orjson.dumps({
             "session": session, "interrupt_id": fx.interrupt_id, "reason": fx.reason,
-            "anchor": fx.anchor, "raised_at": fx.raised_at, "parent": fx.parent,
-            "response_schema": fx.response_schema})
+            "request": fx.payload, "anchor": fx.anchor, "raised_at": fx.raised_at,
+            "expires_at": fx.deadline, "default": fx.default, "resumable_by": fx.resumable_by,
+            "response_schema": fx.response_schema, "metadata": fx.metadata, "parent": fx.parent})
         pipe.eval(INDEX_ADD, 5, *self._index_keys(), member, fx.raised_at, details,
-                  "" if fx.deadline is None else fx.deadline)
+                  "" if fx.deadline is None else fx.deadline, *self._listing_names())
 
     def _index_remove(self, pipe: Any, session: str, fx: IndexRemove) -> None:
-        pipe.eval(INDEX_REMOVE, 5, *self._index_keys(), self.keys.index_member(session, fx.interrupt_id))
+        pipe.eval(INDEX_REMOVE, 5, *self._index_keys(), self.keys.index_member(session, fx.interrupt_id),
+                  *self._listing_names())
 
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's creation and first message, one input: a spawn either makes its own

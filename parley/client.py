@@ -8,6 +8,7 @@ from typing import Any, Literal, overload
 import orjson
 from redis import Redis
 
+from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter, InterruptPage, read_page
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import ResumeOutcome, is_outcome_of, resume_outcome, timed_out
 from parley.schemas.signing import signed_fields
@@ -114,9 +115,19 @@ class Client:
             return None
         return show(SessionState.from_records(core, messages))
 
-    def interrupts(self) -> list[dict[str, Any]]:
-        members: Any = self.redis.zrange(self.keys.interrupt_index, 0, -1)
-        if not members:
-            return []
-        infos: Any = self.redis.hmget(self.keys.interrupt_info, members)
-        return [orjson.loads(i) for i in infos if i]
+    def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
+                       cursor: str | None = None) -> InterruptPage:
+        """One page of the open interrupts across sessions (docs/protocol.md, "Open interrupts
+        across sessions"): O(log n + page) reads, whatever the number open."""
+        return read_page(self.redis, self.keys, where or InterruptFilter(), limit, cursor)
+
+    def interrupts(self, where: InterruptFilter | None = None) -> list[dict[str, Any]]:
+        """Every open interrupt that `where` keeps, as JSON rows, page by page."""
+        rows: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = self.interrupt_page(where, MAX_LIMIT, cursor)
+            rows += [row.model_dump() for row in page.items]
+            if page.cursor is None:
+                return rows
+            cursor = page.cursor

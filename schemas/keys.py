@@ -76,6 +76,37 @@ class Keys:
         """Hash: index member -> JSON details of the open interrupt."""
         return f"{self.prefix}:interrupts:info"
 
+    # The listing's secondary sorted sets (parley/inbox.py), all of score 0, read by ZRANGE BYLEX:
+    # members `raised_at (15 digits) US session US interrupt_id`, so byte order is raise order;
+    # the session set's `session US raised_at US interrupt_id`, for a session prefix's range.
+    @property
+    def interrupts_by_time(self) -> str:
+        return f"{self.prefix}:interrupts:by-time"
+
+    @property
+    def interrupts_by_session(self) -> str:
+        return f"{self.prefix}:interrupts:by-session"
+
+    @property
+    def interrupts_for_anyone(self) -> str:
+        """The open interrupts without `resumable_by`: any principal may resume them."""
+        return f"{self.prefix}:interrupts:anyone"
+
+    def interrupts_of_reason(self, reason: str) -> str:
+        return f"{self.interrupts_reason_prefix}{reason}"
+
+    def interrupts_of_principal(self, principal: str) -> str:
+        """The open interrupts naming this principal in `resumable_by`."""
+        return f"{self.interrupts_principal_prefix}{principal}"
+
+    @property
+    def interrupts_reason_prefix(self) -> str:
+        return f"{self.prefix}:interrupts:reason:"
+
+    @property
+    def interrupts_principal_prefix(self) -> str:
+        return f"{self.prefix}:interrupts:principal:"
+
     @property
     def interrupt_anchors(self) -> str:
         """Hash: session + anchor (empty: a global interrupt) -> open interrupts parking it; kept
@@ -141,7 +172,8 @@ class Keys:
     @property
     def stats(self) -> str:
         """Hash of fleet-wide gauges kept by outbox effects (`held`: held decisions; `parked`:
-        distinct parked anchors, kept with the interrupt index)."""
+        distinct parked anchors, kept with the interrupt index; `listing`: 1 once the listing's
+        sets are built, rebuild_index.lua)."""
         return f"{self.prefix}:stats"
 
     @property

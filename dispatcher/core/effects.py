@@ -71,6 +71,12 @@ class IndexAdd:
     deadline: int | None
     #: the parent session, when this one is a sub-agent's
     parent: str | None
+    #: what the listing shows besides (parley/inbox.py): the interrupt's payload, its deadline's
+    #: default, who may resume it, and the session's metadata at raise time
+    payload: Any = None
+    default: Any = None
+    resumable_by: list[str] | None = None
+    metadata: dict[str, Any] | None = None
     #: what a resume's payload must match (None: any answer)
     response_schema: dict[str, Any] | None = None
 

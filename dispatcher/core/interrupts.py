@@ -35,7 +35,8 @@ def raise_interrupt(tx: Tx, origin: QueuedTrigger | None, turn: Turn | None, act
     tx.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload, anchor=anchor)
     tx.effect(IndexAdd(seq=tx.next_seq(), interrupt_id=iid, reason=rec.reason, anchor=anchor,
                        raised_at=rec.raised_at, deadline=rec.deadline,
-                       parent=c.parent["session"] if c.parent else None,
+                       parent=c.parent["session"] if c.parent else None, payload=rec.payload,
+                       default=rec.default, resumable_by=rec.resumable_by, metadata=c.metadata,
                        response_schema=rec.response_schema))
     park(tx, rec)
     return rec

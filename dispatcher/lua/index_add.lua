@@ -4,14 +4,15 @@
 -- KEYS[1] the index (zset), KEYS[2] its details (hash), KEYS[3] the deadlines (zset),
 -- KEYS[4] open interrupts per session and anchor (hash), KEYS[5] the stats hash
 -- ARGV[1] index member, ARGV[2] raised at (ms), ARGV[3] details (JSON: session, anchor, ...),
--- ARGV[4] deadline (ms, '' = none)
+-- ARGV[4] deadline (ms, '' = none), ARGV[5..9] the listing's set names (index_lib.lua)
 local new = redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 if ARGV[4] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 end
+local info = cjson.decode(ARGV[3])
+index_list(index_names(5), info)  -- idempotent: a replayed flush adds nothing twice
 if new == 1 then
-  local info = cjson.decode(ARGV[3])
   local anchor = info.anchor
   if type(anchor) ~= 'string' then
     anchor = ''  -- a global interrupt parks every branch of its session: one per session

@@ -2,7 +2,7 @@
 -- there, so a flush replayed after a crash counts nothing twice (see index_add.lua).
 -- KEYS[1] the index (zset), KEYS[2] its details (hash), KEYS[3] the deadlines (zset),
 -- KEYS[4] open interrupts per session and anchor (hash), KEYS[5] the stats hash
--- ARGV[1] index member
+-- ARGV[1] index member, ARGV[2..6] the listing's set names (index_lib.lua)
 local details = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
@@ -11,6 +11,7 @@ if not details then
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 local info = cjson.decode(details)
+index_unlist(index_names(2), info)
 local anchor = info.anchor
 if type(anchor) ~= 'string' then
   anchor = ''

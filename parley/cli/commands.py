@@ -13,6 +13,7 @@ import redis
 from parley import logs
 from parley.cli.demo import SEED_APP
 from parley.cli.transcript import format_transcript
+from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
 from parley.retry import backoff
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -384,27 +385,45 @@ def watch(ctx: click.Context, session: str, after: str, until_type: str | None,
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON array, for scripts; with --limit, one object {items, cursor}.")
 @click.option("--session-prefix", default=None, help="Only sessions whose id starts with this.")
 @click.option("--reason", default=None, help="Only interrupts raised with this reason.")
 @click.option("--older-than", type=click.FloatRange(0), default=None,
               help="Only interrupts open for more than this many seconds.")
+@click.option("--principal", default=None,
+              help="Only interrupts this principal may resume (its own and those anyone may).")
+@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=None,
+              help="One page of at most this many rows, and the cursor of the next.")
+@click.option("--cursor", default=None, help="The page after the one that printed this cursor.")
 @click.pass_context
 def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, reason: str | None,
-               older_than: float | None) -> None:
-    """List open interrupts across all sessions, oldest first (from the index, not a key scan)."""
+               older_than: float | None, principal: str | None, limit: int | None,
+               cursor: str | None) -> None:
+    """List open interrupts across all sessions, oldest first (by session id with
+    --session-prefix), read from the index: each page costs the same however many are open."""
     now_ms = time.time() * 1000
-    rows = [r for r in _client(ctx).interrupts()
-            if (session_prefix is None or r["session"].startswith(session_prefix))
-            and (reason is None or r["reason"] == reason)
-            and (older_than is None or now_ms - r["raised_at"] > older_than * 1000)]
+    where = InterruptFilter(reason=reason, session_prefix=session_prefix, principal=principal,
+                            raised_before=None if older_than is None else int(now_ms - older_than * 1000))
+    client = _client(ctx)
+    try:
+        if limit is None and cursor is None:
+            rows, next_cursor = client.interrupts(where), None
+        else:
+            page = client.interrupt_page(where, limit or DEFAULT_LIMIT, cursor)
+            rows, next_cursor = [row.model_dump() for row in page.items], page.cursor
+    except ValueError as err:
+        raise click.ClickException(str(err)) from err
     if as_json:
-        click.echo(orjson.dumps(rows).decode())
+        paged = limit is not None or cursor is not None
+        click.echo(orjson.dumps({"items": rows, "cursor": next_cursor} if paged else rows).decode())
         return
     for r in rows:
         age = (now_ms - r["raised_at"]) / 1000
         click.echo(f"{r['session']}\t{r['interrupt_id']}\t{r['reason']}\tanchor={r['anchor']}\t"
                    f"open {age:.0f}s")
+    if next_cursor is not None:
+        click.echo(f"next page: --cursor {next_cursor}")
 
 
 @cli.command()

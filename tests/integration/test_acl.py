@@ -36,9 +36,10 @@ from parley.cli.appinfo import app_info
 from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
 from parley.dispatcher.consume import Dispatcher
-from parley.dispatcher.core import Cancel, Stat
+from parley.dispatcher.core import Cancel, IndexAdd, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import get_partitions
+from parley.inbox import InterruptFilter
 from parley.metrics import Health, RedisStateCollector
 from parley.notify import Forwarder, NotifyConfig
 from parley.schemas.jobs import KIND_OF_QUEUE, job_id
@@ -547,6 +548,19 @@ def test_reader_reads_sessions(acl: AclRedis, reader: redis.Redis, producer: red
     assert view is not None and view["messages"][0]["content"] == "hi"
     assert "message.created" in types(Client(reader), "acl-r")
     assert Client(reader).interrupts() == []
+    assert acl.denials() == []
+
+
+def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.Redis,
+                                                   dispatcher: redis.Redis) -> None:
+    Outbox(dispatcher, KEYS).flush_many([("acl-i", [IndexAdd(
+        seq=1, interrupt_id="int-1", reason="confirm", anchor=None, raised_at=1_000, deadline=None,
+        parent=None, resumable_by=["alice"])])])
+    where = InterruptFilter(reason="confirm", principal="alice", raised_before=2_000)
+    assert [i.session for i in Client(reader).interrupt_page(where).items] == ["acl-i"]
+    assert [i.session for i in Client(reader).interrupt_page(InterruptFilter(session_prefix="acl-")).items] \
+        == ["acl-i"]
+    assert Client(reader).interrupt_page(InterruptFilter(principal="bob")).items == []
     assert acl.denials() == []
 
 

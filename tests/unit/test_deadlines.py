@@ -27,8 +27,8 @@ def test_interrupt_with_timeout_records_a_deadline_and_indexes_it():
     [fx] = s.index_adds()
     assert effect_to_dict(fx) | {"seq": 0} == {
         "seq": 0, "op": "index_add", "interrupt_id": iid, "reason": "confirm", "anchor": "msg-2",
-        "raised_at": raised_at, "deadline": raised_at + 5000, "parent": None,
-        "response_schema": None}
+        "raised_at": raised_at, "deadline": raised_at + 5000, "parent": None, "payload": {"q": "Send?"},
+        "default": {"approved": False}, "resumable_by": None, "metadata": None, "response_schema": None}
     # the event tells nothing of the deadline: the contract's fields only
     assert s.ev("interrupt.raised") | {"at": 0} == {
         "type": "interrupt.raised", "at": 0, "interrupt_id": iid, "reason": "confirm",

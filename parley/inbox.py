@@ -1,0 +1,241 @@
+"""The listing of open interrupts across sessions (`parley interrupts`, `Client.interrupts`).
+
+The index (dispatcher/lua/index_add.lua) keeps, besides the details of each open interrupt,
+secondary sorted sets whose members sort by what a listing walks: by raise time (all, per
+reason, per principal that may answer, and "anyone may answer"), and by session id. A page is
+one range read of one of them (ZRANGE BYLEX, after the cursor) and one HMGET of the rows:
+O(log n + page), whatever the number of open interrupts. Filters the driving set does not
+cover are checked on the rows it yields, within a bounded scan (`SCAN_FACTOR` x the page).
+"""
+
+import base64
+import binascii
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+from redis import Redis
+
+from parley.schemas.keys import Keys
+
+SEP = "\x1f"
+#: raise times are written as 15 digits, so byte order is time order (Unix ms until year 33658)
+TIME_DIGITS = 15
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1_000
+#: a page scans at most this many times its size when filters combine; then it stops short,
+#: with a cursor to go on from
+SCAN_FACTOR = 10
+
+
+class OpenInterrupt(BaseModel):
+    """One open interrupt, as an inbox shows it (docs/protocol.md)."""
+
+    session: str
+    interrupt_id: str
+    reason: str
+    #: the interrupt's own payload: what it asks
+    request: Any = None
+    anchor: str | None = None
+    raised_at: int
+    #: Unix ms of its deadline (its timeout); the deadline resumes it with `default`
+    expires_at: int | None = None
+    default: Any = None
+    #: the principals that may resume it; null: anyone
+    resumable_by: list[str] | None = None
+    response_schema: dict[str, Any] | None = None
+    #: the session's metadata when the interrupt was raised (a snapshot)
+    metadata: dict[str, Any] | None = None
+    parent: str | None = None
+
+    @classmethod
+    def from_details(cls, raw: bytes | str) -> "OpenInterrupt":
+        """A row of the index's details hash; fields a row lacks (an older dispatcher's whose
+        session record was gone at the rebuild) read as null."""
+        return cls.model_validate_json(raw)
+
+
+class InterruptPage(BaseModel):
+    items: list[OpenInterrupt]
+    #: pass it back for the next page; null: nothing more. A page may hold fewer rows than
+    #: asked (even none) with a cursor when combined filters stopped its scan.
+    cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptFilter:
+    reason: str | None = None
+    session_prefix: str | None = None
+    #: Unix ms: only interrupts raised before it (`--older-than` is now minus that)
+    raised_before: int | None = None
+    #: only interrupts this principal may resume (its own, and those anyone may)
+    principal: str | None = None
+
+    def matches(self, row: OpenInterrupt) -> bool:
+        return ((self.reason is None or row.reason == self.reason)
+                and (self.session_prefix is None or row.session.startswith(self.session_prefix))
+                and (self.raised_before is None or row.raised_at < self.raised_before)
+                and (self.principal is None or self.may_answer(row.resumable_by)))
+
+    def may_answer(self, resumable_by: list[str] | None) -> bool:
+        return resumable_by is None or self.principal in resumable_by
+
+    def fingerprint(self) -> list[str | None]:
+        """What a cursor must be used with: the filters that choose the driving set."""
+        return [self.reason, self.session_prefix, self.principal]
+
+
+class Driver(StrEnum):
+    """The secondary set a listing walks."""
+
+    TIME = "time"
+    REASON = "reason"
+    PRINCIPAL = "principal"  # the principal's set merged with "anyone"
+    SESSION = "session"
+
+
+# ---- members (index_lib.lua builds the same) --------------------------------------------------
+
+def time_member(raised_at: int, session: str, interrupt_id: str) -> str:
+    return f"{raised_at:0{TIME_DIGITS}d}{SEP}{session}{SEP}{interrupt_id}"
+
+
+def index_member_of(member: str, driver: Driver) -> str:
+    """The details hash's member (`session SEP interrupt_id`) of a secondary set's member."""
+    first, second, third = member.split(SEP, 2)
+    if driver is Driver.SESSION:  # session SEP time SEP id
+        return f"{first}{SEP}{third}"
+    return f"{second}{SEP}{third}"  # time SEP session SEP id
+
+
+# ---- cursors ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    driver: Driver
+    after: str
+    fingerprint: list[str | None]
+
+    def encode(self) -> str:
+        raw = orjson.dumps({"d": self.driver.value, "a": self.after, "f": self.fingerprint})
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str, flt: InterruptFilter) -> "Cursor":
+        try:
+            value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+            cursor = cls(Driver(value["d"]), str(value["a"]), list(value["f"]))
+        except (binascii.Error, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"invalid cursor {text[:40]!r}: pass back a cursor a listing returned") from err
+        if cursor.fingerprint != flt.fingerprint():
+            raise ValueError("the cursor belongs to a listing with another filter "
+                             "(reason, session prefix, principal): use the same filter for every page")
+        return cursor
+
+
+# ---- planning: which set drives, which range of it --------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    driver: Driver
+    keys: tuple[str, ...]  # one set, or the two merged for a principal
+    low: str  # ZRANGE BYLEX bounds
+    high: str
+
+
+def choose_driver(flt: InterruptFilter, reason_count: int, principal_count: int) -> Driver:
+    """The session prefix when given (it bounds the range itself); else the smaller of the
+    reason's set and the principal's (with "anyone"); else all by raise time."""
+    if flt.session_prefix is not None:
+        return Driver.SESSION
+    if flt.reason is not None and (flt.principal is None or reason_count <= principal_count):
+        return Driver.REASON
+    if flt.principal is not None:
+        return Driver.PRINCIPAL
+    return Driver.TIME
+
+
+def plan(keys: Keys, flt: InterruptFilter, driver: Driver, after: str | None) -> Plan:
+    low = "-" if after is None else "(" + after
+    high = "+"
+    if driver is Driver.SESSION:
+        prefix = flt.session_prefix or ""
+        if after is None and prefix:
+            low = "[" + prefix
+        high = "[" + prefix + "\xff" if prefix else "+"  # session ids are ASCII: \xff sorts after
+        return Plan(driver, (keys.interrupts_by_session,), low, high)
+    if flt.raised_before is not None:
+        high = "(" + f"{flt.raised_before:0{TIME_DIGITS}d}"
+    match driver:
+        case Driver.REASON:
+            sets: tuple[str, ...] = (keys.interrupts_of_reason(flt.reason or ""),)
+        case Driver.PRINCIPAL:
+            sets = (keys.interrupts_of_principal(flt.principal or ""), keys.interrupts_for_anyone)
+        case _:
+            sets = (keys.interrupts_by_time,)
+    return Plan(driver, sets, low, high)
+
+
+def merge(batches: Sequence[Sequence[str]], n: int) -> tuple[list[str], bool]:
+    """The first `n` members of sorted batches, each the first `n` of its set after the cursor;
+    and whether every set is exhausted past them."""
+    union = sorted(set().union(*batches))
+    merged = union[:n]
+    return merged, all(len(b) < n for b in batches) and len(merged) == len(union)
+
+
+def _text(values: Iterable[Any]) -> list[str]:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+
+
+# ---- the read -----------------------------------------------------------------------------------
+
+def read_page(redis: Redis, keys: Keys, flt: InterruptFilter, limit: int = DEFAULT_LIMIT,
+              cursor: str | None = None) -> InterruptPage:
+    """One page: range reads of the driving set after the cursor, and the rows' details."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be 1-{MAX_LIMIT}, not {limit}")
+    if cursor is not None:
+        at = Cursor.decode(cursor, flt)
+        driver, after = at.driver, at.after
+    else:
+        driver, after = _first_driver(redis, keys, flt), None
+    items: list[OpenInterrupt] = []
+    scanned = 0
+    while True:
+        # a whole page's worth each time, not what is missing: when filters combine, a
+        # shrinking batch would take ever more round trips for the last rows
+        p = plan(keys, flt, driver, after)
+        batches = [_text(redis.zrange(k, p.low, p.high, bylex=True, offset=0, num=limit)) for k in p.keys]
+        members, exhausted = merge(batches, limit)
+        details: Any = redis.hmget(keys.interrupt_info, [index_member_of(m, driver) for m in members]) \
+            if members else []
+        for n, (member, raw) in enumerate(zip(members, details, strict=True), 1):
+            after = member
+            if raw is not None:  # resumed between the two reads
+                row = OpenInterrupt.from_details(raw)
+                if flt.matches(row):
+                    items.append(row)
+            if len(items) == limit:
+                exhausted = exhausted and n == len(members)
+                break
+        scanned += len(members)
+        if exhausted:
+            return InterruptPage(items=items)
+        if len(items) == limit or scanned >= limit * SCAN_FACTOR:
+            assert after is not None
+            return InterruptPage(items=items, cursor=Cursor(driver, after, flt.fingerprint()).encode())
+
+
+def _first_driver(redis: Redis, keys: Keys, flt: InterruptFilter) -> Driver:
+    if flt.session_prefix is None and flt.reason is not None and flt.principal is not None:
+        pipe = redis.pipeline(transaction=False)
+        pipe.zcard(keys.interrupts_of_reason(flt.reason))
+        pipe.zcard(keys.interrupts_of_principal(flt.principal))
+        pipe.zcard(keys.interrupts_for_anyone)
+        by_reason, by_principal, by_anyone = pipe.execute()
+        return choose_driver(flt, int(by_reason), int(by_principal) + int(by_anyone))
+    return choose_driver(flt, 0, 0)

@@ -1,0 +1,221 @@
+"""The inbox-ready index of open interrupts (docs/protocol.md, "Open interrupts across sessions")
+against a real Redis: every field, each filter, cursor paging, a page's cost independent of the
+number of open interrupts, nothing left behind, and the rebuild of an older dispatcher's index."""
+
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from parley.client import Client
+from parley.dispatcher.core import IndexAdd, IndexRemove
+from parley.dispatcher.enqueue import Outbox
+from parley.inbox import InterruptFilter
+from tests.integration.conftest import KEYS
+
+SCHEMA = {"type": "object", "required": ["approved"]}
+
+
+def add(interrupt_id: str, raised_at: int, reason: str = "confirm", seq: int = 1,
+        resumable_by: list[str] | None = None, deadline: int | None = None) -> IndexAdd:
+    return IndexAdd(seq=seq, interrupt_id=interrupt_id, reason=reason, anchor="msg-2",
+                    raised_at=raised_at, deadline=deadline, parent=None, payload={"to": "bob"},
+                    default={"approved": False} if deadline else None, resumable_by=resumable_by,
+                    metadata={"team": "a"}, response_schema=SCHEMA)
+
+
+@pytest.fixture
+def outbox(r: redis.Redis) -> Outbox:
+    return Outbox(r, KEYS)
+
+
+@pytest.fixture
+def client(r: redis.Redis) -> Client:
+    return Client(r)
+
+
+def walk(client: Client, flt: InterruptFilter | None = None, limit: int = 3) -> list[tuple[str, str]]:
+    """Every row of a listing, page by page, as (session, interrupt_id)."""
+    rows: list[tuple[str, str]] = []
+    cursor = None
+    while True:
+        page = client.interrupt_page(flt, limit=limit, cursor=cursor)
+        assert len(page.items) <= limit
+        rows += [(i.session, i.interrupt_id) for i in page.items]
+        if page.cursor is None:
+            return rows
+        cursor = page.cursor
+
+
+def test_a_row_says_everything_an_inbox_shows(r: redis.Redis, outbox: Outbox, client: Client) -> None:
+    outbox.flush_many([("s-1", [add("int-1", 1_000, resumable_by=["alice"], deadline=61_000)])])
+    (row,) = client.interrupt_page().items
+    assert row.model_dump() == {
+        "session": "s-1", "interrupt_id": "int-1", "reason": "confirm", "request": {"to": "bob"},
+        "anchor": "msg-2", "raised_at": 1_000, "expires_at": 61_000, "default": {"approved": False},
+        "resumable_by": ["alice"], "response_schema": SCHEMA, "metadata": {"team": "a"},
+        "parent": None}
+    assert client.interrupts() == [row.model_dump()]
+
+
+def test_each_filter_and_their_combinations(outbox: Outbox, client: Client) -> None:
+    outbox.flush_many([
+        ("team-a-1", [add("i1", 1_000, "confirm", 1, ["alice"]), add("i2", 2_000, "budget", 2)]),
+        ("team-a-2", [add("i1", 3_000, "confirm", 1, ["bob"])]),
+        ("team-b-1", [add("i1", 4_000, "confirm", 1), add("i2", 5_000, "budget", 2, ["alice", "bob"])]),
+    ])
+    everything = walk(client)
+    assert everything == [("team-a-1", "i1"), ("team-a-1", "i2"), ("team-a-2", "i1"),
+                          ("team-b-1", "i1"), ("team-b-1", "i2")]  # oldest first
+    assert walk(client, InterruptFilter(reason="budget")) == [("team-a-1", "i2"), ("team-b-1", "i2")]
+    assert walk(client, InterruptFilter(session_prefix="team-a-")) == everything[:3]
+    assert walk(client, InterruptFilter(raised_before=3_000)) == everything[:2]
+    # answerable by alice: hers, and those anyone may answer
+    assert walk(client, InterruptFilter(principal="alice"), limit=2) == [
+        ("team-a-1", "i1"), ("team-a-1", "i2"), ("team-b-1", "i1"), ("team-b-1", "i2")]
+    assert walk(client, InterruptFilter(principal="carol")) == [("team-a-1", "i2"), ("team-b-1", "i1")]
+    assert walk(client, InterruptFilter(reason="confirm", principal="bob"), limit=1) == [
+        ("team-a-2", "i1"), ("team-b-1", "i1")]
+    every = InterruptFilter(session_prefix="team-", reason="confirm", principal="alice", raised_before=4_001)
+    assert walk(client, every, limit=1) == [("team-a-1", "i1"), ("team-b-1", "i1")]
+    assert walk(client, InterruptFilter(session_prefix="team-c")) == []
+    assert walk(client, InterruptFilter(reason="nothing")) == []
+
+
+def test_paging_is_stable_under_concurrent_raises_and_resumes(outbox: Outbox, client: Client) -> None:
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i)]) for i in range(7)])
+    first = client.interrupt_page(limit=3)
+    assert [i.session for i in first.items] == ["s-0", "s-1", "s-2"] and first.cursor
+    # meanwhile: one on the first page and one not yet read are resumed, one more is raised
+    outbox.flush_many([("s-1", [IndexRemove(seq=2, interrupt_id="int-1")]),
+                       ("s-4", [IndexRemove(seq=2, interrupt_id="int-1")]),
+                       ("s-9", [add("int-1", 9_000)])])
+    rest = walk_from(client, first.cursor)
+    assert rest == ["s-3", "s-5", "s-6", "s-9"]
+
+
+def walk_from(client: Client, cursor: str | None) -> list[str]:
+    out: list[str] = []
+    while cursor is not None:
+        page = client.interrupt_page(limit=3, cursor=cursor)
+        out += [i.session for i in page.items]
+        cursor = page.cursor
+    return out
+
+
+def test_a_bad_cursor_is_refused_clearly(outbox: Outbox, client: Client) -> None:
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i)]) for i in range(3)])
+    cursor = client.interrupt_page(limit=1).cursor
+    with pytest.raises(ValueError, match="invalid cursor"):
+        client.interrupt_page(cursor="not-a-cursor")
+    with pytest.raises(ValueError, match="another filter"):
+        client.interrupt_page(InterruptFilter(reason="confirm"), cursor=cursor)
+    with pytest.raises(ValueError, match="limit"):
+        client.interrupt_page(limit=0)
+
+
+def commands_and_bytes(r: redis.Redis) -> tuple[int, int]:
+    stats = r.info("commandstats")
+    calls = sum(int(v["calls"]) for name, v in stats.items() if name not in ("cmdstat_info",))
+    return calls, int(r.info("stats")["total_net_output_bytes"])
+
+
+def page_cost(r: redis.Redis, client: Client, flt: InterruptFilter | None) -> tuple[int, int]:
+    """Commands Redis ran for a second page (reply bytes, too), with the cursor of the first."""
+    cursor = client.interrupt_page(flt, limit=10).cursor
+    before_calls, before_bytes = commands_and_bytes(r)
+    page = client.interrupt_page(flt, limit=10, cursor=cursor)
+    after_calls, after_bytes = commands_and_bytes(r)
+    assert len(page.items) == 10
+    return after_calls - before_calls - 2, after_bytes - before_bytes  # less the two INFO of the count
+
+
+@pytest.mark.parametrize("flt", [None, InterruptFilter(reason="budget"), InterruptFilter(principal="alice"),
+                                 InterruptFilter(session_prefix="s-"), InterruptFilter(raised_before=10**12),
+                                 InterruptFilter(reason="budget", principal="bob")],
+                         ids=["all", "reason", "principal", "prefix", "older", "combined"])
+def test_a_page_costs_the_same_with_100_or_5000_open_interrupts(
+        r: redis.Redis, outbox: Outbox, client: Client, flt: InterruptFilter | None) -> None:
+    """The same commands, and the same reply bytes give or take the width of numbers: a page reads
+    its own rows, not every open interrupt (the timing at 100,000 is bench/run.py's)."""
+    def fill(start: int, stop: int) -> None:
+        outbox.flush_many([(f"s-{i:06}", [add("int-1", 1_000 + i, "budget" if i % 2 else "confirm", 1,
+                                              [None, ["alice"], ["bob"]][i % 3])])
+                           for i in range(start, stop)])
+    fill(0, 100)
+    small = page_cost(r, client, flt)
+    fill(100, 5_000)
+    large = page_cost(r, client, flt)
+    assert small[0] == large[0], (small, large)
+    assert abs(small[1] - large[1]) < 200, (small, large)
+
+
+def test_resuming_everything_leaves_no_index_key_and_replays_stay_exact(
+        r: redis.Redis, outbox: Outbox, client: Client) -> None:
+    adds = [(f"s-{i}", [add("int-1", 1_000 + i, "confirm" if i % 2 else f"reason-{i}", 1,
+                            [f"p-{i}", "alice"] if i % 3 else None, 9_000 if i % 4 else None)])
+            for i in range(12)]
+    outbox.flush_many(adds)
+    outbox.flush_many(adds)  # a replay after a crash
+    assert len(walk(client)) == 12 and len(walk(client, InterruptFilter(principal="alice"))) == 12
+    removes = [(s, [IndexRemove(seq=2, interrupt_id="int-1")]) for s, _ in adds]
+    outbox.flush_many(removes)
+    outbox.flush_many(removes)
+    assert walk(client) == []
+    left = sorted(k.decode() for k in r.scan_iter(match="parley:interrupts*"))
+    assert left == [], left
+    assert r.zcard(KEYS.deadlines) == 0 and int(r.hget(KEYS.stats, "parked") or 0) == 0
+
+
+def test_an_index_written_by_an_older_dispatcher_is_rebuilt_once(r: redis.Redis) -> None:
+    """An older dispatcher kept only the zset and the details hash; the details it wrote lack the
+    request and who may answer, which the session's own record still has."""
+    core: dict[str, Any] = {"metadata": {"team": "a"}, "interrupts": {"int-1": {
+        "id": "int-1", "reason": "confirm", "payload": {"to": "bob"}, "deadline": 61_000,
+        "default": {"approved": False}, "resumable_by": ["alice"]}}}
+    r.hset(KEYS.meta("old-1"), "core", orjson.dumps(core))
+    r.zadd(KEYS.interrupt_index, {"old-1\x1fint-1": 1_000, "old-2\x1fint-1": 2_000})
+    r.hset(KEYS.interrupt_info, mapping={
+        "old-1\x1fint-1": orjson.dumps({"session": "old-1", "interrupt_id": "int-1", "reason": "confirm",
+                                         "anchor": "msg-2", "raised_at": 1_000, "parent": None}),
+        "old-2\x1fint-1": orjson.dumps({"session": "old-2", "interrupt_id": "int-1", "reason": "budget",
+                                         "anchor": None, "raised_at": 2_000, "parent": None})})
+    Outbox(r, KEYS)
+    client = Client(r)
+    assert walk(client, InterruptFilter(reason="budget")) == [("old-2", "int-1")]
+    assert walk(client, InterruptFilter(principal="bob")) == [("old-2", "int-1")]  # no record: anyone
+    first = client.interrupt_page(InterruptFilter(principal="alice")).items
+    assert [(i.session, i.request, i.expires_at, i.default, i.metadata) for i in first] == [
+        ("old-1", {"to": "bob"}, 61_000, {"approved": False}, {"team": "a"}),
+        ("old-2", None, None, None, None)]
+    assert r.hget(KEYS.stats, "listing") == b"1"
+    Outbox(r, KEYS)  # the next start finds the version: nothing is rebuilt or listed twice
+    assert len(walk(client)) == 2
+
+
+def test_the_command_line_filters_pages_and_refuses_a_bad_cursor(
+        redis_server: Any, outbox: Outbox) -> None:
+    from click.testing import CliRunner
+
+    from parley.cli import cli
+
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i, "confirm", 1, ["alice"] if i % 2 else ["bob"])])
+                       for i in range(5)])
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", *args])
+        assert result.exit_code == 0, result.output
+        return orjson.loads(result.output)
+
+    rows = run("--json")
+    assert [row["session"] for row in rows] == [f"s-{i}" for i in range(5)]
+    assert rows[0]["request"] == {"to": "bob"} and rows[0]["metadata"] == {"team": "a"}
+    first = run("--json", "--principal", "alice", "--limit", "1")
+    assert [row["session"] for row in first["items"]] == ["s-1"]
+    second = run("--json", "--principal", "alice", "--limit", "1", "--cursor", first["cursor"])
+    assert [row["session"] for row in second["items"]] == ["s-3"]
+    last = run("--json", "--principal", "alice", "--cursor", second["cursor"])
+    assert last == {"items": [], "cursor": None}
+    bad = CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", "--cursor", "zz"])
+    assert bad.exit_code == 1 and bad.output.strip().startswith("Error: invalid cursor"), bad.output

@@ -36,7 +36,8 @@ def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher
     # the worker stops the voided call (its model would take 3 s) and posts nothing
     # Waited for by its outcome, not by the clock: a call run to its end counts `ok` instead.
     ended = ("stopped", "ok")
-    eventually(lambda: any(("parley_jobs_total", (("kind", "llm"), ("outcome", o))) in scrape(port)
+    # (series start at 0 when a worker starts: wait for a count, not for the series)
+    eventually(lambda: any(scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", o))), 0) >= 1
                            for o in ended), timeout=15)
     assert not r.hexists("parley:running", job_id("b1", "llm-1", 1))
     assert scrape(port)[STOPPED] == 1
@@ -44,7 +45,7 @@ def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher
     refused = wait_for(client, "b1", lambda e: e["type"] == "input.refused")[-1]
     assert refused["code"] == "branch_parked" and refused["interrupt_ids"] == [raised["interrupt_id"]]
     time.sleep(3.2)  # past the time llm-1 would have taken: no reply of it, ever
-    assert (("parley_jobs_total", (("kind", "llm"), ("outcome", "ok")))) not in scrape(port)
+    assert scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", "ok"))), 0) == 0
     send(r, "b1", {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
                    "payload": {"budget": {"llm_calls": 5}}})
     events = wait_for(client, "b1", lambda e: e["type"] == "turn.completed")

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 from redis import Redis
 
 from parley.schemas.keys import Keys
@@ -50,6 +50,13 @@ class OpenInterrupt(BaseModel):
     #: the session's metadata when the interrupt was raised (a snapshot)
     metadata: dict[str, Any] | None = None
     parent: str | None = None
+
+    @field_validator("resumable_by", mode="before")
+    @classmethod
+    def _empty_list(cls, value: Any) -> Any:
+        # Redis's cjson writes an empty list as {} (the rebuild rewrites older rows with it):
+        # an empty object here is the empty list, nobody may answer
+        return [] if value == {} else value
 
     @classmethod
     def from_details(cls, raw: bytes | str) -> "OpenInterrupt":

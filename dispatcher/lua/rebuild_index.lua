@@ -18,13 +18,17 @@ for i = 1, #all, 2 do
   local info = cjson.decode(all[i + 1])
   if info.request == nil and type(info.session) == 'string' then
     local core = redis.call('HGET', ARGV[6] .. info.session .. ARGV[7], 'core')
-    local rec = core and cjson.decode(core).interrupts[info.interrupt_id]
+    local state = core and cjson.decode(core)
+    -- a session with no open interrupt stores none (its details may still be here: an
+    -- IndexRemove waiting in an outbox): such a row is listed as it is
+    local open = type(state) == 'table' and state.interrupts
+    local rec = type(open) == 'table' and open[info.interrupt_id]
     if type(rec) == 'table' then
       info.request = rec.payload
       info.expires_at = rec.deadline
       info.default = rec.default
       info.resumable_by = rec.resumable_by
-      info.metadata = cjson.decode(core).metadata
+      info.metadata = state.metadata
       redis.call('HSET', KEYS[1], all[i], cjson.encode(info))
     end
   end

@@ -175,23 +175,38 @@ def test_an_index_written_by_an_older_dispatcher_is_rebuilt_once(r: redis.Redis)
         "id": "int-1", "reason": "confirm", "payload": {"to": "bob"}, "deadline": 61_000,
         "default": {"approved": False}, "resumable_by": ["alice"]}}}
     r.hset(KEYS.meta("old-1"), "core", orjson.dumps(core))
-    r.zadd(KEYS.interrupt_index, {"old-1\x1fint-1": 1_000, "old-2\x1fint-1": 2_000})
+    # a row whose interrupt its session no longer holds (the IndexRemove waits in an outbox):
+    # the session stores no `interrupts` at all
+    r.hset(KEYS.meta("old-3"), "core", orjson.dumps({"metadata": None}))
+    # nobody may answer: an empty list, which Redis's cjson writes back as {}
+    r.hset(KEYS.meta("old-4"), "core", orjson.dumps({"interrupts": {"int-1": {
+        "id": "int-1", "reason": "locked", "payload": None, "resumable_by": []}}}))
+    r.zadd(KEYS.interrupt_index, {"old-1\x1fint-1": 1_000, "old-2\x1fint-1": 2_000,
+                                  "old-3\x1fint-1": 3_000, "old-4\x1fint-1": 4_000})
     r.hset(KEYS.interrupt_info, mapping={
         "old-1\x1fint-1": orjson.dumps({"session": "old-1", "interrupt_id": "int-1", "reason": "confirm",
                                          "anchor": "msg-2", "raised_at": 1_000, "parent": None}),
         "old-2\x1fint-1": orjson.dumps({"session": "old-2", "interrupt_id": "int-1", "reason": "budget",
-                                         "anchor": None, "raised_at": 2_000, "parent": None})})
+                                         "anchor": None, "raised_at": 2_000, "parent": None}),
+        "old-3\x1fint-1": orjson.dumps({"session": "old-3", "interrupt_id": "int-1", "reason": "gone",
+                                         "anchor": None, "raised_at": 3_000, "parent": None}),
+        "old-4\x1fint-1": orjson.dumps({"session": "old-4", "interrupt_id": "int-1", "reason": "locked",
+                                         "anchor": None, "raised_at": 4_000, "parent": None})})
     Outbox(r, KEYS)
     client = Client(r)
+    locked = client.interrupt_page(InterruptFilter(reason="locked")).items
+    assert [(i.session, i.resumable_by) for i in locked] == [("old-4", [])]
+    assert walk(client, InterruptFilter(reason="gone")) == [("old-3", "int-1")]
     assert walk(client, InterruptFilter(reason="budget")) == [("old-2", "int-1")]
-    assert walk(client, InterruptFilter(principal="bob")) == [("old-2", "int-1")]  # no record: anyone
+    # no record: anyone; an empty list: nobody
+    assert walk(client, InterruptFilter(principal="bob")) == [("old-2", "int-1"), ("old-3", "int-1")]
     first = client.interrupt_page(InterruptFilter(principal="alice")).items
     assert [(i.session, i.request, i.expires_at, i.default, i.metadata) for i in first] == [
         ("old-1", {"to": "bob"}, 61_000, {"approved": False}, {"team": "a"}),
-        ("old-2", None, None, None, None)]
+        ("old-2", None, None, None, None), ("old-3", None, None, None, None)]
     assert r.hget(KEYS.stats, "listing") == b"1"
     Outbox(r, KEYS)  # the next start finds the version: nothing is rebuilt or listed twice
-    assert len(walk(client)) == 2
+    assert len(walk(client)) == 4
 
 
 def test_the_command_line_filters_pages_and_refuses_a_bad_cursor(

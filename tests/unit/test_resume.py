@@ -3,6 +3,8 @@ answers (`response_schema`) and the entry every event about an input names (docs
 
 from typing import Any
 
+import pytest
+
 from parley.schemas.codes import RefusalCode
 
 from .harness import Sim
@@ -123,13 +125,32 @@ def test_the_resumed_event_names_the_resume_entry_but_not_for_a_deadline():
     assert "input" not in s2.ev("interrupt.resumed")
 
 
-def test_a_reference_outside_the_schema_is_not_fetched_and_no_answer_matches_it():
+@pytest.mark.parametrize("schema", [
+    {"$ref": "https://example.invalid/answer.json"},
+    {"type": "object", "properties": {"to": {"$dynamicRef": "other.json#node"}}},
+], ids=["ref", "dynamic-ref"])
+def test_a_reference_outside_the_schema_makes_the_decision_invalid(schema: dict[str, Any]):
     s = Sim()
-    s.pause_on_tool("send_email", response_schema={"$ref": "https://example.invalid/answer.json"})
-    s.resume("int-1", {"approved": True})
+    error = _interrupt_decision(s, response_schema=schema)
+    assert "references must stay inside the schema" in error and s.core.interrupts == {}
+
+
+def test_unique_items_is_refused_in_a_response_schema():
+    """Its check compares every pair of an answer's items: a producer could stall a dispatcher."""
+    s = Sim()
+    error = _interrupt_decision(s, response_schema={"type": "array", "uniqueItems": True})
+    assert "uniqueItems" in error and s.core.interrupts == {}
+
+
+def test_an_answer_over_the_size_limit_is_refused_and_the_interrupt_stays_open():
+    s = Sim()
+    s.pause_on_tool("send_email", response_schema={"type": "array"})
+    s.resume("int-1", ["x" * 100] * 200)
     refused = s.ev("input.refused")
-    assert refused["code"] == "invalid_resume" and "cannot be resolved" in refused["message"]
+    assert refused["code"] == "invalid_resume" and "at most 16384 bytes" in refused["message"]
     assert "int-1" in s.core.interrupts
+    s.resume("int-1", ["x"] * 10)
+    assert "int-1" not in s.core.interrupts
 
 
 def test_a_reference_inside_the_schema_resolves():

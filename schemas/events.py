@@ -153,6 +153,17 @@ class DecisionFailed(_Event):
     error: str
 
 
+class InterruptCancelled(_Event):
+    """An open interrupt that will never be answered: its session was closed."""
+
+    type: Literal["interrupt.cancelled"]
+    interrupt_id: str
+    reason: str
+    request: Any = None
+    #: why the session was closed (the `reason` of its `session.closed`)
+    why: str
+
+
 class SessionClosed(_Event):
     type: Literal["session.closed"]
     reason: str
@@ -177,7 +188,8 @@ class InputIgnored(_Event):
 Event = Annotated[
     SessionCreated | MessageCreated | BranchSwitched | LlmStarted | LlmCompleted | LlmFailed
     | LlmVoided | ToolStarted | ToolCompleted | ToolDeferred | TurnCompleted | InterruptRaised
-    | InterruptResumed | DecisionHeld | DecisionReleased | DecisionFailed | SessionClosed
+    | InterruptResumed | InterruptCancelled | DecisionHeld | DecisionReleased | DecisionFailed
+    | SessionClosed
     | InputRefused | InputIgnored,
     Field(discriminator="type"),
 ]

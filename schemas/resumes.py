@@ -28,7 +28,8 @@ class ResumeStatus(StrEnum):
 
 
 class ResumeExit(IntEnum):
-    """`parley resume --wait`'s exit status, one per outcome (1 and 2 are click's own errors)."""
+    """`parley resume --wait`'s exit status, one per outcome (1 and 2 are click's own errors,
+    69 a Redis the CLI cannot use)."""
 
     DELIVERED = 0
     NOT_DELIVERED = 3

@@ -33,6 +33,9 @@ def close_session(tx: Tx, reason: str) -> None:
     c.queue.clear()
     for rec in c.interrupts.values():
         tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
+        # the question is gone: whoever was told of it (an inbox, the feed's notifiers) is told so
+        tx.emit("interrupt.cancelled", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
+                why=reason)
     c.interrupts.clear()
     # No turn completes: nothing of it ran to its end. The held gauge follows (turns.finish).
     c.turns.clear()

@@ -460,6 +460,7 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
 
     from parley.metrics import Health, serve
     from parley.notify import Forwarder, NotifyConfig, load_secret
+    from parley.schemas.events import FEED_EVENT_TYPES
     from parley.schemas.keys import Keys
 
     try:
@@ -467,6 +468,10 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"webhook secret: {exc}") from None
     wanted = frozenset(t.strip() for t in types.split(",") if t.strip()) if types else None
+    if wanted is not None and (unknown := wanted - FEED_EVENT_TYPES):
+        # a misspelt type would have every entry acknowledged and none posted, silently
+        raise click.BadParameter(f"{', '.join(sorted(unknown))}: not on the feed; its types are "
+                                 f"{', '.join(sorted(FEED_EVENT_TYPES))}", param_hint="--types")
     try:
         config = NotifyConfig(url=url, secret=secret, group=group, consumer=name or "", types=wanted,
                               max_attempts=max_attempts, timeout_s=timeout, retry_base_s=retry_base,

@@ -142,6 +142,11 @@ def test_a_child_that_never_ends_times_out_and_is_closed(procs: Procs, r: redis.
     assert of_type(events, "message.created")[-1]["message"]["content"] == "Done. research (error): timeout"
     closed = wait_for(client, "p5:sub-1", lambda e: e["type"] == "session.closed")[-1]
     assert closed["reason"] == "timeout"
+    # its open question is cancelled: in its events and on the fleet-wide feed
+    cancelled = of_type(all_events(client, "p5:sub-1"), "interrupt.cancelled")
+    assert [(e["interrupt_id"], e["why"]) for e in cancelled] == [(raised["interrupt_id"], "timeout")]
+    feed = [(f[b"session"], f[b"type"]) for _id, f in r.xrange("parley:feed")]
+    assert (b"p5:sub-1", b"interrupt.cancelled") in feed
     eventually(lambda: client.interrupts() == [] and r.zcard("parley:deadlines") == 0)
     # a closed child takes no more inputs, and runs nothing more
     entry = send(r, "p5:sub-1", {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],

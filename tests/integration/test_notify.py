@@ -219,3 +219,11 @@ def test_without_a_secret_it_refuses_to_start(procs: Procs) -> None:
     assert proc.wait(20) == 1
     assert "no webhook secret" in procs.logs()
     procs.forget(proc)
+
+
+def test_a_type_that_is_not_on_the_feed_is_refused(procs: Procs) -> None:
+    """A misspelt type would have every entry acknowledged and none posted, silently."""
+    proc = notify(procs, "http://127.0.0.1:9/x", "--types", "interrupt.raise")
+    assert proc.wait(20) == 2
+    assert "interrupt.raise: not on the feed" in procs.logs()
+    procs.forget(proc)

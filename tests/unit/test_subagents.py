@@ -247,6 +247,10 @@ def test_a_close_clears_the_childs_open_interrupts_and_its_decide_in_flight():
     sim.input(close_entry(), engine=True)
     assert [fx.interrupt_id for fx in sim.last.effects if isinstance(fx, IndexRemove)] == ["int-1"]
     assert sim.core.interrupts == {} and sim.core.turns == {}
+    # whoever was asked is told the question is gone (the event goes to the fleet-wide feed too)
+    cancelled = sim.ev("interrupt.cancelled")
+    assert {k: cancelled[k] for k in ("interrupt_id", "reason", "request", "why")} == {
+        "interrupt_id": "int-1", "reason": "ask", "request": None, "why": close_entry()["reason"]}
     deciding = Sim(make_app(tools={}), session="p:sub-1", agents={AGENT: AppInfo(has_decide=True)})
     deciding.input(spawn_entry(), engine=True)
     deciding.input(close_entry(), engine=True)

@@ -297,8 +297,11 @@ class Forwarder:
         passed: it is alive, so nobody else takes them over and posts them twice."""
         if not self.held or time.monotonic() - self.touched_at < self.config.claim_idle_ms / 4000:
             return
-        self.redis.xclaim(self.keys.feed, self.config.group, self.consumer, 0, list(self.held),
-                          justid=True)
+        # Only entries idle for an eighth of the claim time: ours are (a quarter has passed since
+        # we last touched them); one another forwarder took over a moment ago is not, so a
+        # forwarder waking from a pause does not take it back and post it a second time.
+        self.redis.xclaim(self.keys.feed, self.config.group, self.consumer,
+                          self.config.claim_idle_ms // 8, list(self.held), justid=True)
         self.touched_at = time.monotonic()
 
     def dead_letter(self, entry_id: Any, fields: dict[Any, Any], error: str, failures: int) -> None:

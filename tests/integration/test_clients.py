@@ -11,6 +11,7 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
+from parley.cli.procs import RedisServer
 from parley.client import Client
 from parley.client_core import InvalidInput
 from parley.dispatcher.core import IndexAdd
@@ -20,7 +21,6 @@ from parley.schemas.events import InputIgnored, LlmStarted, MessageCreated, Sess
 from parley.schemas.inputs import Budget, MessageCreate, SessionCreate
 from parley.schemas.resumes import ResumeStatus
 from tests.integration.conftest import INPUTS, KEYS, MakeDispatcher, tick
-from parley.cli.procs import RedisServer
 
 BAD_INPUTS: list[tuple[str, Any]] = [
     ("s-1", {"type": "message.create"}),  # no content

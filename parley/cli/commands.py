@@ -370,7 +370,9 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("session")
-@click.option("--from", "after", default="0-0", show_default=True, help="Start after this event id.")
+@click.option("--from", "after", default="0-0", show_default=True,
+              help="Print only the events after this event id (the first column of a line printed "
+                   "before), to go on where a watch stopped.")
 @click.option("--until", "until_type", default=None, help="Stop after the first event of this type.")
 @click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
 @click.pass_context

@@ -17,6 +17,7 @@ from parley.client_core import (
     input_fields,
     last_id,
     partitions_of,
+    pipeline_of,
     resume_input,
     show_steps,
     text,
@@ -29,14 +30,11 @@ from parley.schemas.resumes import ResumeOutcome, timed_out
 
 
 async def run_steps(redis: Redis, steps: Steps) -> Any:
-    """Drive `steps` on an asyncio Redis: each round trip one pipeline (no MULTI)."""
+    """Drive `steps` on an asyncio Redis (see client_core.run_steps)."""
     try:
         calls = next(steps)
         while True:
-            pipe = redis.pipeline(transaction=False)
-            for call in calls:
-                getattr(pipe, call.name)(*call.args, **call.kwargs)
-            calls = steps.send(await pipe.execute())
+            calls = steps.send(await pipeline_of(redis, calls).execute())
     except StopIteration as done:
         return done.value
 

@@ -44,15 +44,21 @@ class Call:
 Steps: TypeAlias = Generator[list[Call], list[Any], Any]
 
 
+def pipeline_of(redis: Any, calls: list[Call]) -> Any:
+    """One round trip's calls queued on a pipeline of `redis` (sync or asyncio); no MULTI:
+    the calls of a read need no transaction."""
+    pipe = redis.pipeline(transaction=False)
+    for call in calls:
+        getattr(pipe, call.name)(*call.args, **call.kwargs)
+    return pipe
+
+
 def run_steps(redis: Any, steps: Steps) -> Any:
-    """Drive `steps` on a synchronous Redis: each round trip one pipeline (no MULTI)."""
+    """Drive `steps` on a synchronous Redis (`AsyncClient` has its own, awaiting)."""
     try:
         calls = next(steps)
         while True:
-            pipe = redis.pipeline(transaction=False)
-            for call in calls:
-                getattr(pipe, call.name)(*call.args, **call.kwargs)
-            calls = steps.send(pipe.execute())
+            calls = steps.send(pipeline_of(redis, calls).execute())
     except StopIteration as done:
         return done.value
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from parley.aclient import AsyncClient
     from parley.client import Client
-    from parley.client_core import InvalidInput
+    from parley.producer import InvalidInput
     from parley.schemas.actions import Decision
     from parley.schemas.triggers import Trigger
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "AsyncClient": "parley.aclient",
     "Client": "parley.client",
-    "InvalidInput": "parley.client_core",
+    "InvalidInput": "parley.producer",
     "Decision": "parley.schemas.actions",
     "Trigger": "parley.schemas.triggers",
     "LLMError": "parley.workers.llm",

@@ -1,6 +1,6 @@
 """`AsyncClient`: the producer's client on `redis.asyncio`, with the methods of `Client`.
 
-A thin I/O shell over parley/client_core.py, like `Client`: the two differ only in how they
+A thin I/O shell over parley/producer.py, like `Client`: the two differ only in how they
 wait for Redis.
 """
 
@@ -10,7 +10,8 @@ from typing import Any, Literal, overload
 
 from redis.asyncio import Redis
 
-from parley.client_core import (
+from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
+from parley.producer import (
     InputValue,
     OutcomeWait,
     Steps,
@@ -23,14 +24,13 @@ from parley.client_core import (
     text,
     xread_events,
 )
-from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import ResumeOutcome, timed_out
 
 
 async def run_steps(redis: Redis, steps: Steps) -> Any:
-    """Drive `steps` on an asyncio Redis (see client_core.run_steps)."""
+    """Drive `steps` on an asyncio Redis (see producer.run_steps)."""
     try:
         calls = next(steps)
         while True:

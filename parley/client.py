@@ -1,6 +1,6 @@
 """A producer's view of Parley: write inputs (partitioned), read events and sessions.
 
-A thin I/O shell over parley/client_core.py, which `AsyncClient` (parley/aclient.py) shares.
+A thin I/O shell over parley/producer.py, which `AsyncClient` (parley/aclient.py) shares.
 """
 
 import time
@@ -9,7 +9,8 @@ from typing import Any, Literal, overload
 
 from redis import Redis
 
-from parley.client_core import (
+from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
+from parley.producer import (
     InputValue,
     OutcomeWait,
     input_fields,
@@ -22,7 +23,6 @@ from parley.client_core import (
     typed_events,
     xread_events,
 )
-from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.schemas.events import Event
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import ResumeOutcome, timed_out

@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel
 from redis import Redis
 
-from parley.client_core import Call, Steps, run_steps
+from parley.producer import Call, Steps, run_steps
 from parley.schemas.keys import Keys
 
 SEP = "\x1f"

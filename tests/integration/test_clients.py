@@ -13,10 +13,10 @@ import redis.asyncio
 from parley.aclient import AsyncClient
 from parley.cli.procs import RedisServer
 from parley.client import Client
-from parley.client_core import InvalidInput
 from parley.dispatcher.core import IndexAdd
 from parley.dispatcher.enqueue import Outbox
 from parley.inbox import InterruptFilter
+from parley.producer import InvalidInput
 from parley.schemas.events import InputIgnored, LlmStarted, MessageCreated, SessionCreated
 from parley.schemas.inputs import Budget, MessageCreate, SessionCreate
 from parley.schemas.resumes import ResumeStatus

@@ -1,10 +1,10 @@
-"""The clients' pure parts (parley/client_core.py): what both `Client` and `AsyncClient` do
+"""The clients' pure parts (parley/producer.py): what both `Client` and `AsyncClient` do
 between Redis calls, so the two are thin I/O shells over one logic."""
 
 import orjson
 import pytest
 
-from parley.client_core import (
+from parley.producer import (
     InvalidInput,
     OutcomeWait,
     input_fields,

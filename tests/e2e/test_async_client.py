@@ -31,6 +31,15 @@ async def next_of(client: AsyncClient, session: str, after: str, kind: type[Any]
     raise AssertionError(f"no {kind.__name__} within {timeout}s; saw {[e.type for e in seen]}")
 
 
+async def listed(client: AsyncClient, timeout: float = 5) -> list[dict[str, Any]]:
+    """The open interrupts once the listing has some: its index follows the commit (the outbox
+    flush), so it may lag the `interrupt.raised` event by a moment."""
+    deadline = time.monotonic() + timeout
+    while not (rows := await client.interrupts()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return rows
+
+
 async def seed_scenario(url: str) -> dict[str, Any]:
     conn = redis.asyncio.Redis.from_url(url)
     client = AsyncClient(conn)
@@ -39,7 +48,7 @@ async def seed_scenario(url: str) -> dict[str, Any]:
         await client.send("a", MessageCreate(type="message.create", content=SEED))
         at, question = await next_of(client, "a", "0-0", InterruptRaised)
         assert question.reason == "confirm" and question.payload == {"message": "Send the email?"}
-        [row] = await client.interrupts()
+        [row] = await listed(client)
         assert (row["session"], row["interrupt_id"]) == ("a", question.interrupt_id)
 
         outcome = await client.resume("a", question.interrupt_id, {"approved": True}, wait=True, timeout_s=20)

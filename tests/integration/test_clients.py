@@ -2,6 +2,8 @@
 sending (a refused input leaves the stream empty), the same views, listing and outcomes."""
 
 import asyncio
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -133,3 +135,15 @@ def test_both_clients_list_the_same_open_interrupts_page_by_page(
         assert second == client.interrupt_page(flt, limit=1, cursor=first.cursor)
     assert every == [client.interrupts(flt) for flt in filters]
     assert [row["session"] for row in every[3]] == ["b-1"]
+
+
+@pytest.mark.parametrize("args", [["input", "s-1", '{"type": "message.create"}'],
+                                  ["resume", "s-1", "not an id", "{}"],
+                                  ["send", "not a session", "hi"]])
+def test_the_command_line_says_in_one_line_why_an_input_is_not_sent(
+        r: redis.Redis, redis_server: RedisServer, args: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", redis_server.url, *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith("Error: ") and out.stderr.count("\n") == 1, out.stderr
+    assert r.exists(INPUTS) == 0

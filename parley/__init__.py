@@ -1,6 +1,8 @@
 """Parley: agent sessions on RQ worker fleets, with durable interrupts.
 
-The names a producer or an app needs: `Client` writes inputs and reads sessions;
+The names a producer or an app needs: `Client` writes inputs and reads sessions (and
+`AsyncClient`, the same on `redis.asyncio`; `InvalidInput` is what both raise, before
+sending, for an input a dispatcher would refuse);
 `OpenAICompatible` and `ScriptedModel` are ready-made `llm`s for an app; `Trigger` and
 `Decision` type what an app's `decide(trigger, proposed)` receives and returns (an app
 needs no import from Parley: plain dicts do).
@@ -14,14 +16,18 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from parley.aclient import AsyncClient
     from parley.client import Client
+    from parley.producer import InvalidInput
     from parley.schemas.actions import Decision
     from parley.schemas.triggers import Trigger
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
 
 #: public name -> the module that defines it
 _HOMES = {
+    "AsyncClient": "parley.aclient",
     "Client": "parley.client",
+    "InvalidInput": "parley.producer",
     "Decision": "parley.schemas.actions",
     "Trigger": "parley.schemas.triggers",
     "LLMError": "parley.workers.llm",
@@ -30,8 +36,8 @@ _HOMES = {
     "ScriptedModel": "parley.workers.llm",
 }
 
-__all__ = ["Client", "Decision", "LLMError", "LLMTimeoutError", "OpenAICompatible", "ScriptedModel",
-           "Trigger"]
+__all__ = ["AsyncClient", "Client", "Decision", "InvalidInput", "LLMError", "LLMTimeoutError",
+           "OpenAICompatible", "ScriptedModel", "Trigger"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ cover are checked on the rows it yields, within a bounded scan (`SCAN_FACTOR` x 
 
 import base64
 import binascii
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, field_validator
 from redis import Redis
 
+from parley.producer import Call, Steps, run_steps
 from parley.schemas.keys import Keys
 
 SEP = "\x1f"
@@ -202,23 +203,33 @@ def _text(values: Iterable[Any]) -> list[str]:
 
 def read_page(redis: Redis, keys: Keys, flt: InterruptFilter, limit: int = DEFAULT_LIMIT,
               cursor: str | None = None) -> InterruptPage:
-    """One page: range reads of the driving set after the cursor, and the rows' details."""
+    """One page, read on a synchronous Redis (the async client drives `page_steps` itself)."""
+    page: InterruptPage = run_steps(redis, page_steps(keys, flt, limit, cursor))
+    return page
+
+
+def page_steps(keys: Keys, flt: InterruptFilter, limit: int = DEFAULT_LIMIT,
+               cursor: str | None = None) -> Steps:
+    """One page, as round trips for a client to run: range reads of the driving set after the
+    cursor, and the rows' details. Pure, so the sync and the async client share it."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be 1-{MAX_LIMIT}, not {limit}")
     if cursor is not None:
         at = Cursor.decode(cursor, flt)
         driver, after = at.driver, at.after
     else:
-        driver, after = _first_driver(redis, keys, flt), None
+        driver, after = (yield from _first_driver(keys, flt)), None
     items: list[OpenInterrupt] = []
     scanned = 0
     while True:
         # a whole page's worth each time, not what is missing: when filters combine, a
         # shrinking batch would take ever more round trips for the last rows
         p = plan(keys, flt, driver, after)
-        batches = [_text(redis.zrange(k, p.low, p.high, bylex=True, offset=0, num=limit)) for k in p.keys]
-        members, exhausted = merge(batches, limit)
-        details: Any = redis.hmget(keys.interrupt_info, [index_member_of(m, driver) for m in members]) \
+        ranges = yield [Call("zrange", (k, p.low, p.high), {"bylex": True, "offset": 0, "num": limit})
+                        for k in p.keys]
+        members, exhausted = merge([_text(batch) for batch in ranges], limit)
+        details: Any = (yield [Call("hmget", (keys.interrupt_info,
+                                              [index_member_of(m, driver) for m in members]))])[0] \
             if members else []
         for n, (member, raw) in enumerate(zip(members, details, strict=True), 1):
             after = member
@@ -237,12 +248,24 @@ def read_page(redis: Redis, keys: Keys, flt: InterruptFilter, limit: int = DEFAU
             return InterruptPage(items=items, cursor=Cursor(driver, after, flt.fingerprint()).encode())
 
 
-def _first_driver(redis: Redis, keys: Keys, flt: InterruptFilter) -> Driver:
+def _first_driver(keys: Keys, flt: InterruptFilter) -> Generator[list[Call], list[Any], Driver]:
     if flt.session_prefix is None and flt.reason is not None and flt.principal is not None:
-        pipe = redis.pipeline(transaction=False)
-        pipe.zcard(keys.interrupts_of_reason(flt.reason))
-        pipe.zcard(keys.interrupts_of_principal(flt.principal))
-        pipe.zcard(keys.interrupts_for_anyone)
-        by_reason, by_principal, by_anyone = pipe.execute()
+        by_reason, by_principal, by_anyone = yield [
+            Call("zcard", (keys.interrupts_of_reason(flt.reason),)),
+            Call("zcard", (keys.interrupts_of_principal(flt.principal),)),
+            Call("zcard", (keys.interrupts_for_anyone,)),
+        ]
         return choose_driver(flt, int(by_reason), int(by_principal) + int(by_anyone))
     return choose_driver(flt, 0, 0)
+
+
+def every_row_steps(keys: Keys, flt: InterruptFilter) -> Steps:
+    """Every open interrupt that `flt` keeps, as JSON rows, page by page."""
+    rows: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        page: InterruptPage = yield from page_steps(keys, flt, MAX_LIMIT, cursor)
+        rows += [row.model_dump() for row in page.items]
+        if page.cursor is None:
+            return rows
+        cursor = page.cursor

@@ -14,6 +14,7 @@ from parley import logs
 from parley.cli.demo import SEED_APP
 from parley.cli.transcript import format_transcript
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
+from parley.producer import InvalidInput
 from parley.retry import backoff
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -118,6 +119,8 @@ class ParleyGroup(click.Group):
             url = ctx.obj["url"] if isinstance(ctx.obj, dict) else "?"
             click.echo(f"parley: cannot use Redis at {masked_url(url)}: {exc}", err=True)
             raise click.exceptions.Exit(REDIS_UNAVAILABLE) from None
+        except InvalidInput as exc:  # the client checks an input before sending: nothing was sent
+            raise click.ClickException(str(exc)) from None
 
 
 @click.group(cls=ParleyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -370,7 +373,9 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("session")
-@click.option("--from", "after", default="0-0", show_default=True, help="Start after this event id.")
+@click.option("--from", "after", default="0-0", show_default=True,
+              help="Print only the events after this event id (the first column of a line printed "
+                   "before), to go on where a watch stopped.")
 @click.option("--until", "until_type", default=None, help="Stop after the first event of this type.")
 @click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
 @click.pass_context

@@ -141,6 +141,10 @@ def test_a_producer_loads_neither_the_dispatcher_nor_the_workers() -> None:
     heavy = ("parley.dispatcher", "parley.workers", "parley.cli.", "httpx", "rq")
     assert loaded_after("from parley import Client", heavy) == []
     assert loaded_after("import parley.client", heavy) == []
+    assert loaded_after("from parley import AsyncClient", heavy) == []
+    assert loaded_after("import parley.aclient", heavy) == []
+    # and each client loads only its own Redis: a sync producer never loads redis.asyncio's client
+    assert "parley.aclient" not in loaded_after("from parley import Client", ("parley.aclient",))
 
 
 def test_the_core_loads_no_io_library() -> None:
@@ -149,7 +153,8 @@ def test_the_core_loads_no_io_library() -> None:
 
 
 def test_the_public_names_resolve() -> None:
-    names = loaded_after("from parley import Client, Decision, OpenAICompatible, ScriptedModel, Trigger\n"
+    names = loaded_after("from parley import AsyncClient, Client, Decision, InvalidInput, OpenAICompatible\n"
+                         "from parley import ScriptedModel, Trigger\n"
                          "import parley\n"
                          "assert set(parley.__all__) <= set(dir(parley))\n"
                          "try:\n    parley.Nope\nexcept AttributeError:\n    pass\n"

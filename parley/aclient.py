@@ -1,0 +1,126 @@
+"""`AsyncClient`: the producer's client on `redis.asyncio`, with the methods of `Client`.
+
+A thin I/O shell over parley/producer.py, like `Client`: the two differ only in how they
+wait for Redis.
+"""
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal, overload
+
+from redis.asyncio import Redis
+
+from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
+from parley.producer import (
+    InputValue,
+    OutcomeWait,
+    Steps,
+    input_fields,
+    last_id,
+    partitions_of,
+    pipeline_of,
+    resume_input,
+    show_steps,
+    text,
+    xread_events,
+)
+from parley.schemas.events import EVENT_ADAPTER, Event
+from parley.schemas.keys import Keys
+from parley.schemas.resumes import ResumeOutcome, timed_out
+
+
+async def run_steps(redis: Redis, steps: Steps) -> Any:
+    """Drive `steps` on an asyncio Redis (see producer.run_steps)."""
+    try:
+        calls = next(steps)
+        while True:
+            calls = steps.send(await pipeline_of(redis, calls).execute())
+    except StopIteration as done:
+        return done.value
+
+
+class AsyncClient:
+    def __init__(self, redis: Redis, prefix: str = "parley"):
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self._partitions: int | None = None
+
+    async def stream_for(self, session: str) -> str:
+        """The input stream of `session` (see `Client.stream_for`)."""
+        if self._partitions is None:
+            self._partitions = partitions_of(await self.redis.hget(self.keys.config, "partitions"))
+            if self._partitions is None:
+                return self.keys.inputs_of(session, 1)  # nothing published yet: ask again next time
+        return self.keys.inputs_of(session, self._partitions)
+
+    async def send(self, session: str, value: InputValue, idempotency_key: str | None = None,
+                   principal: str | None = None, key: str | None = None) -> str:
+        """XADD one input (see `Client.send`); `InvalidInput` before sending a bad one."""
+        fields = input_fields(session, value, idempotency_key, principal, key)
+        return text(await self.redis.xadd(await self.stream_for(session), fields))
+
+    @overload
+    async def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
+                     idempotency_key: str | None = None, principal: str | None = None,
+                     key: str | None = None, wait: Literal[False] = False,
+                     timeout_s: float = 10.0) -> str: ...
+
+    @overload
+    async def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
+                     idempotency_key: str | None = None, principal: str | None = None,
+                     key: str | None = None, wait: Literal[True],
+                     timeout_s: float = 10.0) -> ResumeOutcome: ...
+
+    async def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
+                     idempotency_key: str | None = None, principal: str | None = None,
+                     key: str | None = None, wait: bool = False,
+                     timeout_s: float = 10.0) -> str | ResumeOutcome:
+        """Send an `interrupt.resume` (see `Client.resume`); with `wait=True`, await its outcome."""
+        value = resume_input(interrupt_id, payload)
+        if not wait:
+            return await self.send(session, value, idempotency_key, principal, key)
+        since = last_id(await self.redis.xrevrange(self.keys.events(session), count=1))
+        entry = await self.send(session, value, idempotency_key, principal, key)
+        wait_for = OutcomeWait(entry, since)
+        deadline = time.monotonic() + timeout_s
+        key_ = self.keys.events(session)
+        while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
+            outcome = wait_for.read(await self.redis.xread({key_: wait_for.last}, count=100, block=left_ms))
+            if outcome is not None:
+                return outcome
+        return timed_out(entry, timeout_s)
+
+    async def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
+                     until: float | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Follow the session's events from `after` as (id, JSON dict); stops at `until` (a
+        monotonic deadline)."""
+        last = after
+        key = self.keys.events(session)
+        while until is None or time.monotonic() < until:
+            reply = await self.redis.xread({key: last}, count=100, block=block_ms)
+            for entry_id, event in xread_events(reply):
+                last = entry_id
+                yield entry_id, event
+
+    async def watch(self, session: str, after: str = "0-0", until: float | None = None,
+                    block_ms: int = 1000) -> AsyncIterator[tuple[str, Event]]:
+        """`events`, typed: (id, event model of schemas/events.py)."""
+        async for entry_id, event in self.events(session, after, block_ms, until):
+            yield entry_id, EVENT_ADAPTER.validate_python(event)
+
+    async def show(self, session: str) -> dict[str, Any] | None:
+        view: dict[str, Any] | None = await run_steps(self.redis, show_steps(self.keys, session))
+        return view
+
+    async def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
+                             cursor: str | None = None) -> InterruptPage:
+        """One page of the open interrupts across sessions (see `Client.interrupt_page`)."""
+        page: InterruptPage = await run_steps(self.redis, page_steps(self.keys, where or InterruptFilter(),
+                                                                     limit, cursor))
+        return page
+
+    async def interrupts(self, where: InterruptFilter | None = None) -> list[dict[str, Any]]:
+        """Every open interrupt that `where` keeps, as JSON rows, page by page."""
+        rows: list[dict[str, Any]] = await run_steps(self.redis, every_row_steps(self.keys,
+                                                                                where or InterruptFilter()))
+        return rows

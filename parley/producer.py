@@ -1,0 +1,162 @@
+"""What a client does between Redis calls, shared by `Client` and `AsyncClient`.
+
+Each client is a thin I/O shell: it issues the calls these functions describe and hands the
+replies back. Building an entry's fields (and validating them exactly as a dispatcher will,
+before anything is sent), choosing the partition, reading XREAD replies into events, finding
+a resume's outcome and reading a session's view live here, once.
+"""
+
+import uuid
+from collections.abc import Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from parley.schemas.codec import InputError, decode_input_entry
+from parley.schemas.events import EVENT_ADAPTER, Event
+from parley.schemas.inputs import Input, InterruptResume
+from parley.schemas.keys import Keys
+from parley.schemas.resumes import ResumeOutcome, is_outcome_of, resume_outcome
+from parley.schemas.signing import signed_fields
+from parley.schemas.state import SessionState
+from parley.schemas.view import show
+
+#: what a client accepts as an input: a typed model (schemas/inputs.py) or its JSON as a dict
+InputValue: TypeAlias = Input | Mapping[str, Any]
+
+
+class InvalidInput(ValueError):
+    """An input a dispatcher would refuse: raised before anything is sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One Redis command, by its redis-py method name, for a client to run in a pipeline."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+#: a read in steps: yields the calls of one round trip, receives their replies, returns the result
+Steps: TypeAlias = Generator[list[Call], list[Any], Any]
+
+
+def pipeline_of(redis: Any, calls: list[Call]) -> Any:
+    """One round trip's calls queued on a pipeline of `redis` (sync or asyncio); no MULTI:
+    the calls of a read need no transaction."""
+    pipe = redis.pipeline(transaction=False)
+    for call in calls:
+        getattr(pipe, call.name)(*call.args, **call.kwargs)
+    return pipe
+
+
+def run_steps(redis: Any, steps: Steps) -> Any:
+    """Drive `steps` on a synchronous Redis (`AsyncClient` has its own, awaiting)."""
+    try:
+        calls = next(steps)
+        while True:
+            calls = steps.send(pipeline_of(redis, calls).execute())
+    except StopIteration as done:
+        return done.value
+
+
+def text(raw: Any) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+def input_json(value: InputValue) -> bytes:
+    if isinstance(value, BaseModel):
+        # unset fields stay out: an omitted `parent_id` ("the active head") is not null ("a root")
+        return orjson.dumps(value.model_dump(mode="json", exclude_unset=True))
+    try:
+        return orjson.dumps(dict(value))
+    except (TypeError, ValueError) as err:
+        raise InvalidInput(f"the input is not JSON: {err}") from None
+
+
+def input_fields(session: str, value: InputValue, idempotency_key: str | None = None,
+                 principal: str | None = None, key: str | None = None) -> dict[Any, Any]:
+    """The XADD fields of one input, signed (docs/protocol.md, "Inputs") when given a principal
+    and its key; checked as a dispatcher checks an entry, so a bad one is never sent."""
+    raw = input_json(value)
+    fields: dict[Any, Any] = {"session": session, "input": raw}
+    if principal is not None and key is not None:
+        idempotency_key = idempotency_key or uuid.uuid4().hex  # a signed entry needs an id
+        fields.update(signed_fields(key, principal, session, idempotency_key, raw))
+    if idempotency_key is not None:
+        fields["id"] = idempotency_key
+    try:
+        decode_input_entry(fields)
+    except InputError as err:
+        raise InvalidInput(str(err)) from None
+    return fields
+
+
+def resume_input(interrupt_id: str, payload: Any) -> InterruptResume:
+    try:
+        return InterruptResume(type="interrupt.resume", interrupt_id=interrupt_id, payload=payload)
+    except ValidationError as err:
+        raise InvalidInput(f"invalid interrupt.resume: {err.errors()[0]['loc'][0]}: "
+                           f"{err.errors()[0]['msg']}") from None
+
+
+def partitions_of(raw: Any) -> int | None:
+    """The partition count a dispatcher published (`HGET config partitions`); None: not yet."""
+    return int(raw) if raw else None
+
+
+# ---- events -------------------------------------------------------------------------------------
+
+def xread_events(reply: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, event) of each entry of an XREAD reply, with bytes or decoded replies."""
+    for _stream, entries in reply or []:
+        for raw_id, fields in entries:
+            yield text(raw_id), orjson.loads(fields[b"event"] if b"event" in fields else fields["event"])
+
+
+def typed_events(events: Iterable[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Event]]:
+    for entry_id, event in events:
+        yield entry_id, EVENT_ADAPTER.validate_python(event)
+
+
+def last_id(reply: Any) -> str:
+    """The id of an XREVRANGE COUNT 1 reply's entry: where events after now start."""
+    return text(reply[0][0]) if reply else "0-0"
+
+
+@dataclass(slots=True)
+class OutcomeWait:
+    """Reading a session's events for the one that tells what became of resume `entry`."""
+
+    entry: str
+    #: the id to read after: the stream's last before the resume was sent, then the last read
+    since: str
+    last: str = ""
+
+    def __post_init__(self) -> None:
+        self.last = self.last or self.since
+
+    def read(self, reply: Any) -> ResumeOutcome | None:
+        for entry_id, event in xread_events(reply):
+            self.last = entry_id
+            if is_outcome_of(self.entry, event):
+                return resume_outcome(self.entry, event)
+        return None
+
+
+# ---- a session's view ---------------------------------------------------------------------------
+
+def show_steps(keys: Keys, session: str) -> Steps:
+    core_reply, messages = yield [
+        Call("hmget", (keys.meta(session), "core")),  # the reader's ACL grants HMGET, not HGET
+        Call("hgetall", (keys.messages(session),)),
+    ]
+    (core,) = core_reply
+    if not core:
+        return None
+    return show(SessionState.from_records(core, messages))

@@ -39,7 +39,9 @@ def files(*parts: str) -> list[Path]:
 def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
     bad = {}
     for path in sources:
-        hits = sorted(m for m in imports_of(path) if m.startswith(forbidden))
+        # a module or anything under it: `parley.cli` forbids parley.cli.x, not parley.client
+        hits = sorted(m for m in imports_of(path)
+                      if any(m == f or m.startswith(f + ".") for f in forbidden))
         if hits:
             bad[str(path.relative_to(ROOT))] = hits
     return bad

@@ -66,11 +66,11 @@ class Sweeps:
     REFUSED_LOG_EVERY_S = 30.0
 
     def run(self) -> None:
-        for sweep in (self.fire_deadlines, self.find_lost_work, self.find_unclaimed_work):
+        for name in metrics.SWEEP_NAMES:  # one list: the sweeps, and their series started at 0
             try:
-                sweep()
+                getattr(self, name)()
             except ResponseError as exc:
-                self._refused(sweep.__name__, exc)
+                self._refused(name, exc)
 
     def _refused(self, name: str, exc: ResponseError) -> None:
         """A sweep Redis refuses (an ACL without a command the sweep needs, after an upgrade

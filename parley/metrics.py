@@ -67,7 +67,8 @@ LLM_FAILED = Counter("parley_llm_failed_total", "Model calls that failed (llm.fa
 INTERRUPTS_TIMED_OUT = Counter("parley_interrupts_timed_out_total", "Interrupts resumed by their deadline "
                                "(interrupt.resumed with timed_out)", registry=REGISTRY)
 
-#: the sweeps of dispatcher/sweeps.py, by the name their refusals are counted under
+#: the dispatcher's sweeps, in the order a tick runs them: dispatcher/sweeps.py runs them by
+#: these names, and their refusals are counted under them
 SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work")
 #: outcomes of `parley_jobs_total` (workers/jobs.py)
 JOB_OUTCOMES = ("ok", "error", "stopped")

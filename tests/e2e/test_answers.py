@@ -22,6 +22,14 @@ def resume_cli(procs: Procs, session: str, iid: str, payload: str, *extra: str) 
     return out.returncode, out.stdout.strip()
 
 
+def asking(procs: Procs, r: redis.Redis, client: Client, app: str, session: str) -> None:
+    """A dispatcher and a worker of `app`, and `session` asking its seed question."""
+    procs.dispatcher(app)
+    procs.worker(app)
+    send(r, session, {"type": "message.create", "content": SEED})
+    wait_for(client, session, lambda e: e["type"] == "interrupt.raised")
+
+
 def test_seed_app_survives_a_budget_stop_and_a_resume_with_a_higher_limit(
         procs: Procs, r: redis.Redis, client: Client) -> None:
     procs.dispatcher("examples.seed_app")
@@ -43,10 +51,7 @@ def test_seed_app_survives_a_budget_stop_and_a_resume_with_a_higher_limit(
 
 def test_a_typed_question_refuses_a_wrong_answer_then_takes_a_right_one(
         procs: Procs, r: redis.Redis, client: Client) -> None:
-    procs.dispatcher("tests.apps.typed_seed")
-    procs.worker("tests.apps.typed_seed")
-    send(r, "t", {"type": "message.create", "content": SEED})
-    wait_for(client, "t", lambda e: e["type"] == "interrupt.raised")
+    asking(procs, r, client, "tests.apps.typed_seed", "t")
     code, out = resume_cli(procs, "t", "int-1", '{"approved": "yes"}')
     assert code == 4 and out.startswith("refused invalid_resume")
     assert "'yes' is not of type 'boolean'" in out and "(at $.approved)" in out
@@ -62,10 +67,7 @@ def test_a_typed_question_refuses_a_wrong_answer_then_takes_a_right_one(
 
 def test_resume_wait_says_not_delivered_when_the_branch_is_not_active(
         procs: Procs, r: redis.Redis, client: Client) -> None:
-    procs.dispatcher("examples.seed_app")
-    procs.worker("examples.seed_app")
-    send(r, "n", {"type": "message.create", "content": SEED})
-    wait_for(client, "n", lambda e: e["type"] == "interrupt.raised")
+    asking(procs, r, client, "examples.seed_app", "n")
     send(r, "n", {"type": "message.create", "content": "never mind", "parent_id": None})  # an edit
     wait_for(client, "n", lambda e: e["type"] == "turn.completed")
     code, out = resume_cli(procs, "n", "int-1", '{"approved": true}')

@@ -398,6 +398,15 @@ class Sim:
         self.decide(expect="session.created")
         return tr
 
+    def budget_stopped(self) -> str:
+        """A session with no model calls allowed whose first message is decided as proposed:
+        its model call is blocked by the budget. The budget interrupt's id."""
+        self.open_session(budget={"llm_calls": 0})
+        self.send("hi")
+        self.decide(expect="message.created")
+        [iid] = list(self.core.interrupts)
+        return iid
+
     def deadline(self, interrupt_id: str, attempt: int = 0) -> Transition:
         """What a dispatcher posts when an interrupt's timeout_s has passed (docs/protocol.md, Actions)."""
         return self.outcome("deadline", interrupt_id, attempt, ok=True)

@@ -29,10 +29,7 @@ def test_resumed_trigger_and_event_carry_the_interrupts_reason_and_request():
 
 def test_a_budget_resume_is_recognisable_by_its_reason():
     s = Sim()
-    s.open_session(budget={"llm_calls": 0})
-    s.send("hi")
-    s.decide(expect="message.created")
-    [iid] = list(s.core.interrupts)
+    iid = s.budget_stopped()
     s.resume(iid, {"budget": {"llm_calls": 5}})
     assert s.trigger["reason"] == "budget"
     assert s.trigger["request"]["exceeded"] == "llm_calls"

@@ -12,10 +12,7 @@ def _outcome_of(s: Sim, entry: str):
 
 def test_a_budget_resume_that_leaves_the_limit_spent_is_not_delivered_and_says_why():
     s = Sim()
-    s.open_session(budget={"llm_calls": 0})
-    s.send("hi")
-    s.decide(expect="message.created")
-    [iid] = list(s.core.interrupts)
+    iid = s.budget_stopped()
     s.resume(iid, {"budget": {"llm_calls": 0}}, entry_id="4-1")
     outcome = _outcome_of(s, "4-1")
     assert outcome.status is ResumeStatus.NOT_DELIVERED and outcome.exit_code == 3

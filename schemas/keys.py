@@ -188,6 +188,36 @@ class Keys:
         so two deployments sharing one Redis do not share queues."""
         return kind if self.prefix == "parley" else f"{self.prefix}-{kind}"
 
+    # ---- session lifecycle (docs/operations.md, "Retention and archive") ----------
+    def sessions_of_status(self, status: str) -> str:
+        """Sorted set, score 0, of the sessions in one listing status (`active`, `parked`,
+        `closed`): members `created_at (15 digits) US session` (schemas/listing.py), so byte
+        order is creation order and a page is one ZRANGE BYLEX."""
+        return f"{self.prefix}:sessions:{status}"
+
+    def sessions_of_metadata(self, key: str, value: str) -> str:
+        """Sorted set like `sessions_of_status`, of the sessions created with metadata
+        `key` = `value` (the indexed pairs: schemas/listing.py `metadata_pairs`)."""
+        return f"{self.prefix}:sessions:meta:{key}\x1f{value}"
+
+    @property
+    def archive(self) -> str:
+        """Stream: one entry per closed session (its whole document), for an archive consumer
+        to store before the session expires (parley/export.py reads an entry)."""
+        return f"{self.prefix}:archive"
+
+    @property
+    def expiring(self) -> str:
+        """Sorted set: closed session -> when its retention ends (Unix ms); the expiry sweep
+        deletes every key of a session found due here, and its listing entries."""
+        return f"{self.prefix}:expiring"
+
+    @property
+    def idle(self) -> str:
+        """Sorted set: open session -> when it has been idle long enough to be closed (Unix ms),
+        kept only when an idle timeout is configured."""
+        return f"{self.prefix}:idle"
+
     # ---- per session (hash tag {S}) -------------------------------------------
     def meta(self, session: str) -> str:
         """Hash: ver, core (JSON), applied (JSON: stream -> last applied entry id)."""
@@ -206,6 +236,16 @@ class Keys:
 
     def idempotency(self, session: str, key: str) -> str:
         return f"{self.prefix}:{{{session}}}:idem:{key}"
+
+    def idempotency_keys(self, session: str) -> str:
+        """Sorted set: the session's used idempotency keys -> when each stops counting (Unix
+        ms). One key per session instead of one per input, so expiring a session deletes them."""
+        return f"{self.prefix}:{{{session}}}:idem"
+
+    def session_keys(self, session: str) -> list[str]:
+        """Every key a session owns (what expiry deletes; a test counts them)."""
+        return [self.meta(session), self.messages(session), self.events(session),
+                self.outbox(session), self.idempotency_keys(session)]
 
     @staticmethod
     def index_member(session: str, interrupt_id: str) -> str:

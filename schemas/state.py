@@ -88,6 +88,8 @@ class Core(BaseModel):
     created_at: int
     # closed: refuses every input and drops every outcome (inputs.apply_input, outcomes.apply_outcome)
     status: SessionStatus = SessionStatus.OPEN
+    #: when it was closed (Unix ms), for its retention and its archive
+    closed_at: int | None = None
     head: str | None = None
     budget: dict[str, Any] | None = None
     used: dict[str, int] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ from typing import Any, Literal, overload
 
 from redis.asyncio import Redis
 
+from parley.export import SessionExport, export_steps
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     InputValue,
@@ -111,6 +112,11 @@ class AsyncClient:
     async def show(self, session: str) -> dict[str, Any] | None:
         view: dict[str, Any] | None = await run_steps(self.redis, show_steps(self.keys, session))
         return view
+
+    async def export(self, session: str) -> SessionExport:
+        """The whole session (see `Client.export`); `NoSuchSession` when it has no record."""
+        export: SessionExport = await run_steps(self.redis, export_steps(self.keys, session))
+        return export
 
     async def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
                              cursor: str | None = None) -> InterruptPage:

@@ -9,6 +9,7 @@ from typing import Any, Literal, overload
 
 from redis import Redis
 
+from parley.export import SessionExport, export_steps
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     InputValue,
@@ -108,6 +109,12 @@ class Client:
     def show(self, session: str) -> dict[str, Any] | None:
         view: dict[str, Any] | None = run_steps(self.redis, show_steps(self.keys, session))
         return view
+
+    def export(self, session: str) -> SessionExport:
+        """The whole session: messages as a tree, events, open interrupts (docs/protocol.md,
+        "Export and archive"), read in one atomic script; `NoSuchSession` when it has no record."""
+        export: SessionExport = run_steps(self.redis, export_steps(self.keys, session))
+        return export
 
     def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
                        cursor: str | None = None) -> InterruptPage:

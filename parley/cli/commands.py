@@ -371,6 +371,38 @@ def show(ctx: click.Context, session: str, as_json: bool) -> None:
     click.echo(format_transcript(view))
 
 
+#: exit code of `parley export` for a session that has no record (never created, or expired):
+#: sysexits.h's EX_NOINPUT, so a script tells it from a failure (1) or an unusable Redis (69)
+NO_SUCH_SESSION = 66
+
+
+@cli.command("export")
+@click.argument("session")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the JSON to this file instead of stdout (written only once it is read).")
+@click.pass_context
+def export_(ctx: click.Context, session: str, output: str | None) -> None:
+    """Print SESSION whole as indented JSON: messages as a tree, events, open interrupts
+    (docs/protocol.md, "Export and archive"). Exit 66 when there is no such session."""
+    from parley.export import ExportError, NoSuchSession
+
+    try:
+        document = _client(ctx).export(session).to_json(indent=True) + b"\n"
+    except NoSuchSession as exc:
+        click.echo(f"parley: {exc}", err=True)
+        ctx.exit(NO_SUCH_SESSION)
+    except ExportError as exc:
+        raise click.ClickException(f"session {session!r}: {exc}") from None
+    if output is None:
+        click.echo(document, nl=False)
+        return
+    try:
+        with open(output, "wb") as out:
+            out.write(document)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
 @cli.command()
 @click.argument("session")
 @click.option("--from", "after", default="0-0", show_default=True,

@@ -547,6 +547,8 @@ def test_reader_reads_sessions(acl: AclRedis, reader: redis.Redis, producer: red
     view = Client(reader).show("acl-r")
     assert view is not None and view["messages"][0]["content"] == "hi"
     assert "message.created" in types(Client(reader), "acl-r")
+    # the export's script runs read-only (EVAL_RO) on the keys the reader may read
+    assert Client(reader).export("acl-r").messages[0]["content"] == "hi"
     assert Client(reader).interrupts() == []
     assert acl.denials() == []
 
@@ -573,6 +575,9 @@ def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.
     pytest.param(lambda r: r.xrange("parley:inputs"), id="read-inputs"),
     pytest.param(lambda r: r.hgetall("rq:job:x"), id="read-rq"),
     pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval-a-script-that-may-write"),
+    pytest.param(lambda r: r.eval_ro("return redis.call('HGETALL', KEYS[1])", 1, KEYS.outbox("acl-r")),
+                 id="read-the-outbox-from-a-read-only-script"),
 ])
 def test_reader_is_refused_the_rest(acl: AclRedis, reader: redis.Redis,
                                     attempt: Callable[[redis.Redis], Any]) -> None:

@@ -42,11 +42,13 @@ def async_export(redis_server: RedisServer, session: str) -> Any:
     return asyncio.run(main())
 
 
-def test_a_real_session_exports_whole(r: redis.Redis, client: Client, make_dispatcher: MakeDispatcher) -> None:
+def test_a_real_session_exports_whole(r: redis.Redis, client: Client,
+                                      make_dispatcher: MakeDispatcher) -> None:
     make_session(r, make_dispatcher(app=APP))
     export = client.export("s-exp")
     core = core_of(r, "s-exp")
-    assert (export.format, export.session, export.status, export.listing_status) == (1, "s-exp", "open", "parked")
+    assert (export.format, export.session, export.status, export.listing_status) == (
+        1, "s-exp", "open", "parked")
     assert (export.created_at, export.head, export.used) == (core.created_at, "msg-6", core.used)
     assert export.metadata == {"team": "a", "user": "u-7"} and export.budget == {"llm_calls": 10}
     assert export.roots == ["msg-1", "msg-4"]
@@ -55,7 +57,8 @@ def test_a_real_session_exports_whole(r: redis.Redis, client: Client, make_dispa
         ("msg-5", []), ("msg-6", [])]
     assert [c["id"] for c in export.messages[1]["tool_calls"]] == ["call-1", "call-2"]
     [interrupt] = export.interrupts
-    assert (interrupt.interrupt_id, interrupt.anchor, interrupt.request) == ("int-1", "msg-2", {"message": "Send?"})
+    assert (interrupt.interrupt_id, interrupt.anchor, interrupt.request) == (
+        "int-1", "msg-2", {"message": "Send?"})
     assert interrupt.expires_at == interrupt.raised_at + 3_600_000
     # every event, in stream order, with its stream id
     stream = [(i.decode(), orjson.loads(f[b"event"])) for i, f in r.xrange(KEYS.events("s-exp"))]

@@ -125,14 +125,28 @@ class ArchiveConsumer:
         return self.pg
 
     def ensure_tables(self, pg: psycopg.Connection[Any]) -> None:
+        """Create what is missing. Only what is missing: `CREATE ... IF NOT EXISTS` asks for the
+        CREATE privilege even when there is nothing to create, and a consumer whose tables were
+        made for it needs no more than INSERT, UPDATE and SELECT on them."""
+        schema = sql.Identifier(self.config.schema)
         with pg.transaction():
-            pg.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.config.schema)))
-            pg.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (session text PRIMARY KEY, closed_at timestamptz NOT NULL, "
-                "document jsonb NOT NULL, archived_at timestamptz NOT NULL)").format(self.table))
-            pg.execute(sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (entry_id text PRIMARY KEY, error text NOT NULL, "
-                "fields bytea NOT NULL, rejected_at timestamptz NOT NULL)").format(self.rejected_table))
+            if not self._exists(pg, "to_regnamespace", schema):
+                pg.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            if not self._exists(pg, "to_regclass", self.table):
+                pg.execute(sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (session text PRIMARY KEY, "
+                    "closed_at timestamptz NOT NULL, document jsonb NOT NULL, "
+                    "archived_at timestamptz NOT NULL)").format(self.table))
+            if not self._exists(pg, "to_regclass", self.rejected_table):
+                pg.execute(sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (entry_id text PRIMARY KEY, error text NOT NULL, "
+                    "fields bytea NOT NULL, rejected_at timestamptz NOT NULL)").format(self.rejected_table))
+
+    @staticmethod
+    def _exists(pg: psycopg.Connection[Any], lookup: str, name: sql.Identifier) -> bool:
+        row = pg.execute(sql.SQL("SELECT {}(%s)").format(sql.Identifier(lookup)),
+                         (name.as_string(pg),)).fetchone()
+        return row is not None and row[0] is not None
 
     def close(self) -> None:
         if self.pg is not None:

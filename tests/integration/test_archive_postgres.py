@@ -4,6 +4,7 @@ stream keeps nothing it stored, a second delivery upserts the same row, a dead c
 entries are taken over, and an entry it cannot store is set aside with its error."""
 
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -206,3 +207,44 @@ def test_the_example_runs_as_a_script(
     assert out.returncode == 2 and "Traceback" not in out.stderr and "hunter2" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].endswith("table 'no-dashes': use 1-54 letters, digits "
                                                          "or '_', not starting with a digit")
+
+
+@pytest.fixture
+def pg_role(pg_dsn: str) -> Iterator[str]:
+    """A login role of this test's own, with no privilege at all; dropped after."""
+    role = f"parley_role_{secrets.token_hex(6)}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        yield role
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def with_user(dsn: str, role: str) -> str:
+    return " ".join([*(p for p in dsn.split() if not p.startswith("user=")), f"user={role}"])
+
+
+def test_a_user_granted_only_its_tables_is_enough_and_without_grants_it_stops(
+        r: redis.Redis, client: Client, make_dispatcher: MakeDispatcher, redis_server: RedisServer,
+        pg_dsn: str, schema: str, pg_role: str) -> None:
+    make_session(r, make_dispatcher(app=APP))
+    write_archive_entry(r, "s-exp")
+    script = [sys.executable, str(ROOT / "examples" / "archive_postgres.py"), "--redis-url", redis_server.url,
+              "--dsn", with_user(pg_dsn, pg_role), "--schema", schema, "--burst"]
+    out = subprocess.run(script, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "archive consumer stopped: permission denied for schema" in out.stderr
+    assert r.xlen(KEYS.archive) == 1  # nothing taken from the stream
+    # the tables made by an administrator, and only what the consumer does granted on them
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        consumer(r, pg_dsn, schema).ensure_tables(conn)
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {pg_role}")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE ON {schema}.parley_sessions, "
+                     f"{schema}.parley_sessions_rejected TO {pg_role}")
+    out = subprocess.run(script, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    [(_session, _at, document)] = rows(pg_dsn, schema)
+    assert document == client.export("s-exp").model_dump(mode="json")

@@ -2,15 +2,22 @@
 from the stored records, shaped without Redis. Sessions come from the pure core (the harness),
 so messages, tool calls and interrupts are the ones the engine really stores."""
 
+import re
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from parley.export import (
+    ARCHIVE_FIELDS,
     FORMAT,
     ExportError,
+    ExportEvent,
     NoSuchSession,
+    OpenInterrupt,
+    ParentCall,
+    PendingCall,
     SessionExport,
     archive_entry,
     message_tree,
@@ -183,3 +190,15 @@ def test_a_bad_archive_entry_says_why(fields: dict[str, str], error: str) -> Non
         fields["document"] = document_of(branched_session()).decode()
     with pytest.raises(ExportError, match=error):
         archive_entry(fields)
+
+
+def test_docs_name_every_field_of_the_document_and_of_an_archive_entry() -> None:
+    """docs/protocol.md, "Export and archive", is the users' reference for the document."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    section = text.split("\n## Export and archive\n", 1)[1].split("\n## ", 1)[0]
+    quoted = {w for span in re.findall(r"`([^`\n]+)`", section)
+              for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", span)}
+    fields = {name for model in (SessionExport, OpenInterrupt, ParentCall, PendingCall, ExportEvent)
+              for name in model.model_fields}
+    assert fields | set(ARCHIVE_FIELDS) <= quoted, sorted(fields | set(ARCHIVE_FIELDS) - quoted)
+    assert "66" in section and "parley export" in section and "--output FILE" in section

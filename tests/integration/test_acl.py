@@ -32,6 +32,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
+from examples.archive_postgres import ArchiveConfig, ArchiveConsumer
 from parley.cli.appinfo import app_info
 from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
@@ -63,10 +64,11 @@ SEED = "Email bob@example.com: the launch moved to Friday."
 PRODUCER, WORKER = "parley-producer", "parley-worker"
 DISPATCHER, READER = "parley-dispatcher", "parley-reader"
 NOTIFIER = "parley-notifier"
+ARCHIVER = "parley-archiver"
 # the placeholders shipped in the file (deploy/README.md: replace them before deploying)
 PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
-             NOTIFIER: "change-me-notifier"}
+             NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 
 
@@ -223,9 +225,9 @@ def refused(call: Callable[[], Any]) -> None:
 
 def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
     users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
-    assert set(users) == {"default", PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ADMIN}
+    assert set(users) == {"default", PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ADMIN}
     assert " off " in users["default"] and "nopass" not in users["default"]
-    for user in (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER):
+    for user in (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER):
         assert " on " in users[user]
         assert "~*" not in users[user] and "&*" not in users[user] and "+@all" not in users[user]
     # ACL files accept no comments: the operator's notes live in deploy/README.md
@@ -633,6 +635,30 @@ def test_reader_reads_the_feed_but_joins_no_group(acl: AclRedis, reader: redis.R
     assert reader.xrange(KEYS.feed) == []
     refused(lambda: reader.xreadgroup("parley-notify", "me", {KEYS.feed: ">"}))
     refused(lambda: reader.xadd(KEYS.feed, {"type": "forged"}))
+
+
+# ---- the archiver (examples/archive_postgres.py) -------------------------------------------------
+
+
+def test_the_archiver_consumes_the_archive_and_touches_nothing_else(acl: AclRedis) -> None:
+    archiver = acl.connect(ARCHIVER)
+    acl.admin.xadd(KEYS.archive, {"session": "s-a", "closed_at": "1", "document": "{}"})
+    gone = ArchiveConsumer(archiver, KEYS, ArchiveConfig(dsn="", consumer="dead", claim_idle_ms=1))
+    gone.ensure_group()
+    assert [f[b"session"] for _i, f in gone.read()] == [b"s-a"]  # then it died
+    heir = ArchiveConsumer(archiver, KEYS, ArchiveConfig(dsn="", consumer="heir", claim_idle_ms=1))
+    time.sleep(0.01)
+    batch = heir.reclaim()
+    assert [f[b"session"] for _i, f in batch] == [b"s-a"]
+    heir.forget([i for i, _f in batch])  # stored: acknowledged and deleted
+    assert acl.admin.xlen(KEYS.archive) == 0 and acl.denials() == []
+    for attempt in (lambda: archiver.xadd(KEYS.archive, {"session": "forged"}),
+                    lambda: archiver.hgetall(KEYS.meta("s-a")),
+                    lambda: archiver.xrange(KEYS.events("s-a")),
+                    lambda: archiver.xrange(KEYS.feed),
+                    lambda: archiver.xadd("parley:inputs", {"session": "s", "input": "{}"})):
+        refused(attempt)
+    assert {u for u, _why, _obj in acl.denials()} == {ARCHIVER}
 
 
 # ---- the real processes: credentials come from the URL ------------------------------------------

@@ -14,7 +14,8 @@ libraries (orjson, pydantic, Python's json) refuse documents nested a few hundre
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib.resources import files
+from importlib.util import find_spec
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -237,10 +238,13 @@ def _text(value: Any) -> str:
 @cache
 def session_document_script() -> str:
     """The read-only script: the shared builder (the text the dispatcher's archive writer uses
-    too; read as data, nothing of the dispatcher is imported) and the call of it."""
-    lua = files("parley.dispatcher").joinpath("lua")
-    return (lua.joinpath("session_document_lib.lua").read_text()
-            + lua.joinpath("session_document.lua").read_text())
+    too) and the call of it. Read as files, found without importing `parley.dispatcher`: a
+    producer runs none of the engine's code."""
+    spec = find_spec("parley.dispatcher")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("parley.dispatcher's Lua scripts are not installed")
+    lua = Path(next(iter(spec.submodule_search_locations))) / "lua"
+    return (lua / "session_document_lib.lua").read_text() + (lua / "session_document.lua").read_text()
 
 
 def export_steps(keys: Keys, session: str) -> Steps:

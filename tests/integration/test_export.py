@@ -20,6 +20,7 @@ from parley.client import Client
 from parley.export import NoSuchSession, SessionExport
 from tests.integration.conftest import KEYS, MakeDispatcher
 from tests.integration.sessions import APP, core_of, make_session, write_archive_entry
+from tests.integration.test_packaging import loaded_after
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_SUCH_SESSION = 66
@@ -116,3 +117,11 @@ def test_parley_export_to_a_file_it_cannot_write_says_so(
     assert out.returncode == 1
     assert out.stderr.decode().splitlines() == [
         f"Error: cannot write {tmp_path / 'no-such-dir' / 'x.json'}: No such file or directory"]
+
+
+def test_exporting_loads_none_of_the_engines_code() -> None:
+    """The export's script is the dispatcher's Lua, read as a file: a producer that exports
+    still imports neither the dispatcher nor the workers."""
+    heavy = ("parley.dispatcher", "parley.workers", "parley.cli.", "httpx", "rq")
+    assert loaded_after("from parley.export import session_document_script\n"
+                        "assert 'return session_document(' in session_document_script()", heavy) == []

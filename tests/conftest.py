@@ -46,6 +46,24 @@ def client(r: redis.Redis) -> Client:
     return Client(r)
 
 
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A PostgreSQL: the machine's when it answers, else a private one (tests/postgres.py)."""
+    from tests.postgres import postgres_dsn
+
+    with postgres_dsn() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def pg_schema(pg_dsn: str) -> Iterator[str]:
+    """A schema of this test's own in `pg_dsn`, dropped with its tables afterwards."""
+    from tests.postgres import private_schema
+
+    with private_schema(pg_dsn) as name:
+        yield name
+
+
 @dataclass
 class Procs:
     """Start `parley dispatcher` / `parley worker` as processes; all are stopped at teardown."""

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 from typing import Any
 
 import pytest
@@ -37,6 +38,17 @@ def applied_after_close(client: Client, session: str) -> list[str]:
     return [e["type"] for e in after_close(client, session) if e["type"] in APPLIED]
 
 
+def llm_jobs_ended(port: int) -> bool:
+    """The worker counted the model call as stopped (or run to its end); False while its metrics
+    server is not up yet (a loaded machine starts it late)."""
+    try:
+        counts = scrape(port)
+    except (urllib.error.URLError, ConnectionError):
+        return False
+    return any(counts.get(("parley_jobs_total", (("kind", "llm"), ("outcome", o))), 0) >= 1
+               for o in ("stopped", "ok"))
+
+
 def parley(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_REDIS_URL": url}
     return subprocess.run([sys.executable, "-m", "parley", *args], capture_output=True, text=True,
@@ -56,9 +68,7 @@ def test_a_close_during_a_model_call_stops_it_and_its_reply_is_never_applied(
     assert outcome.event is not None and outcome.event["reason"] == "runaway"
     assert outcome.event["principal"] is None
     # the worker stops the voided call (its model would take 3 s): waited for by its outcome
-    ended = ("stopped", "ok")
-    eventually(lambda: any(scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", o))), 0) >= 1
-                           for o in ended), timeout=15)
+    eventually(lambda: llm_jobs_ended(port), timeout=15)
     assert not r.hexists("parley:running", job_id("c1", "llm-1", 1))
     time.sleep(3.2)  # past the time the model would have taken
     assert applied_after_close(client, "c1") == []

@@ -166,10 +166,11 @@ class Sim:
 
     def outcome(self, kind: str, work: str, attempt: int, ok: bool = True, value: Any = None,
                 error: str | None = None, source: str | None = None,
-                usage: dict[str, int] | None = None) -> Transition:
+                usage: dict[str, int] | None = None, lost: bool = False) -> Transition:
+        """A work outcome; `lost`: what a dispatcher posts for a job whose worker died."""
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
-                          ok=ok, value=value, error=error, source=source, usage=usage)
+                          ok=ok, value=value, error=error, source=source, usage=usage, lost=lost)
         return self.commit(checked(apply_outcome, self.state, out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from parley.dispatcher.core import AppInfo, Close, IndexRemove, Report
+from parley.dispatcher.core import AppInfo, Close, IndexRemove, Report, ToolInfo
 from parley.schemas.codec import InputError
 from parley.schemas.ids import subagent_deadline
 
@@ -123,6 +123,19 @@ def test_running_tools_are_cancelled_and_their_results_recorded_late_once_never_
     sim.finish_tool(first, "again", attempt=1)
     assert sim.last.events == [] and sim.last.dropped == "session_closed"
     assert sim.core.running_at_close == {}
+
+
+def test_a_running_tool_whose_worker_dies_after_the_close_is_recorded_late_as_lost_not_retried():
+    sim = Sim(make_app(has_decide=False, tools={"search": ToolInfo(idempotent=True)}))
+    sim.send("go")
+    [call] = sim.reply_tools("search")
+    close(sim)
+    sim.outcome("tool", call, 1, ok=False, error="worker_lost", lost=True)
+    late = sim.ev("tool.late")
+    assert (late["call_id"], late["error"]) == (call, "worker_lost")
+    assert sim.last.effects == []  # an idempotent tool is not run again for a closed session
+    sim.finish_tool(call, "it finished after all", attempt=1)  # the first word was the last
+    assert sim.last.events == []
 
 
 def test_a_result_of_another_attempt_or_a_call_not_running_is_not_recorded():

@@ -16,6 +16,7 @@ from parley.producer import (
     InputValue,
     OutcomeWait,
     Steps,
+    close_input,
     input_fields,
     last_id,
     partitions_of,
@@ -26,8 +27,9 @@ from parley.producer import (
     xread_events,
 )
 from parley.schemas.events import EVENT_ADAPTER, Event
+from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys
-from parley.schemas.resumes import ResumeOutcome, timed_out
+from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
 
 
 async def run_steps(redis: Redis, steps: Steps) -> Any:
@@ -80,16 +82,40 @@ class AsyncClient:
         value = resume_input(interrupt_id, payload)
         if not wait:
             return await self.send(session, value, idempotency_key, principal, key)
+        return await self._send_and_wait(session, value, RESUME, timeout_s, idempotency_key, principal, key)
+
+    @overload
+    async def close(self, session: str, reason: str | None = None, *, idempotency_key: str | None = None,
+                    principal: str | None = None, key: str | None = None, wait: Literal[False] = False,
+                    timeout_s: float = 10.0) -> str: ...
+
+    @overload
+    async def close(self, session: str, reason: str | None = None, *, idempotency_key: str | None = None,
+                    principal: str | None = None, key: str | None = None, wait: Literal[True],
+                    timeout_s: float = 10.0) -> CloseOutcome: ...
+
+    async def close(self, session: str, reason: str | None = None, *, idempotency_key: str | None = None,
+                    principal: str | None = None, key: str | None = None, wait: bool = False,
+                    timeout_s: float = 10.0) -> str | CloseOutcome:
+        """Send a `session.close` (see `Client.close`); with `wait=True`, await its outcome."""
+        value = close_input(reason)
+        if not wait:
+            return await self.send(session, value, idempotency_key, principal, key)
+        return await self._send_and_wait(session, value, CLOSE, timeout_s, idempotency_key, principal, key)
+
+    async def _send_and_wait(self, session: str, value: Input, of: OutcomeOf[OutcomeT], timeout_s: float,
+                             idempotency_key: str | None, principal: str | None,
+                             key: str | None) -> OutcomeT:
+        """Send `value` and await what became of it (see `Client._send_and_wait`)."""
         since = last_id(await self.redis.xrevrange(self.keys.events(session), count=1))
-        entry = await self.send(session, value, idempotency_key, principal, key)
-        wait_for = OutcomeWait(entry, since)
+        wait = OutcomeWait(await self.send(session, value, idempotency_key, principal, key), since, of)
         deadline = time.monotonic() + timeout_s
-        key_ = self.keys.events(session)
+        events = self.keys.events(session)
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            outcome = wait_for.read(await self.redis.xread({key_: wait_for.last}, count=100, block=left_ms))
+            outcome = wait.read(await self.redis.xread({events: wait.last}, count=100, block=left_ms))
             if outcome is not None:
                 return outcome
-        return timed_out(entry, timeout_s)
+        return wait.timed_out(timeout_s)
 
     async def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                      until: float | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:

@@ -14,6 +14,7 @@ from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_ro
 from parley.producer import (
     InputValue,
     OutcomeWait,
+    close_input,
     input_fields,
     last_id,
     partitions_of,
@@ -25,8 +26,9 @@ from parley.producer import (
     xread_events,
 )
 from parley.schemas.events import Event
+from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys
-from parley.schemas.resumes import ResumeOutcome, timed_out
+from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
 
 
 class Client:
@@ -74,21 +76,44 @@ class Client:
         value = resume_input(interrupt_id, payload)
         if not wait:
             return self.send(session, value, idempotency_key, principal, key)
+        return self._send_and_wait(session, value, RESUME, timeout_s, idempotency_key, principal, key)
+
+    @overload
+    def close(self, session: str, reason: str | None = None, *, idempotency_key: str | None = None,
+              principal: str | None = None, key: str | None = None, wait: Literal[False] = False,
+              timeout_s: float = 10.0) -> str: ...
+
+    @overload
+    def close(self, session: str, reason: str | None = None, *, idempotency_key: str | None = None,
+              principal: str | None = None, key: str | None = None, wait: Literal[True],
+              timeout_s: float = 10.0) -> CloseOutcome: ...
+
+    def close(self, session: str, reason: str | None = None, *, idempotency_key: str | None = None,
+              principal: str | None = None, key: str | None = None, wait: bool = False,
+              timeout_s: float = 10.0) -> str | CloseOutcome:
+        """Send a `session.close` (docs/protocol.md): it stops everything the session runs, and
+        it takes no more inputs. `reason` (1-256 characters) is reported on `session.closed`
+        (`closed` when None). Returns its entry id, or with `wait=True` what became of it
+        (schemas/resumes.py, `CloseOutcome`), waiting at most `timeout_s`."""
+        value = close_input(reason)
+        if not wait:
+            return self.send(session, value, idempotency_key, principal, key)
+        return self._send_and_wait(session, value, CLOSE, timeout_s, idempotency_key, principal, key)
+
+    def _send_and_wait(self, session: str, value: Input, of: OutcomeOf[OutcomeT], timeout_s: float,
+                       idempotency_key: str | None, principal: str | None, key: str | None) -> OutcomeT:
+        """Send `value`, then block on the session's events (XREAD BLOCK, the remaining time at
+        most) until one tells what became of it, or the time is up."""
         # Read the stream's last id before sending: the outcome is written after it.
         since = last_id(self.redis.xrevrange(self.keys.events(session), count=1))
-        entry = self.send(session, value, idempotency_key, principal, key)
-        return self._outcome_of(session, OutcomeWait(entry, since), timeout_s)
-
-    def _outcome_of(self, session: str, wait: OutcomeWait, timeout_s: float) -> ResumeOutcome:
-        """Block on the session's events (XREAD BLOCK, the remaining time at most) until one
-        names the entry, or the time is up."""
+        wait = OutcomeWait(self.send(session, value, idempotency_key, principal, key), since, of)
         deadline = time.monotonic() + timeout_s
-        key = self.keys.events(session)
+        events = self.keys.events(session)
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            outcome = wait.read(self.redis.xread({key: wait.last}, count=100, block=left_ms))
+            outcome = wait.read(self.redis.xread({events: wait.last}, count=100, block=left_ms))
             if outcome is not None:
                 return outcome
-        return timed_out(wait.entry, timeout_s)
+        return wait.timed_out(timeout_s)
 
     def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                until: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -9,16 +9,16 @@ a resume's outcome and reading a session's view live here, once.
 import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Generic, TypeAlias
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.events import EVENT_ADAPTER, Event
-from parley.schemas.inputs import Input, InterruptResume
+from parley.schemas.inputs import Input, InterruptResume, SessionClose
 from parley.schemas.keys import Keys
-from parley.schemas.resumes import ResumeOutcome, is_outcome_of, resume_outcome
+from parley.schemas.resumes import OutcomeOf, OutcomeT
 from parley.schemas.signing import signed_fields
 from parley.schemas.state import SessionState
 from parley.schemas.view import show
@@ -105,6 +105,17 @@ def resume_input(interrupt_id: str, payload: Any) -> InterruptResume:
                            f"{err.errors()[0]['msg']}") from None
 
 
+def close_input(reason: str | None) -> SessionClose:
+    """A client's `session.close`; no reason: the dispatcher's default (`closed`)."""
+    try:
+        if reason is None:
+            return SessionClose(type="session.close")
+        return SessionClose(type="session.close", reason=reason)
+    except ValidationError as err:
+        raise InvalidInput(f"invalid session.close: {err.errors()[0]['loc'][0]}: "
+                           f"{err.errors()[0]['msg']}") from None
+
+
 def partitions_of(raw: Any) -> int | None:
     """The partition count a dispatcher published (`HGET config partitions`); None: not yet."""
     return int(raw) if raw else None
@@ -130,23 +141,29 @@ def last_id(reply: Any) -> str:
 
 
 @dataclass(slots=True)
-class OutcomeWait:
-    """Reading a session's events for the one that tells what became of resume `entry`."""
+class OutcomeWait(Generic[OutcomeT]):
+    """Reading a session's events for the one that tells what became of input `entry`, as `of`
+    reads it (`RESUME` or `CLOSE`: schemas/resumes.py)."""
 
     entry: str
-    #: the id to read after: the stream's last before the resume was sent, then the last read
+    #: the id to read after: the stream's last before the input was sent, then the last read
     since: str
+    of: OutcomeOf[OutcomeT]
     last: str = ""
 
     def __post_init__(self) -> None:
         self.last = self.last or self.since
 
-    def read(self, reply: Any) -> ResumeOutcome | None:
+    def read(self, reply: Any) -> OutcomeT | None:
         for entry_id, event in xread_events(reply):
             self.last = entry_id
-            if is_outcome_of(self.entry, event):
-                return resume_outcome(self.entry, event)
+            outcome = self.of.told(self.entry, event)
+            if outcome is not None:
+                return outcome
         return None
+
+    def timed_out(self, timeout_s: float) -> OutcomeT:
+        return self.of.timed_out(self.entry, timeout_s)
 
 
 # ---- a session's view ---------------------------------------------------------------------------

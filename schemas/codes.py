@@ -18,9 +18,9 @@ class RefusalCode(StrEnum):
     #: a bad or missing signature (a forged entry does not even use up its idempotency key)
     UNAUTHORIZED = "unauthorized"
     #: what only the dispatcher writes, from anyone else: a session or a turn in a sub-agent's
-    #: child id (`<S>:sub-<n>`), a `parent` link, a `session.close`
+    #: child id (`<S>:sub-<n>`), a `parent` link (of a session.create or a session.close)
     ENGINE_ONLY = "engine_only"
-    #: any input but session.create to a closed session (a child its parent stopped waiting for)
+    #: message.create, branch.switch or tool.result to a closed session
     SESSION_CLOSED = "session_closed"
     #: message.create names a parent that is not in the session
     UNKNOWN_PARENT = "unknown_parent"
@@ -44,6 +44,9 @@ class IgnoreCode(StrEnum):
 
     #: the entry's idempotency key (`id`) was used within the window
     DUPLICATE = "duplicate"
+    #: interrupt.resume or session.close to a closed session: its interrupts were cancelled
+    #: with it, and it is closed already
+    SESSION_CLOSED = "session_closed"
     #: session.create for a session that exists
     SESSION_EXISTS = "session_exists"
     #: interrupt.resume of an interrupt the session never raised (or no such session)
@@ -54,7 +57,8 @@ class IgnoreCode(StrEnum):
     UNKNOWN_CALL = "unknown_call"
     #: tool.result for a call already settled
     ALREADY_SETTLED = "already_settled"
-    #: session.close for a session that does not exist, or is not the child of the closing call
+    #: session.close for a session that does not exist (or, the engine's, is not the child of
+    #: the closing call)
     UNKNOWN_SESSION = "unknown_session"
 
 
@@ -126,7 +130,11 @@ class SessionStatus(StrEnum):
 
 
 class CloseReason(StrEnum):
-    """Why a session was closed (`session.closed` event, `session.close` input)."""
+    """Why the engine closed a session, or the reason a client's close gave none
+    (`session.closed` event; a client's `session.close` may give any reason of its own)."""
+
+    #: a client's session.close without a `reason`
+    CLOSED = "closed"
 
     #: its parent's call ran past the sub-agent time limit
     TIMEOUT = "timeout"
@@ -144,3 +152,5 @@ class CallError(StrEnum):
     SUBAGENT_SESSION_EXISTS = "subagent_session_exists"
     #: the call ran past its time limit (`fn.timeout_s`, else the dispatcher's --subagent-timeout)
     TIMEOUT = "timeout"
+    #: a client closed the child session (`session.close`) before it reported
+    SUBAGENT_CLOSED = "subagent_closed"

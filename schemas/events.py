@@ -166,7 +166,24 @@ class InterruptCancelled(_Event):
 
 class SessionClosed(_Event):
     type: Literal["session.closed"]
+    #: a client's reason (`closed` when it gave none), or the engine's (`timeout`, `abandoned`)
     reason: str
+    #: a client's close: its entry, and who signed it (None: unsigned); both absent when the
+    #: engine closed the session (a sub-agent's child)
+    input: InputRef | None = None
+    principal: str | None = None
+
+
+class ToolLate(_Event):
+    """The result of a call that was still running when its session closed: recorded, never
+    applied (no tool message, no trigger)."""
+
+    type: Literal["tool.late"]
+    call_id: str
+    name: str
+    #: exactly one of the two: the call's result (any JSON), or its error
+    result: Any = None
+    error: str | None = None
 
 
 class InputRefused(_Event):
@@ -189,7 +206,7 @@ Event = Annotated[
     SessionCreated | MessageCreated | BranchSwitched | LlmStarted | LlmCompleted | LlmFailed
     | LlmVoided | ToolStarted | ToolCompleted | ToolDeferred | TurnCompleted | InterruptRaised
     | InterruptResumed | InterruptCancelled | DecisionHeld | DecisionReleased | DecisionFailed
-    | SessionClosed
+    | SessionClosed | ToolLate
     | InputRefused | InputIgnored,
     Field(discriminator="type"),
 ]

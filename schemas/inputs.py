@@ -110,12 +110,13 @@ class ToolResultInput(_Input):
 
 
 class SessionClose(_Input):
-    """Close a session: it refuses every later input and runs nothing more. Written today only
-    by a dispatcher, to the child of a sub-agent call its parent stopped waiting for
-    (`parent` names that call, which the child checks)."""
+    """Close a session: it refuses every later input and runs nothing more (docs/protocol.md,
+    `session.close`). A client's close may say why (`reason`, reported on `session.closed`).
+    `parent` is the dispatcher's own: it closes the child of a sub-agent call its parent
+    stopped waiting for, naming that call, which the child checks."""
 
     type: Literal["session.close"]
-    reason: Annotated[str, Field(min_length=1, max_length=256)]
+    reason: Annotated[str, Field(min_length=1, max_length=256)] = "closed"  # CloseReason.CLOSED
     parent: CallRef | None = None
 
 

@@ -1,17 +1,24 @@
-"""What became of a resume (`Client.resume(..., wait=True)`, `parley resume --wait`).
+"""What became of an input a client waits for: a resume (`Client.resume(..., wait=True)`,
+`parley resume --wait`) or a close (`Client.close(..., wait=True)`, `parley close --wait`).
 
-A resume has exactly one outcome, told by the first event that names its entry
-(`input.entry`): `interrupt.resumed` (delivered or not), `input.refused` or `input.ignored`.
-Reading it is pure: the client finds the event, `resume_outcome` says what it means.
+Such an input has exactly one outcome, told by the first event that names its entry
+(`input.entry`): for a resume `interrupt.resumed` (delivered or not), for a close
+`session.closed`, and for either `input.refused` or `input.ignored`. Reading it is pure: the
+client finds the event, `resume_outcome` / `close_outcome` say what it means, and `RESUME` /
+`CLOSE` bundle that reading for the client's wait (parley/producer.py, `OutcomeWait`).
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 #: the events a resume's outcome is told by
 OUTCOME_EVENTS = frozenset({"interrupt.resumed", "input.refused", "input.ignored"})
+#: the events a close's outcome is told by
+CLOSE_EVENTS = frozenset({"session.closed", "input.refused", "input.ignored"})
 
 
 class ResumeStatus(StrEnum):
@@ -72,9 +79,14 @@ class ResumeOutcome(BaseModel):
         return f"timeout (entry {self.entry}): {self.message}"
 
 
-def is_outcome_of(entry: str, event: dict[str, Any]) -> bool:
+def names_entry(entry: str, event: dict[str, Any]) -> bool:
     ref = event.get("input")
-    return event.get("type") in OUTCOME_EVENTS and isinstance(ref, dict) and ref.get("entry") == entry
+    return isinstance(ref, dict) and ref.get("entry") == entry
+
+
+def is_outcome_of(entry: str, event: dict[str, Any]) -> bool:
+    """Whether `event` tells the outcome of the resume `entry`."""
+    return event.get("type") in OUTCOME_EVENTS and names_entry(entry, event)
 
 
 def resume_outcome(entry: str, event: dict[str, Any]) -> ResumeOutcome:
@@ -100,7 +112,104 @@ def _what_next(event: dict[str, Any]) -> str:
             "on when the branch is switched back to (branch.switch)")
 
 
+def _no_outcome(timeout_s: float) -> str:
+    return (f"no outcome within {timeout_s:g} s: is a dispatcher running? "
+            "The entry stays in its stream and is applied when one reads it")
+
+
 def timed_out(entry: str, timeout_s: float) -> ResumeOutcome:
-    return ResumeOutcome(status=ResumeStatus.TIMEOUT, entry=entry,
-                         message=f"no outcome within {timeout_s:g} s: is a dispatcher running? "
-                                 "The entry stays in its stream and is applied when one reads it")
+    return ResumeOutcome(status=ResumeStatus.TIMEOUT, entry=entry, message=_no_outcome(timeout_s))
+
+
+def resume_told(entry: str, event: dict[str, Any]) -> ResumeOutcome | None:
+    """The outcome of the resume `entry` if `event` tells it, else None."""
+    return resume_outcome(entry, event) if is_outcome_of(entry, event) else None
+
+
+# ---- a close -------------------------------------------------------------------------------------
+
+
+class CloseStatus(StrEnum):
+    #: closed by this input (`session.closed`)
+    CLOSED = "closed"
+    #: refused with a RefusalCode (e.g. `unauthorized`): nothing changed
+    REFUSED = "refused"
+    #: ignored with an IgnoreCode: `session_closed` (it was closed already), `unknown_session`,
+    #: `duplicate`
+    IGNORED = "ignored"
+    #: no outcome before the time limit (no dispatcher running?): the entry stays in its stream
+    TIMEOUT = "timeout"
+
+
+class CloseExit(IntEnum):
+    """`parley close --wait`'s exit status: those of `parley resume --wait` for the same
+    outcomes (1 and 2 are click's own errors, 69 a Redis the CLI cannot use)."""
+
+    CLOSED = 0
+    REFUSED = 4
+    IGNORED = 5
+    TIMEOUT = 6
+
+
+class CloseOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    status: CloseStatus
+    #: the close's entry id in its input stream
+    entry: str
+    #: refused/ignored: the RefusalCode or IgnoreCode
+    code: str | None = None
+    #: refused: why (for humans); timeout: what to check
+    message: str | None = None
+    #: the event that told the outcome (None on timeout)
+    event: dict[str, Any] | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return int(CloseExit[self.status.name])
+
+    def describe(self) -> str:
+        """One line for a person."""
+        match self.status:
+            case CloseStatus.CLOSED:
+                return f"closed (entry {self.entry})"
+            case CloseStatus.REFUSED:
+                return f"refused {self.code} (entry {self.entry}): {self.message}"
+            case CloseStatus.IGNORED:
+                return f"ignored {self.code} (entry {self.entry})"
+        return f"timeout (entry {self.entry}): {self.message}"
+
+
+def close_told(entry: str, event: dict[str, Any]) -> CloseOutcome | None:
+    """The outcome of the close `entry` if `event` tells it, else None."""
+    if event.get("type") not in CLOSE_EVENTS or not names_entry(entry, event):
+        return None
+    if event["type"] == "input.refused":
+        return CloseOutcome(status=CloseStatus.REFUSED, entry=entry, code=event["code"],
+                            message=event.get("message"), event=event)
+    if event["type"] == "input.ignored":
+        return CloseOutcome(status=CloseStatus.IGNORED, entry=entry, code=event["code"], event=event)
+    return CloseOutcome(status=CloseStatus.CLOSED, entry=entry, event=event)
+
+
+def close_timed_out(entry: str, timeout_s: float) -> CloseOutcome:
+    return CloseOutcome(status=CloseStatus.TIMEOUT, entry=entry, message=_no_outcome(timeout_s))
+
+
+# ---- what a waiting client reads -----------------------------------------------------------------
+
+OutcomeT = TypeVar("OutcomeT", ResumeOutcome, CloseOutcome)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeOf(Generic[OutcomeT]):
+    """How a client waiting on one kind of input reads its outcome: `told(entry, event)` is the
+    outcome if the event tells it (else None), `timed_out(entry, timeout_s)` the one when none
+    came in time."""
+
+    told: Callable[[str, dict[str, Any]], OutcomeT | None]
+    timed_out: Callable[[str, float], OutcomeT]
+
+
+RESUME: OutcomeOf[ResumeOutcome] = OutcomeOf(resume_told, timed_out)
+CLOSE: OutcomeOf[CloseOutcome] = OutcomeOf(close_told, close_timed_out)

@@ -90,6 +90,10 @@ class Core(BaseModel):
     status: SessionStatus = SessionStatus.OPEN
     #: when it was closed (Unix ms), for its retention and its archive
     closed_at: int | None = None
+    #: the calls still running when it closed, by id: their results, when they come, are
+    #: recorded as `tool.late` (once each), never applied (a job the close took off its queue
+    #: never answers: its entry just stays)
+    running_at_close: dict[str, Work] = Field(default_factory=dict)
     head: str | None = None
     budget: dict[str, Any] | None = None
     used: dict[str, int] = Field(default_factory=dict)

@@ -1,29 +1,45 @@
 """Closing a session: it refuses every later input and runs nothing more.
 
-Today only a dispatcher closes a session: the child of a sub-agent call whose parent stopped
-waiting (its time limit passed, or its call was settled otherwise). Everything still open is
-stopped here, in one place, so a closed session holds no work, no trigger, no interrupt;
-`inputs.apply_input` refuses what comes next (`session_closed`) and `outcomes.apply_outcome`
-drops what is still on its way.
+A client closes a session with `session.close` (docs/protocol.md); a dispatcher closes the
+child of a sub-agent call whose parent stopped waiting (its time limit passed, the call was
+settled otherwise, or the parent itself was closed). Everything still open is stopped here,
+in one place, so a closed session holds no work, no trigger, no interrupt; `inputs.apply_input`
+refuses or ignores what comes next (`session_closed`) and `outcomes.apply_outcome` drops what is
+still on its way, recording the results of calls that were running as `tool.late`.
 """
+
+from dataclasses import dataclass
+from typing import Any
 
 from parley.dispatcher.core import work
 from parley.dispatcher.core.effects import IndexRemove
 from parley.dispatcher.core.transition import Tx
-from parley.schemas.codes import SessionStatus
+from parley.schemas.codes import CallError, SessionStatus
 from parley.schemas.jobs import JobKind
 from parley.schemas.state import Core
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedBy:
+    """A client's close, as `session.closed` names it: its entry (an input reference) and
+    its verified signer (None: unsigned)."""
+
+    input: dict[str, Any]
+    principal: str | None
 
 
 def is_closed(core: Core | None) -> bool:
     return core is not None and core.status == SessionStatus.CLOSED
 
 
-def close_session(tx: Tx, reason: str) -> None:
+def close_session(tx: Tx, reason: str, by: ClosedBy | None = None) -> None:
     """Stop everything the session runs and mark it closed: open calls (their queued jobs are
-    taken off their queues, children closed in turn), the decide in flight, queued and held
-    triggers, open interrupts (out of the index, so nobody is asked to answer them)."""
+    taken off their queues, a running model call is stopped by its worker, children closed in
+    turn), the decide in flight, queued and held triggers, open interrupts (out of the index
+    and the deadlines, so nobody is asked to answer them). `by`: a client's close (None: the
+    engine's, from the parent that stopped waiting)."""
     c = tx.c
+    c.running_at_close = {w.id: w for w in c.work.values() if w.kind == "tool" and w.status == "running"}
     for w in list(c.work.values()):
         work.abandon(tx, w)
     c.work.clear()
@@ -39,5 +55,12 @@ def close_session(tx: Tx, reason: str) -> None:
     c.interrupts.clear()
     # No turn completes: nothing of it ran to its end. The held gauge follows (turns.finish).
     c.turns.clear()
+    if by is not None and c.parent is not None and not c.reported:
+        # A sub-agent's child closed by a client: its parent's call still waits for a report,
+        # so it fails now rather than at its time limit.
+        c.reported = True
+        work.post_report(tx, c.parent, ok=False, error=CallError.SUBAGENT_CLOSED, usage=dict(c.used))
     c.status = SessionStatus.CLOSED
-    tx.emit("session.closed", reason=reason)
+    c.closed_at = tx.ctx.now_ms
+    told = {"input": by.input, "principal": by.principal} if by is not None else {}
+    tx.emit("session.closed", reason=reason, **told)

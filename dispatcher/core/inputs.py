@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parley.dispatcher.core import answers
-from parley.dispatcher.core.closing import close_session, is_closed
+from parley.dispatcher.core.closing import ClosedBy, close_session, is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
 from parley.dispatcher.core.transition import Transition, Tx
@@ -69,9 +69,7 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
             raise IgnoreInput(IgnoreCode.DUPLICATE)
         _check_engine_only(tx, inp, entry)
         if is_closed(tx.core) and not isinstance(inp, SessionCreate):
-            # The one place a closed session refuses its inputs (session.create changes
-            # nothing of it either: it is `session_exists`).
-            raise RefuseInput(RefusalCode.SESSION_CLOSED, "the session is closed: it takes no more inputs")
+            _closed(inp)
         _HANDLERS[type(inp)](tx, inp, _Source(entry, _input_ref(entry_id, inp)))
     except RefuseInput as no:
         tx.out.input_outcome = (inp.type, InputOutcome.REFUSED, no.code)
@@ -81,6 +79,16 @@ def apply_input(state: SessionState, entry: InputEntry, entry_id: str, ctx: Cont
         tx.out.input_outcome = (inp.type, InputOutcome.IGNORED, noop.code)
         tx.emit("input.ignored", input=_input_ref(entry_id, inp), code=noop.code)
     return finish(tx)
+
+
+def _closed(inp: Input) -> None:
+    """The one place a closed session answers its inputs (session.create changes nothing of it
+    either: it is `session_exists`). A resume or a close asks for what closing already did
+    (its interrupts were cancelled; it is closed): ignored. Anything else would change it:
+    refused."""
+    if isinstance(inp, InterruptResume | SessionClose):
+        raise IgnoreInput(IgnoreCode.SESSION_CLOSED)
+    raise RefuseInput(RefusalCode.SESSION_CLOSED, "the session is closed: it takes no more inputs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +107,13 @@ def from_engine(entry: InputEntry) -> bool:
 
 def _check_engine_only(tx: Tx, inp: Input, entry: InputEntry) -> None:
     """What only the engine writes: the ids of sub-agents' children are its own (a producer's
-    session there would be adopted by a spawn), and so are parent links and closes."""
+    session there would be adopted by a spawn), and so are parent links (a spawn's, or a close
+    by the parent call: a producer's close names no call)."""
     if from_engine(entry):
         return
-    if isinstance(inp, SessionClose):
-        raise RefuseInput(RefusalCode.ENGINE_ONLY, "only the dispatcher closes a session")
+    if isinstance(inp, SessionClose) and inp.parent is not None:
+        raise RefuseInput(RefusalCode.ENGINE_ONLY,
+                          "only the dispatcher closes a session for a parent call (`parent`)")
     if isinstance(inp, SessionCreate) and (inp.parent is not None or inp.task is not None):
         raise RefuseInput(RefusalCode.ENGINE_ONLY,
                           "only the dispatcher links a session to a parent call (`parent`, `task`)")
@@ -221,7 +231,12 @@ def _tool_result(tx: Tx, inp: ToolResultInput, src: _Source) -> None:
 
 
 def _session_close(tx: Tx, inp: SessionClose, src: _Source) -> None:
-    if tx.core is None or inp.parent is None or not _is_child_of(tx.core, inp.parent):
+    if tx.core is None:
+        raise IgnoreInput(IgnoreCode.UNKNOWN_SESSION)
+    if inp.parent is None:  # a client's close
+        close_session(tx, inp.reason, ClosedBy(input=src.ref, principal=src.entry.principal))
+        return
+    if not _is_child_of(tx.core, inp.parent):
         # A parent closes only its own call's child, never a session that took that id first.
         raise IgnoreInput(IgnoreCode.UNKNOWN_SESSION)
     close_session(tx, inp.reason)

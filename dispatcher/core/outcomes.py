@@ -43,6 +43,7 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
         if tx.core is None:
             raise DropOutcome(DropReason.NO_SESSION)
         if is_closed(tx.core):  # it runs nothing more: a worker's late result is counted
+            _record_late(tx, outcome)
             raise DropOutcome(DropReason.SESSION_CLOSED, counted=outcome.kind != "deadline")
         _HANDLERS[outcome.kind](tx, outcome)
     except DropOutcome as drop:
@@ -50,6 +51,18 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
         if drop.counted:
             tx.count("result_dropped", drop.reason)
     return finish(tx)
+
+
+def _record_late(tx: Tx, outcome: WorkOutcome) -> None:
+    """A call that was running when the session closed has finished: its result is recorded on
+    the session (`tool.late`), once, and applied never. Any other outcome (a model reply, a
+    decision, another attempt's result) leaves no trace but the dropped count."""
+    w = tx.c.running_at_close.get(outcome.work)
+    if w is None or outcome.kind != "tool" or outcome.attempt != w.attempt or outcome.source != w.child:
+        return
+    del tx.c.running_at_close[w.id]
+    told = {"result": outcome.value} if outcome.ok else {"error": outcome.error or "tool failed"}
+    tx.emit("tool.late", call_id=w.id, name=w.name, **told)
 
 
 def _deadline(tx: Tx, outcome: WorkOutcome) -> None:

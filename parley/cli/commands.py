@@ -134,7 +134,8 @@ class ParleyGroup(click.Group):
                    "'.', '_', '-' joined by single colons, e.g. acme:parley.")
 @click.option("--log-level", envvar="PARLEY_LOG_LEVEL", default="INFO", show_default=True)
 @click.option("--principal", envvar="PARLEY_PRINCIPAL", default=None,
-              help="Sign inputs sent by send/resume/switch/input as this principal (env PARLEY_PRINCIPAL).")
+              help="Sign inputs sent by send/resume/close/switch/input as this principal "
+                   "(env PARLEY_PRINCIPAL).")
 @click.option("--signing-key", envvar="PARLEY_SIGNING_KEY", default=None,
               help="The principal's secret (env PARLEY_SIGNING_KEY; prefer the environment to argv).")
 @click.pass_context
@@ -328,6 +329,33 @@ def resume(ctx: click.Context, session: str, interrupt_id: str, payload: str | N
         click.echo(client.resume(session, interrupt_id, answer, **sign))
         return
     outcome = client.resume(session, interrupt_id, answer, **sign, wait=True, timeout_s=timeout_s)
+    click.echo(outcome.describe())
+    ctx.exit(outcome.exit_code)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--reason", default=None,
+              help="Why, reported on session.closed (1-256 characters; default: closed).")
+@click.option("--id", "idem", default=None, help="Idempotency key of this input.")
+@click.option("--wait", is_flag=True,
+              help="Wait for what became of the close, print it, and exit with its code: 0 "
+                   "closed, 4 refused, 5 ignored (e.g. already closed), 6 no outcome in time.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True, help="With --wait: seconds to wait for the outcome.")
+@click.pass_context
+def close(ctx: click.Context, session: str, reason: str | None, idem: str | None, wait: bool,
+          timeout_s: float) -> None:
+    """Close SESSION: stop everything it runs (model calls, tools, interrupts, sub-agents); it
+    takes no more inputs.
+
+    Prints the entry id; with --wait, the outcome (docs/protocol.md, "Waiting for a close")."""
+    client = _client(ctx)
+    sign = {"idempotency_key": idem, "principal": ctx.obj["principal"], "key": ctx.obj["key"]}
+    if not wait:
+        click.echo(client.close(session, reason, **sign))
+        return
+    outcome = client.close(session, reason, **sign, wait=True, timeout_s=timeout_s)
     click.echo(outcome.describe())
     ctx.exit(outcome.exit_code)
 

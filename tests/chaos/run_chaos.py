@@ -16,6 +16,15 @@ docs/guarantees.md promises is checked against those records: each call settled 
 (one `tool.completed`, one tool message); `record_once` ran at most once, and its result is
 either its own (it ran) or `worker_lost`; `record_idem` ran at most 3 times (its attempts), and
 a result of its own means it ran. Prints the counts and exits 1 on any violation.
+
+Closes (`--close-fraction`): a random share of the sessions of both kinds is closed by a
+client's `session.close` at a random moment after its message (before its model call, while
+it is parked, while a tool runs, after it finished), kills and the Redis restart going on
+meanwhile. A closed session counts as finished once its `session.closed` is seen, and is
+checked for what closing promises: closed once, no work applied after its `session.closed`
+(no message, model call, tool call or result, decision, interrupt or turn end: `APPLIED`),
+nothing left open (no interrupt, no pending call), and still each call settled at most once
+(a result either applied or recorded late) and each tool body run no more than allowed.
 """
 
 import argparse
@@ -40,6 +49,15 @@ APP = "tests.apps.chaos_tools"
 FINAL = "Done. send_email: sent"
 TOOLS = ("record_once", "record_idem")
 ATTEMPTS = {"record_once": 1, "record_idem": 3}  # executions allowed per call
+#: events that show work applied to a session: none may follow its `session.closed`
+#: (`tool.late`, `input.refused` and `input.ignored` may: they apply nothing)
+APPLIED = frozenset({
+    "session.created", "message.created", "branch.switched", "llm.started", "llm.completed",
+    "llm.failed", "llm.voided", "tool.started", "tool.deferred", "tool.completed", "turn.completed",
+    "interrupt.raised", "interrupt.resumed", "interrupt.cancelled", "decision.held",
+    "decision.released", "decision.failed"})
+#: seconds after its message within which a session picked for closing is closed
+CLOSE_WITHIN_S = 4.0
 
 
 def is_tool_session(session: str) -> bool:
@@ -90,26 +108,39 @@ def retrying(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def drive(client: Client, sessions: list[str], spread_s: float, deadline: float, stop: threading.Event,
-          rng: random.Random) -> dict[str, str]:
+          rng: random.Random, closing: frozenset[str] = frozenset()) -> dict[str, str]:
     """Start the sessions spread over `spread_s` seconds (so kills land at every stage), resume
-    each interrupt a random moment after it is raised; return each session's state."""
+    each interrupt a random moment after it is raised, close each session of `closing` a random
+    moment after its message; return each session's state ("done", or "closed" for those)."""
     state = {s: "new" for s in sessions}
     cursors = {s: "0-0" for s in sessions}
     t0 = time.monotonic()
     starts = {s: t0 + spread_s * i / max(1, len(sessions)) for i, s in enumerate(sessions)}
     resume_at: dict[str, tuple[float, str]] = {}
-    while time.monotonic() < deadline and any(v != "done" for v in state.values()):
+    close_at: dict[str, float] = {}
+
+    def finished(s: str) -> bool:
+        return state[s] == ("closed" if s in closing else "done")
+
+    while time.monotonic() < deadline and not all(finished(s) for s in sessions):
         now = time.monotonic()
         for s in sessions:
             if state[s] == "new" and now >= starts[s]:
                 retrying(client.send, s, {"type": "message.create", "content": first_message(s)},
                          f"msg-{s}")
                 state[s] = "sent"
+                if s in closing:
+                    close_at[s] = now + rng.uniform(0, CLOSE_WITHIN_S)
+            if s in close_at and now >= close_at[s]:
+                # after its message in the same stream: the session exists when it is applied
+                retrying(client.send, s, {"type": "session.close", "reason": "chaos"}, f"close-{s}")
+                del close_at[s]
             if s in resume_at and state[s] == "parked" and now >= resume_at[s][0]:
+                # a resume after the close is ignored (`session_closed`): sent all the same
                 retrying(client.send, s, {"type": "interrupt.resume", "interrupt_id": resume_at[s][1],
                                           "payload": {"approved": True}}, f"resume-{s}")
                 state[s] = "resumed"
-            if state[s] in ("done", "new"):
+            if state[s] == "new" or finished(s):
                 continue
             try:
                 reply: Any = client.redis.xread({client.keys.events(s): cursors[s]}, count=100)
@@ -120,7 +151,9 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
                 for entry_id, fields in entries:
                     cursors[s] = entry_id.decode()
                     event = orjson.loads(fields[b"event"])
-                    if event["type"] == "interrupt.raised" and state[s] == "sent":
+                    if event["type"] == "session.closed":
+                        state[s] = "closed"
+                    elif event["type"] == "interrupt.raised" and state[s] == "sent":
                         resume_at[s] = (time.monotonic() + rng.uniform(0, 3), event["interrupt_id"])
                         state[s] = "parked"
                     elif event["type"] == "turn.completed" and (
@@ -153,6 +186,53 @@ def check(client: Client, session: str, tally: dict[str, int]) -> list[str]:
     contents = [m["content"] for m in view["messages"]]
     if len(view["messages"]) != 4 or contents[-1] != FINAL or contents[2] != "sent":
         problems.append(f"incomplete transcript {contents}")
+    return problems
+
+
+def check_closed(client: Client, session: str, tally: dict[str, int]) -> list[str]:
+    """A session closed during the run: closed once, nothing applied after, nothing left open;
+    its tool calls (a tool session's) settled at most once, each body run as often as allowed."""
+    events = [e for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.2)]
+    view = client.show(session)
+    if view is None:
+        return ["lost input: no session"]
+    tally["closed"] += 1
+    tally["tool.late"] += sum(e["type"] == "tool.late" for e in events)
+    problems = closed_problems(events, view)
+    if is_tool_session(session):
+        problems += ran_too_often(client, session)
+    return problems
+
+
+def closed_problems(events: list[dict[str, Any]], view: dict[str, Any]) -> list[str]:
+    """What closing promises, read from a closed session's events and view."""
+    problems = []
+    closes = [i for i, e in enumerate(events) if e["type"] == "session.closed"]
+    if len(closes) != 1:
+        return [f"closed {len(closes)} times"]
+    applied = [e["type"] for e in events[closes[0] + 1:] if e["type"] in APPLIED]
+    if applied:
+        problems.append(f"work applied after session.closed: {applied}")
+    created = [e["message"]["id"] for e in events if e["type"] == "message.created"]
+    if len(created) != len(set(created)):
+        problems.append(f"duplicate message ids {created}")
+    if len([m for m in view["messages"] if m["role"] == "user"]) != 1:
+        problems.append("lost or duplicated input")
+    if view["interrupts"] or view["pending"]:
+        problems.append(f"left open: interrupts {view['interrupts']}, pending {view['pending']}")
+    for tool in TOOLS:
+        settled = [e for e in events if e["type"] in ("tool.completed", "tool.late") and e["name"] == tool]
+        if len(settled) > 1:
+            problems.append(f"{tool}: settled {len(settled)} times ({[e['type'] for e in settled]})")
+    return problems
+
+
+def ran_too_often(client: Client, session: str) -> list[str]:
+    problems = []
+    for tool in TOOLS:
+        ran = int(client.redis.scard(ran_key(tool, session)))
+        if ran > ATTEMPTS[tool]:
+            problems.append(f"{tool}: its body ran {ran} times (at most {ATTEMPTS[tool]})")
     return problems
 
 
@@ -210,6 +290,8 @@ def main() -> int:
     parser.add_argument("--spread", type=float, default=60.0, help="seconds over which sessions start")
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--close-fraction", type=float, default=0.25,
+                        help="share of the sessions (of both kinds) closed at a random moment")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="parley-chaos-"))
@@ -225,6 +307,7 @@ def main() -> int:
     sessions = [f"chaos-{i}" for i in range(args.sessions)]
     for i in range(tool_sessions):
         sessions.insert(min(len(sessions), 3 * i + 1), f"tools-{i}")
+    closing = frozenset(rng.sample(sessions, round(len(sessions) * args.close_fraction)))
     stop = threading.Event()
     restarts = 0
 
@@ -243,13 +326,18 @@ def main() -> int:
     chaos_thread = threading.Thread(target=chaos, daemon=True)
     t0 = time.monotonic()
     chaos_thread.start()
-    state = drive(client, sessions, args.spread, t0 + args.timeout, stop, rng)
+    state = drive(client, sessions, args.spread, t0 + args.timeout, stop, rng, closing)
     chaos_thread.join()
     elapsed = time.monotonic() - t0
     violations = {}
     tally: Counter[str] = Counter()
     for s in sessions:
-        problems = check(client, s, tally) if state[s] == "done" else [f"did not finish (state {state[s]})"]
+        if s in closing:
+            problems = check_closed(client, s, tally) if state[s] == "closed" else [
+                f"not closed (state {state[s]})"]
+        else:
+            problems = check(client, s, tally) if state[s] == "done" else [
+                f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
     if not violations and (left := leftovers(client)):
@@ -264,8 +352,8 @@ def main() -> int:
     if crashed or any(codes):
         # a process that died by itself (not one we killed) or did not stop cleanly on SIGTERM
         violations["fleet"] = [f"died on their own: {crashed}", f"exit codes on SIGTERM: {codes}"]
-    print(f"chaos: sessions={len(sessions)} (tool sessions {tool_sessions}) "
-          f"finished={sum(v == 'done' for v in state.values())} "
+    print(f"chaos: sessions={len(sessions)} (tool sessions {tool_sessions}, closed {len(closing)}) "
+          f"finished={sum(v in ('done', 'closed') for v in state.values())} "
           f"kills={fleet.kills} redis_restarts={restarts} violations={len(violations)} "
           f"seconds={elapsed:.1f} exit_codes={codes}")
     print("tools: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))

@@ -1,10 +1,11 @@
-"""The chaos run's tool check (tests/chaos/run_chaos.py) finds what it is there to find.
+"""The chaos run's checks (tests/chaos/run_chaos.py) find what they are there to find.
 
 A chaos run that cannot fail proves nothing: here the check is given sessions as Redis would
 hold them after a run, with the tool bodies' execution records, and must name each violation
 of docs/guarantees.md (a non-idempotent tool run twice, a result recorded twice, a result
 without a run) and accept what the guarantees allow (a lost non-idempotent call, retries of an
-idempotent one).
+idempotent one). Likewise for closed sessions: work applied after `session.closed` is named,
+a result recorded late is not.
 """
 
 from collections import Counter
@@ -14,7 +15,8 @@ import redis
 
 from parley.client import Client
 from tests.apps.chaos_tools import ran_key
-from tests.chaos.run_chaos import check_tools, leftovers
+from tests.chaos.run_chaos import check_closed, check_tools, closed_problems, leftovers
+from tests.integration.conftest import MakeDispatcher, tick
 
 
 def completed(name: str, error: str | None = None) -> dict[str, Any]:
@@ -69,3 +71,55 @@ def test_the_run_names_fleet_wide_bookkeeping_left_behind(r: redis.Redis) -> Non
     r.hset("parley:stats", "parked", 1)
     assert leftovers(client, within_s=0) == ["in-flight records: 1 left", "in-flight numbers: 1 left",
                                              "parked anchors: 1 left", "parked gauge: 1 left"]
+
+
+# ---- closed sessions ---------------------------------------------------------------------------
+
+
+def message(mid: str, role: str) -> dict[str, Any]:
+    return {"type": "message.created", "message": {"id": mid, "role": role}}
+
+
+CLOSED = {"type": "session.closed", "reason": "chaos"}
+OPEN_VIEW: dict[str, Any] = {"messages": [{"role": "user"}, {"role": "assistant"}], "interrupts": [],
+                             "pending": []}
+
+
+def test_a_closed_session_with_nothing_applied_after_its_close_passes() -> None:
+    events = [message("msg-1", "user"), {"type": "llm.started"},
+              {"type": "tool.started", "name": "record_once"}, {"type": "interrupt.cancelled"}, CLOSED,
+              {"type": "tool.late", "name": "record_once"},
+              {"type": "input.ignored", "code": "session_closed"}, {"type": "input.refused"}]
+    assert closed_problems(events, OPEN_VIEW) == []
+
+
+def test_work_applied_after_the_close_is_a_violation() -> None:
+    after = [message("msg-2", "assistant"), completed("record_idem"), {"type": "turn.completed"}]
+    assert closed_problems([message("msg-1", "user"), CLOSED, *after], OPEN_VIEW) == [
+        "work applied after session.closed: ['message.created', 'tool.completed', 'turn.completed']"]
+    assert closed_problems([message("msg-1", "user"), CLOSED, {"type": "interrupt.raised"}], OPEN_VIEW) == [
+        "work applied after session.closed: ['interrupt.raised']"]
+
+
+def test_a_call_both_applied_and_late_or_things_left_open_or_two_closes_are_violations() -> None:
+    twice = [message("msg-1", "user"), completed("record_once"), CLOSED,
+             {"type": "tool.late", "name": "record_once"}]
+    left = {**OPEN_VIEW, "pending": [{"call_id": "call-1"}]}
+    assert closed_problems(twice, left) == [
+        "left open: interrupts [], pending [{'call_id': 'call-1'}]",
+        "record_once: settled 2 times (['tool.completed', 'tool.late'])"]
+    assert closed_problems([message("msg-1", "user"), CLOSED, CLOSED], OPEN_VIEW) == ["closed 2 times"]
+    assert closed_problems([message("msg-1", "user")], OPEN_VIEW) == ["closed 0 times"]
+
+
+def test_a_closed_session_is_read_from_redis_and_its_tool_bodies_counted(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    client = Client(r)
+    d = make_dispatcher()
+    client.send("tools-c", {"type": "message.create", "content": "hi"})
+    client.close("tools-c", "chaos")
+    tick(d)
+    tally: Counter[str] = Counter()
+    assert check_closed(client, "tools-c", tally) == [] and tally["closed"] == 1
+    ran(r, "tools-c", once=2, idem=1)
+    assert check_closed(client, "tools-c", tally) == ["record_once: its body ran 2 times (at most 1)"]

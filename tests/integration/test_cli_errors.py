@@ -23,6 +23,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "worker": ["--app", "examples.seed_app", "--burst"],
     "send": ["s1", "hello"],
     "resume": ["s1", "int-1", '{"approved": true}'],
+    "close": ["s1", "--reason", "done", "--wait"],
     "switch": ["s1", "msg-1"],
     "input": ["s1", '{"type": "session.create"}'],
     "show": ["s1"],

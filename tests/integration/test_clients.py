@@ -21,7 +21,7 @@ from parley.inbox import InterruptFilter
 from parley.producer import InvalidInput
 from parley.schemas.events import InputIgnored, LlmStarted, MessageCreated, SessionCreated
 from parley.schemas.inputs import Budget, MessageCreate, SessionCreate
-from parley.schemas.resumes import ResumeStatus
+from parley.schemas.resumes import CloseStatus, ResumeStatus
 from tests.integration.conftest import INPUTS, KEYS, MakeDispatcher, tick
 
 BAD_INPUTS: list[tuple[str, Any]] = [
@@ -137,8 +137,44 @@ def test_both_clients_list_the_same_open_interrupts_page_by_page(
     assert [row["session"] for row in every[3]] == ["b-1"]
 
 
+def test_both_clients_close_a_session_and_wait_for_the_outcome(
+        client: Client, redis_server: RedisServer, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher()
+    client.send("s-1", {"type": "session.create"})
+    tick(d)
+
+    def dispatcher_later() -> None:
+        time.sleep(0.2)  # the close is sent, and awaited, before the dispatcher reads it
+        tick(d)
+
+    async def use(c: AsyncClient) -> Any:
+        closed, _ = await asyncio.gather(c.close("s-1", "done here", wait=True, timeout_s=10),
+                                         asyncio.to_thread(dispatcher_later))
+        timeout = await c.close("s-1", wait=True, timeout_s=0.2)  # nobody ticks now
+        return closed, timeout
+
+    closed, timeout = run(redis_server, use)
+    assert closed.status is CloseStatus.CLOSED and closed.exit_code == 0
+    assert closed.event is not None and closed.event["reason"] == "done here"
+    assert (timeout.status, timeout.exit_code) == (CloseStatus.TIMEOUT, 6)
+    # the sync client: a second close (the one above is applied first) is ignored
+    again = client.close("s-1", wait=True, timeout_s=0.3)
+    assert again.status is CloseStatus.TIMEOUT  # nobody ticks
+    tick(d)
+    entry = client.close("s-1", idempotency_key="close-3")
+    tick(d)
+    ignored = [e for _id, e in client.events("s-1", block_ms=1, until=time.monotonic() + 0.1)
+               if e.get("input", {}).get("entry") == entry]
+    assert [(e["type"], e["code"]) for e in ignored] == [("input.ignored", "session_closed")]
+    with pytest.raises(InvalidInput, match="reason"):
+        client.close("s-1", "")
+    with pytest.raises(InvalidInput, match="reason"):
+        run(redis_server, lambda c: c.close("s-1", "x" * 257))
+
+
 @pytest.mark.parametrize("args", [["input", "s-1", '{"type": "message.create"}'],
                                   ["resume", "s-1", "not an id", "{}"],
+                                  ["close", "s-1", "--reason", ""],
                                   ["send", "not a session", "hi"]])
 def test_the_command_line_says_in_one_line_why_an_input_is_not_sent(
         r: redis.Redis, redis_server: RedisServer, args: list[str]) -> None:

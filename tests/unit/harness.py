@@ -151,12 +151,14 @@ class Sim:
 
     def input(self, value: dict[str, Any], *, key: str | None = None, duplicate: bool = False,
               principal: str | None = None, entry_id: str | None = None,
-              engine: bool = False) -> Transition:
-        """A client's input; `engine`: one the dispatcher wrote itself and signed with the
-        engine's key (its signature verified, as the shell does before the core sees it)."""
+              engine: bool = False, signed_by: str | None = None) -> Transition:
+        """A client's input (`principal`: the entry's field, never believed unsigned);
+        `signed_by`: signed by that principal, `engine`: written by the dispatcher itself and
+        signed with the engine's key (either signature verified, as the shell does before the
+        core sees the entry)."""
         entry = self.entry(value, key=key, principal=principal)
-        if engine:
-            entry = dataclasses.replace(entry, principal=ENGINE_PRINCIPAL)
+        if engine or signed_by is not None:
+            entry = dataclasses.replace(entry, principal=ENGINE_PRINCIPAL if engine else signed_by)
         state = self.state.model_copy(update={"duplicate": True}) if duplicate else self.state
         ctx = self.ctx()
         eid = entry_id or f"1-{next(self._entries)}"
@@ -164,10 +166,11 @@ class Sim:
 
     def outcome(self, kind: str, work: str, attempt: int, ok: bool = True, value: Any = None,
                 error: str | None = None, source: str | None = None,
-                usage: dict[str, int] | None = None) -> Transition:
+                usage: dict[str, int] | None = None, lost: bool = False) -> Transition:
+        """A work outcome; `lost`: what a dispatcher posts for a job whose worker died."""
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
-                          ok=ok, value=value, error=error, source=source, usage=usage)
+                          ok=ok, value=value, error=error, source=source, usage=usage, lost=lost)
         return self.commit(checked(apply_outcome, self.state, out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from parley.producer import (
 )
 from parley.schemas.events import InterruptRaised
 from parley.schemas.inputs import MessageCreate, SessionCreate
-from parley.schemas.resumes import ResumeStatus
+from parley.schemas.resumes import RESUME, ResumeStatus
 
 
 def test_a_typed_input_model_is_sent_as_its_json_keeping_an_omitted_parent_omitted() -> None:
@@ -79,7 +79,7 @@ def test_typed_events_validates_each_event() -> None:
 
 
 def test_an_outcome_wait_skips_other_events_and_remembers_where_it_read() -> None:
-    wait = OutcomeWait(entry="5-0", since="0-0")
+    wait = OutcomeWait(entry="5-0", since="0-0", of=RESUME)
     assert wait.read(_reply((b"1-0", RAISED))) is None and wait.last == "1-0"
     other = {"type": "input.ignored", "at": 2, "code": "already_resumed",
              "input": {"entry": "4-0", "type": "interrupt.resume"}}

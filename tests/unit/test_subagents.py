@@ -227,15 +227,20 @@ def test_a_close_stops_everything_the_child_runs_and_it_never_reports():
     assert not [fx for fx in sim.last.effects if isinstance(fx, Report)]
 
 
-def test_a_closed_child_refuses_every_input_and_drops_every_outcome():
+def test_a_closed_child_refuses_or_ignores_every_input_and_applies_no_outcome():
     sim = running_child()
     sim.input(close_entry(), engine=True)
-    for send in (lambda: sim.switch("msg-1"), lambda: sim.resume("int-1"),
-                 lambda: sim.tool_result("call-1", result=1), lambda: sim.input(close_entry(), engine=True),
+    for send in (lambda: sim.switch("msg-1"), lambda: sim.tool_result("call-1", result=1),
                  lambda: sim.send("more", engine=True)):
         send()
         assert sim.ev("input.refused")["code"] == "session_closed", sim.types()
-    sim.finish_tool("call-1", attempt=1)
+    for send in (lambda: sim.resume("int-1"), lambda: sim.input(close_entry(), engine=True)):
+        send()
+        assert sim.ev("input.ignored")["code"] == "session_closed", sim.types()
+    sim.finish_tool("call-1", attempt=1)  # running at the close: recorded late, never applied
+    assert sim.last.dropped == "session_closed" and sim.types() == ["tool.late"]
+    assert sim.last.effects == [] and sim.last.new_messages == []
+    sim.finish_tool("call-1", attempt=1)  # once
     assert sim.last.dropped == "session_closed" and sim.last.events == [] and sim.last.effects == []
 
 

@@ -426,7 +426,7 @@ def scenario_3(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
             per_key = {"meta": memory_of(r, k.meta(one)), "msgs": memory_of(r, k.messages(one)),
                        "events": memory_of(r, k.events(one))}
             if args.idempotency_keys:
-                per_key["idem"] = memory_of(r, k.idempotency(one, f"msg-{one}"))
+                per_key["idem"] = memory_of(r, k.idempotency_keys(one))
             shared = {"interrupts_zset": memory_of(r, k.interrupt_index),
                       "interrupts_info": memory_of(r, k.interrupt_info)}
             per_key["index_share"] = round(sum(shared.values()) / p_size)

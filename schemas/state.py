@@ -90,6 +90,8 @@ class Core(BaseModel):
     status: SessionStatus = SessionStatus.OPEN
     #: when it was closed (Unix ms), for its retention and its archive
     closed_at: int | None = None
+    #: its last transition (Unix ms), kept only when an idle timeout is configured
+    active_at: int | None = None
     head: str | None = None
     budget: dict[str, Any] | None = None
     used: dict[str, int] = Field(default_factory=dict)

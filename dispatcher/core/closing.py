@@ -9,6 +9,7 @@ drops what is still on its way.
 
 from parley.dispatcher.core import work
 from parley.dispatcher.core.effects import IndexRemove
+from parley.dispatcher.core.retention import retire
 from parley.dispatcher.core.transition import Tx
 from parley.schemas.codes import SessionStatus
 from parley.schemas.jobs import JobKind
@@ -41,3 +42,4 @@ def close_session(tx: Tx, reason: str) -> None:
     c.turns.clear()
     c.status = SessionStatus.CLOSED
     tx.emit("session.closed", reason=reason)
+    retire(tx)  # archived, and its keys deleted once its retention ends

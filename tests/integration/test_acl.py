@@ -461,7 +461,7 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     tick(d)
     assert acl.admin.xlen("parley:inputs:rejected") == 1
     assert types(client, "acl-d")[-1] == "input.refused"
-    assert acl.admin.exists(KEYS.idempotency("acl-d", "bad-1"))
+    assert acl.admin.zscore(KEYS.idempotency_keys("acl-d"), "bad-1")
 
     # a cancel (voided work): the queued job is removed
     args = Job.fetch(jid, connection=acl.admin, serializer=JSONSerializer).args[0]
@@ -568,7 +568,7 @@ def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.
     pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
     pytest.param(lambda r: r.hset(KEYS.meta("acl-r"), "ver", 9), id="write-meta"),
     pytest.param(lambda r: r.hgetall(KEYS.outbox("acl-r")), id="read-outbox"),
-    pytest.param(lambda r: r.get(KEYS.idempotency("acl-r", "k")), id="read-idempotency-keys"),
+    pytest.param(lambda r: r.zrange(KEYS.idempotency_keys("acl-r"), 0, -1), id="read-idempotency-keys"),
     pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
     pytest.param(lambda r: r.xrange("parley:inputs"), id="read-inputs"),
     pytest.param(lambda r: r.hgetall("rq:job:x"), id="read-rq"),

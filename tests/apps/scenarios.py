@@ -4,6 +4,7 @@
 - `[slow-llm]` / `[llm-1s]` in the last user message make the model take 3 s / 1 s;
 - `[slow-decide]` makes decide take 3 s on that message;
 - `[deadline]` in send_email's arguments asks with `timeout_s: 1`, default not approved;
+  `[deadline-hour]` with `timeout_s: 3600` (a deadline that stays open through a test);
 - `[parallel]` makes decide answer message.created with an LLM call and a `lookup` tool
   call at once; `lookup` completing raises a `review` interrupt (so the branch parks while
   that LLM call is in flight: I4).
@@ -38,6 +39,8 @@ def decide(trigger, proposed):
         ask = {"type": "interrupt", "reason": "confirm", "payload": {"message": "Send the email?"}}
         if "[deadline]" in str(trigger.arguments):
             ask.update(timeout_s=1, default={"approved": False})
+        if "[deadline-hour]" in str(trigger.arguments):
+            ask.update(timeout_s=3600, default={"approved": False})
         if "[guarded]" in str(trigger.arguments):
             ask.update(resumable_by=["alice"])
         return {"actions": [ask]}

@@ -26,6 +26,11 @@ RETENTION_S = 1
 WARM_UP_SESSIONS = 100
 
 
+def key_sizes(r: Any) -> dict[str, int]:
+    """MEMORY USAGE of every key (the fleet's own: a few dozen once the sessions are gone)."""
+    return {k.decode(): int(r.memory_usage(k, samples=0) or 0) for k in r.scan_iter(count=5000)}
+
+
 def session_keys_left(r: Any, prefix: str) -> int:
     """Keys of the sessions named `prefix...` still in Redis: a SCAN for their hash tag."""
     return sum(1 for _ in r.scan_iter(match=f"parley:{{{prefix}*", count=5000))
@@ -76,8 +81,15 @@ def soak_row(workdir: Path, sessions: int, chunk: int, idle_timeout_s: int, time
         fresh = r.info("memory")["used_memory"]
         soak.run([Track(f"warm-{i}") for i in range(min(WARM_UP_SESSIONS, sessions))])
         soak.retire()
+        # Every command the measurement itself sends, once before the starting value: Redis
+        # allocates a latency histogram per command name on its first call (latency-tracking),
+        # which would otherwise count as memory the sessions left.
+        key_sizes(r)
+        session_keys_left(r, "soak-")
+        r.dbsize()
         mem0 = r.info("memory")
         keys0 = int(r.dbsize())
+        sizes0 = key_sizes(r)
         tracks = [Track(f"soak-{i}") for i in range(sessions)]
         run_wall = soak.run(tracks)
         problems = sum(1 for t in tracks if t.problem)
@@ -87,6 +99,7 @@ def soak_row(workdir: Path, sessions: int, chunk: int, idle_timeout_s: int, time
             f"their idle close ({idle_timeout_s} s) and expiry ({RETENTION_S} s)")
         retire_wall = soak.retire()
         mem1 = r.info("memory")
+        sizes1 = key_sizes(r)
         before, after = mem0["used_memory"], mem1["used_memory"]
         return {
             "sessions": sessions, "chunk": chunk, "idle_timeout_s": idle_timeout_s,
@@ -99,6 +112,12 @@ def soak_row(workdir: Path, sessions: int, chunk: int, idle_timeout_s: int, time
             "used_memory_dataset_after": mem1["used_memory_dataset"],
             "session_keys_after_run": keys_run, "session_keys_left": session_keys_left(r, "soak-"),
             "keys_before": keys0, "keys_after": int(r.dbsize()),
+            "info_memory_delta": {name: mem1[name] - mem0[name] for name in sorted(mem1)
+                                  if isinstance(mem1[name], int) and isinstance(mem0.get(name), int)
+                                  and mem1[name] != mem0[name]},
+            # where the difference is: keys that grew (or appeared) by more than 1 KiB
+            "keys_grown_bytes": {key: size - sizes0.get(key, 0) for key, size in sorted(sizes1.items())
+                                 if size - sizes0.get(key, 0) > 1024},
             "capped_streams_bytes_after": {"feed": int(r.memory_usage(k.feed, samples=0) or 0),
                                            "archive": int(r.memory_usage(k.archive, samples=0) or 0)},
         }

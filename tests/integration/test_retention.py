@@ -263,3 +263,12 @@ def test_a_session_active_after_the_idle_close_was_written_ignores_it(
     assert [e for e in types(r, "lively") if e.startswith("input.")] == ["input.ignored"]
     assert core_of(r, "lively").status == "open"
     assert r.zscore(KEYS.idle, "lively")  # idle again from its last transition
+
+
+def test_expiry_works_after_redis_lost_its_scripts(r: redis.Redis, retiring: Dispatcher) -> None:
+    d = retiring
+    run_to_the_end(r, d, "flushed", {})
+    close_idle(r, d, ["flushed"])
+    r.script_flush()  # a restarted Redis: the expiry script must be loaded again
+    expire_sweep(d)
+    assert not r.exists(*KEYS.session_keys("flushed"))

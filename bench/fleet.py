@@ -110,6 +110,8 @@ class Fleet:
     keys: Keys = field(default_factory=Keys)
     procs: list[Proc] = field(default_factory=list)
     balance_s: float | None = None  # seconds from starting the dispatchers to shared partitions
+    #: more flags for every dispatcher (the soak's --retention, --idle-timeout, ...)
+    dispatcher_args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -164,7 +166,8 @@ class Fleet:
         """Start the dispatchers, then wait until the partitions are shared: Parley's dispatchers
         register in `parley:dispatchers` and each holds about ceil(N / live dispatchers) leases,
         giving back extras between batches (every third of a lease period)."""
-        args = ["dispatcher", "--partitions", str(self.partitions), "--lease-ms", str(self.lease_ms)]
+        args = ["dispatcher", "--partitions", str(self.partitions), "--lease-ms", str(self.lease_ms),
+                *self.dispatcher_args]
         for i in range(self.dispatchers):
             self._spawn(f"dispatcher-{i}", args)
         share = -(-self.partitions // self.dispatchers)

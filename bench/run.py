@@ -12,6 +12,8 @@
    and a concurrent client's PING
 7. The inbox listing: a page of `parley interrupts` (each filter) at 1,000 / 10,000 / 100,000
    open interrupts
+8. The soak: 10,000 sessions run to their end, closed (idle) and expired: Redis memory before
+   and after, and their keys left
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -44,6 +46,7 @@ from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_f
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.inbox import QUERIES, listing_rows
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
+from bench.soak import soak_row
 from bench.sweep import backlog_row
 from parley.dispatcher.enqueue import RECORD_INFLIGHT
 from parley.schemas.keys import Keys
@@ -426,7 +429,7 @@ def scenario_3(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
             per_key = {"meta": memory_of(r, k.meta(one)), "msgs": memory_of(r, k.messages(one)),
                        "events": memory_of(r, k.events(one))}
             if args.idempotency_keys:
-                per_key["idem"] = memory_of(r, k.idempotency(one, f"msg-{one}"))
+                per_key["idem"] = memory_of(r, k.idempotency_keys(one))
             shared = {"interrupts_zset": memory_of(r, k.interrupt_index),
                       "interrupts_info": memory_of(r, k.interrupt_info)}
             per_key["index_share"] = round(sum(shared.values()) / p_size)
@@ -569,6 +572,24 @@ def scenario_7(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
         f"{args.inbox_pages} pages of {args.inbox_limit} per query")
     out["scenario_7"] = listing_rows(workdir / "s7", args.inbox_sizes, args.inbox_pages, args.inbox_limit,
                                      dist=dist, log=log)
+    save(args, out)
+
+
+# ---- scenario 8 ----------------------------------------------------------------------------------
+
+def scenario_8(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    rows = out.setdefault("scenario_8", [])
+    why = out_of_time(args, "scenario 8")
+    if why:
+        rows.append({"sessions": args.soak_sessions, "skipped": why})
+        return
+    log(f"scenario 8: soak, {args.soak_sessions} sessions run ({args.soak_chunk} at a time), closed "
+        f"as idle after {args.soak_idle_timeout} s, expired")
+    row = soak_row(workdir / "s8", args.soak_sessions, args.soak_chunk, args.soak_idle_timeout,
+                   args.timeout, args.workers, log)
+    rows.append(row)
+    log(f"  used_memory {row['used_memory_before']:,} -> {row['used_memory_after']:,} "
+        f"({row['used_memory_growth_pct']:+.2f} %); their keys left: {row['session_keys_left']}")
     save(args, out)
 
 
@@ -763,6 +784,22 @@ def report(out: dict[str, Any]) -> str:
             rows.append([r["open"], r["fill_s"], *(pq(r[q]["page_ms"]) for q in QUERIES),
                          "-".join(fmt(x) for x in (per_page[0], per_page[-1]))])
         lines.append(table(hdr, rows))
+    s8 = out.get("scenario_8", [])
+    if s8:
+        lines.append("")
+        lines.append("8. Soak: sessions run to their end (seed flow), closed as idle, archived, expired; "
+                     "Redis used_memory (bytes)")
+        hdr = ["sessions", "run s", "close+expire s", "problems", "before", "with them", "after", "growth %",
+               "their keys left"]
+        rows = []
+        for r in s8:
+            if "skipped" in r:
+                rows.append(skipped_row([r["sessions"]], len(hdr), r["skipped"]))
+                continue
+            rows.append([r["sessions"], r["run_wall_s"], r["close_and_expire_wall_s"], r["problems"],
+                         r["used_memory_before"], r["used_memory_run"], r["used_memory_after"],
+                         r["used_memory_growth_pct"], r["session_keys_left"]])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -838,6 +875,12 @@ def goal_lines(out: dict[str, Any]) -> list[str]:
             sweep_max is not None and sweep_max <= 10)
         say("a concurrent PING p99 meanwhile", f"{ping_p99} ms", "<= 5 ms",
             ping_p99 is not None and ping_p99 <= 5)
+    for r in out.get("scenario_8", []):
+        if "skipped" in r:
+            continue
+        say(f"soak: used_memory after {r['sessions']:,} sessions closed and expired",
+            f"{r['used_memory_growth_pct']:+.2f} %", "within 5 %", abs(r["used_memory_growth_pct"]) <= 5)
+        say("soak: keys of theirs left", str(r["session_keys_left"]), "0", r["session_keys_left"] == 0)
     return lines
 
 
@@ -847,7 +890,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -875,6 +918,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--inbox-sizes", default="1000,10000,100000", help="scenario 7 open interrupts")
     ap.add_argument("--inbox-pages", type=int, default=100, help="scenario 7 pages walked per query")
     ap.add_argument("--inbox-limit", type=int, default=50, help="scenario 7 rows per page")
+    ap.add_argument("--soak-sessions", type=int, default=10_000, help="scenario 8 sessions")
+    ap.add_argument("--soak-chunk", type=int, default=1000, help="scenario 8 sessions run at a time")
+    ap.add_argument("--soak-idle-timeout", type=int, default=20,
+                    help="scenario 8 dispatcher's --idle-timeout: how sessions get closed")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -888,6 +935,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.scaling_sessions, args.lg_threads, args.timeout = 10, 20, 120
         args.backlog_jobs, args.backlog_ticks, args.backlog_lost = 500, 20, 5
         args.inbox_sizes, args.inbox_pages = "100,300", 5
+        args.soak_sessions, args.soak_chunk, args.soak_idle_timeout = 200, 100, 3
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -929,6 +977,9 @@ def main(argv: list[str] | None = None) -> int:
             scenario_6(args, workdir, out)
         if "7" in args.only:
             scenario_7(args, workdir, out)
+        # before 4 too: the soak is the lifecycle's one check of memory over a whole life
+        if "8" in args.only:
+            scenario_8(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

@@ -22,7 +22,7 @@ from parley import metrics
 from parley.dispatcher.core import Context, Effect, Transition
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
-from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
+from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_WINDOW_MS, LEASE_LOST, Store, now_ms
 from parley.logs import kv
 from parley.schemas.codec import session_of
 from parley.schemas.codes import InputOutcome
@@ -195,7 +195,10 @@ class Applier:
             # docs/protocol.md, "Writing inputs": a key counts as used whatever became of its
             # entry, but only a verified entry's key (`uses_key` is None for any other)
             if refused.uses_key is not None:
-                pipe.set(self.keys.idempotency(session, refused.uses_key), 1, ex=IDEMPOTENCY_TTL_S)
+                used = self.keys.idempotency_keys(session)
+                now = now_ms()
+                pipe.zadd(used, {refused.uses_key: now + IDEMPOTENCY_WINDOW_MS})
+                pipe.zremrangebyscore(used, "-inf", now)
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
         pipe.execute()

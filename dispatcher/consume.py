@@ -26,11 +26,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
 from parley.dispatcher.apply import Applier, Batch, Replies, Stats
-from parley.dispatcher.core import AppInfo, Limits
-from parley.dispatcher.enqueue import Outbox
+from parley.dispatcher.core import AppInfo, Lifecycle, Limits
+from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
-from parley.dispatcher.store import DEFAULT_FEED_MAXLEN, Store
+from parley.dispatcher.store import DEFAULT_EVENTS_MAXLEN, DEFAULT_FEED_MAXLEN, Store
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
@@ -50,25 +50,28 @@ class Dispatcher:
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
                  name: str | None = None, keyring: Keyring | None = None,
-                 agents: dict[str, AppInfo] | None = None, feed_maxlen: int = DEFAULT_FEED_MAXLEN):
+                 agents: dict[str, AppInfo] | None = None, feed_maxlen: int = DEFAULT_FEED_MAXLEN,
+                 events_maxlen: int = DEFAULT_EVENTS_MAXLEN, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN,
+                 lifecycle: Lifecycle | None = None):
         self.redis = redis
         self.keys = keys
         self.default_partitions = partitions
         self.block_ms = block_ms
         self.batch = batch
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.store = Store(redis, keys, feed_maxlen=feed_maxlen)
-        self.outbox = Outbox(redis, keys)
+        self.store = Store(redis, keys, events_maxlen=events_maxlen, feed_maxlen=feed_maxlen)
+        self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen)
         self.stats = Stats()
         self.health: metrics.Health | None = None
         metrics.start_dispatcher_series()
         self.leases = Leases(redis, keys, self.name, lease_ms)
-        self.sweeps = Sweeps(redis, keys, self.leases)
+        self.sweeps = Sweeps(redis, keys, self.leases, self.outbox)
         # Every dispatcher verifies the inputs dispatchers write themselves (sub-agents),
         # whether or not producers sign theirs.
         keyring = (keyring or Keyring({})).with_engine_key(self.outbox.engine_key.current())
         decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring,
-                               reload_engine_key=self.outbox.engine_key.reload_if_due)
+                               reload_engine_key=self.outbox.engine_key.reload_if_due,
+                               lifecycle=lifecycle or Lifecycle())
         self.decoder = decoder
         self.applier = Applier(redis, keys, self.store, self.leases, decoder, self.stats)
         self.stale_checked = time.monotonic()

@@ -24,9 +24,11 @@ from parley.dispatcher.core.effects import (
     DeadlineRemove,
     Effect,
     Enqueue,
+    Idle,
     IndexAdd,
     IndexRemove,
     Report,
+    Retire,
     Spawn,
     Stat,
 )
@@ -49,12 +51,20 @@ RECORD_INFLIGHT, INDEX_LIB, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
 # the index scripts share the listing's set names and members (index_lib.lua)
 INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (INDEX_LIB + script
                                          for script in (INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX))
+# EVAL too: a retired session's archive entry and its expiry go with the outbox deletion or
+# not at all (a NOSCRIPT at EXEC would drop them while the outbox field is deleted).
+RETIRE = "".join(files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
+                 for name in ("session_document_lib", "retire"))
+#: about how many closed sessions the archive stream keeps (docs/operations.md)
+DEFAULT_ARCHIVE_MAXLEN = 10_000
 
 
 class Outbox:
-    def __init__(self, redis: Redis, keys: Keys):
+    def __init__(self, redis: Redis, keys: Keys, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN):
         self.redis = redis
         self.keys = keys
+        #: the archive stream's approximate cap; 0: closed sessions are not archived
+        self.archive_maxlen = archive_maxlen
         self._queues: dict[str, Queue] = {}
         self._partitions: int | None = None
         self.engine_key = EngineKey(redis, keys)
@@ -133,6 +143,13 @@ class Outbox:
                     pipe.zadd(self.keys.deadlines, {self.keys.index_member(session, fx.timer): fx.at})
                 case DeadlineRemove():
                     pipe.zrem(self.keys.deadlines, self.keys.index_member(session, fx.timer))
+                case Retire():
+                    self._retire(pipe, session, fx)
+                case Idle():
+                    if fx.at is None:
+                        pipe.zrem(self.keys.idle, session)
+                    else:
+                        pipe.zadd(self.keys.idle, {session: fx.at})
                 case _:
                     assert_never(fx)
         pipe.hdel(self.keys.outbox(session), *[fx.seq for fx in effects])
@@ -190,6 +207,12 @@ class Outbox:
         pipe.eval(INDEX_REMOVE, 5, *self._index_keys(), self.keys.index_member(session, fx.interrupt_id),
                   *self._listing_names())
 
+    def _retire(self, pipe: Any, session: str, fx: Retire) -> None:
+        """Archive the closed session's document and schedule its expiry (retire.lua)."""
+        k = self.keys
+        pipe.eval(RETIRE, 6, k.meta(session), k.messages(session), k.events(session), k.archive,
+                  k.expiring, k.idle, session, fx.closed_at, fx.expires_at, self.archive_maxlen)
+
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's creation and first message, one input: a spawn either makes its own
         # session with the task in it, or finds the id taken and fails the call.
@@ -201,15 +224,18 @@ class Outbox:
             "type": "session.close", "reason": fx.reason,
             "parent": {"session": session, "call_id": fx.call_id, "attempt": fx.attempt}})
 
+    def engine_input_fields(self, session: str, purpose: str, value: dict[str, Any]) -> dict[str, Any]:
+        """The stream fields of an engine input (see `_engine_input`)."""
+        secret = self.engine_key.load()
+        key = engine_input_id(secret, session, purpose)
+        raw = orjson.dumps(value)
+        return {"session": session, "id": key, "input": raw,
+                **signed_fields(secret, ENGINE_PRINCIPAL, session, key, raw)}
+
     def _engine_input(self, pipe: Any, session: str, purpose: str, value: dict[str, Any]) -> None:
         """An input of the engine's own, signed with the engine's key when it is written (not
         when committed: an outbox flushed late is still inside the signature's window), so it
         passes --require-signing and no producer can write one. Its idempotency key, the same
         on every flush and derived from the key, makes a second flush (after a crash) a no-op
         and cannot be used up by a producer first. The key is read afresh (engine_key.py)."""
-        secret = self.engine_key.load()
-        key = engine_input_id(secret, session, purpose)
-        raw = orjson.dumps(value)
-        pipe.xadd(self.input_stream(session), {
-            "session": session, "id": key, "input": raw,
-            **signed_fields(secret, ENGINE_PRINCIPAL, session, key, raw)})
+        pipe.xadd(self.input_stream(session), self.engine_input_fields(session, purpose, value))

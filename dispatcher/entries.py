@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from parley.dispatcher.core import AppInfo, Context, Limits, Transition, apply_input, apply_outcome
+from parley.dispatcher.core import AppInfo, Context, Lifecycle, Limits, Transition, apply_input, apply_outcome
 from parley.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
@@ -82,11 +82,13 @@ class EntryDecoder:
     #: the engine's key read again, or None when read too recently (dispatcher/engine_key.py):
     #: Redis may have lost the key this copy verifies with, and a dispatcher made a new one
     reload_engine_key: Callable[[], str | None] | None = None
+    #: retention and idle timeout (the dispatcher's flags)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
 
     def context(self, results_stream: str) -> Context:
         """The context of one load-compute-commit round: the time is read once for all of it."""
         return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=results_stream,
-                       limits=self.limits, agents=self.agents)
+                       limits=self.limits, agents=self.agents, lifecycle=self.lifecycle)
 
     def prepare(self, stream: str, inputs: bool, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
         """An entry of an input stream (`inputs`) or of a results stream, ready for its wave."""

@@ -1,5 +1,6 @@
 """Redis shell around the core: load a session's state, commit a transition atomically."""
 
+import time
 from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
@@ -15,6 +16,7 @@ from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState
 
 IDEMPOTENCY_TTL_S = 24 * 3600
+IDEMPOTENCY_WINDOW_MS = IDEMPOTENCY_TTL_S * 1000
 DEFAULT_EVENTS_MAXLEN = 10_000
 # The feed serves the whole fleet: at a few hundred interrupt and turn events a second this is
 # minutes of history for a notifier to catch up on after a restart (docs/operations.md).
@@ -63,13 +65,13 @@ class Store:
         pipe.hmget(self.keys.meta(session), "ver", "core", "applied")
         pipe.hgetall(self.keys.messages(session))
         if idempotency_key is not None:
-            pipe.exists(self.keys.idempotency(session, idempotency_key))
+            pipe.zscore(self.keys.idempotency_keys(session), idempotency_key)
 
     @staticmethod
     def _loaded(replies: list[Any], has_key: bool) -> tuple[SessionState, str]:
         ver, core, applied = replies[0]
         state = SessionState.from_records(core, replies[1], applied,
-                                          duplicate=bool(replies[2]) if has_key else False)
+                                          duplicate=has_key and is_used(replies[2], now_ms()))
         return state, ver.decode() if ver else "0"
 
     def commit(self, session: str, version: str, tr: Transition, lease_key: str,
@@ -115,9 +117,10 @@ class Store:
         argv: list[Any] = [
             version, lease_token, core.to_json() if core is not None else "",
             orjson.dumps(tr.state.applied), self.events_maxlen,
-            IDEMPOTENCY_TTL_S if tr.idempotency_key else 0,
-            self.feed_maxlen, session,
-            len(tr.new_messages)]
+            tr.idempotency_key or "",
+            self.feed_maxlen, session]
+        now = now_ms()
+        argv += [now + IDEMPOTENCY_WINDOW_MS, now, len(tr.new_messages)]
         for m in tr.new_messages:
             argv += [m["id"], orjson.dumps(m)]
         argv.append(len(tr.events))
@@ -127,9 +130,8 @@ class Store:
         argv.append(len(tr.effects))
         for fx in tr.effects:
             argv += [fx.seq, effect_to_json(fx)]
-        idem = k.idempotency(session, tr.idempotency_key) if tr.idempotency_key else k.meta(session)
-        keys = [k.meta(session), k.messages(session), k.events(session), k.outbox(session), idem,
-                lease_key, k.feed]
+        keys = [k.meta(session), k.messages(session), k.events(session), k.outbox(session),
+                k.idempotency_keys(session), lease_key, k.feed]
         return keys, argv
 
     def pending_effects(self, session: str) -> list[Effect]:
@@ -137,6 +139,16 @@ class Store:
         in the order the transitions asked for it."""
         raw = self.redis.hgetall(self.keys.outbox(session))
         return sorted((effect_from_dict(orjson.loads(v)) for v in raw.values()), key=lambda fx: fx.seq)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def is_used(score: float | None, now: int) -> bool:
+    """An idempotency key's score (Unix ms until which it counts) says it was used, within the
+    window: an expired member not yet dropped by a commit counts as unused."""
+    return score is not None and score > now
 
 
 def _feed_type(event: dict[str, Any]) -> str:

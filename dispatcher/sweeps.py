@@ -1,5 +1,9 @@
 """Sweeps: work that no stream entry announces, found by looking at Redis on a timer.
 
+(Besides the three below, two sweeps end sessions' lives: `expire_sessions` deletes closed
+sessions whose retention has ended, `close_idle_sessions` closes open ones idle too long;
+docs/operations.md, "Retention and archive".)
+
 Three things happen without anyone posting them: an interrupt's deadline passes; a worker
 dies holding a job; a worker dies between popping a job and recording it as running. Each sweep
 turns what it finds into a work outcome on the session's results stream, with a script that
@@ -14,17 +18,22 @@ from typing import Any
 
 import orjson
 from redis import Redis
-from redis.exceptions import ResponseError
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError, ResponseError
 from rq import Queue
 from rq.job import Job
 
 from parley import metrics
+from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import Leases
 from parley.dispatcher.store import load_script
 from parley.logs import kv
+from parley.schemas.codes import CloseReason, SessionStatus
 from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys
+from parley.schemas.listing import listing_entries
 from parley.schemas.results import WorkOutcome
+from parley.schemas.state import Core
 
 log = logging.getLogger("parley.dispatcher")
 
@@ -36,7 +45,7 @@ def lost_outcome(rec: dict[str, Any]) -> WorkOutcome:
 
 
 class Sweeps:
-    """The three sweeps, each at its own pace; `run()` does whichever is due."""
+    """The sweeps, each at its own pace; `run()` does whichever is due."""
 
     DEADLINES_EVERY_S = 0.2
     LOST_EVERY_S = 1.0
@@ -45,14 +54,27 @@ class Sweeps:
     UNCLAIMED_BATCH = 50
     # a worker alive records its job within milliseconds of taking it
     UNCLAIMED_AFTER_MS = 15_000
+    #: the expiry and idle sweeps look this often, and take at most BATCH sessions a step; a
+    #: full step is followed by the next one at the next tick (a backlog drains, bounded per tick)
+    EXPIRE_EVERY_S = 1.0
+    IDLE_EVERY_S = 1.0
+    LIFECYCLE_BATCH = 50
 
-    def __init__(self, redis: Redis, keys: Keys, leases: Leases):
+    def __init__(self, redis: Redis, keys: Keys, leases: Leases, outbox: Outbox | None = None):
         self.redis = redis
         self.keys = keys
         self.leases = leases  # for N, which names each session's results stream
+        # the engine's key and the input streams, for the idle sweep's closes (None: no idle sweep)
+        self.outbox = outbox
         self.deadlines_checked = 0.0
         self.lost_checked = 0.0
         self.unclaimed_checked = 0.0
+        self.expire_checked = 0.0
+        self.idle_checked = 0.0
+        self._expire_more = False
+        self._idle_more = False
+        self._expire_session = load_script(redis, "expire_session")
+        self._post_idle_close = load_script(redis, "post_idle_close")
         self._refused_logged: dict[str, float] = {}
         self._fire_deadline = load_script(redis, "fire_deadline")
         self._settle_lost = load_script(redis, "settle_lost")
@@ -194,3 +216,108 @@ class Sweeps:
                 metrics.WORK_LOST.labels(rec["kind"]).inc()
                 log.warning("job dequeued but never started (its worker died)", extra=kv(
                     session=rec["session"], work=rec["work"], kind=rec["kind"]))
+
+    # ---- session lifecycle (docs/operations.md, "Retention and archive") -----------------
+
+    def expire_sessions(self) -> None:
+        """Closed sessions whose retention has ended: every key of theirs deleted, and every
+        entry naming them (the listing's sets, the expiring and idle sets). Whichever
+        dispatcher looks first deletes; the others find nothing to do."""
+        now = time.monotonic()
+        if not self._expire_more and now - self.expire_checked < self.EXPIRE_EVERY_S:
+            return
+        self.expire_checked = now
+        due = self.due_expiring(int(time.time() * 1000))
+        self._expire_more = len(due) == self.LIFECYCLE_BATCH
+        if due:
+            self.expire(self.read_sessions(due))
+
+    def due_expiring(self, now_ms: int) -> list[str]:
+        raw: Any = self.redis.zrangebyscore(self.keys.expiring, "-inf", now_ms, start=0,
+                                            num=self.LIFECYCLE_BATCH)
+        return [_text(m) for m in raw or []]
+
+    def read_sessions(self, sessions: list[str]) -> list[tuple[str, str, Core | None]]:
+        """(session, version, core) of each, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for session in sessions:
+            pipe.hmget(self.keys.meta(session), "ver", "core")
+        out: list[tuple[str, str, Core | None]] = []
+        for session, (ver, core) in zip(sessions, pipe.execute(), strict=True):
+            out.append((session, ver.decode() if ver else "0",
+                        Core.model_validate_json(core) if core else None))
+        return out
+
+    def expire(self, read: list[tuple[str, str, Core | None]]) -> int:
+        """Delete what `read_sessions` read, each only if its version is still the one read
+        (expire_session.lua): a session that moved on since (a late input refused, say) is
+        left whole and read again at the next step. Returns how many were deleted."""
+        k = self.keys
+        calls: list[tuple[list[str], list[Any]]] = []
+        for session, version, core in read:
+            if core is not None and core.status != SessionStatus.CLOSED:
+                # never an open session: only a close puts one in the expiring set
+                log.error("an open session was found expiring; left alone", extra=kv(session=session))
+                self.redis.zrem(k.expiring, session)
+                continue
+            listed = sorted(listing_entries(k, core))
+            own = k.session_keys(session)
+            calls.append(([k.meta(session), k.expiring, k.idle, *own, *(s for s, _ in listed)],
+                          [session, version, len(own), *(m for _, m in listed)]))
+        deleted = sum(1 for rc in self._evalsha_all(self._expire_session, calls) if rc == 1)
+        if deleted:
+            metrics.SESSIONS_EXPIRED.inc(deleted)
+            log.info("sessions expired", extra=kv(count=deleted))
+        return deleted
+
+    def _evalsha_all(self, script: Script, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """One script over many key sets, in one round trip. EVALSHA directly: a Script in a
+        pipeline asks SCRIPT EXISTS first, a command the dispatcher's login does not have; a
+        NOSCRIPT reply (Redis restarted) ran nothing, so those calls go again once it is loaded."""
+        if not calls:
+            return []
+
+        def send(batch: list[tuple[list[str], list[Any]]]) -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)
+            for keys, args in batch:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return list(pipe.execute(raise_on_error=False))
+
+        replies = send(calls)
+        missing = [i for i, rc in enumerate(replies) if isinstance(rc, NoScriptError)]
+        if missing:
+            script.sha = self.redis.script_load(script.script)
+            for i, rc in zip(missing, send([calls[i] for i in missing]), strict=True):
+                replies[i] = rc
+        for rc in replies:
+            if isinstance(rc, Exception):
+                raise rc
+        return replies
+
+    def close_idle_sessions(self) -> None:
+        """Open sessions past their idle time: an engine-signed `session.close` (reason `idle`)
+        on each one's input stream, written once per idle time (post_idle_close.lua). The
+        machine applies it only if the session is still idle (retention.is_idle)."""
+        if self.outbox is None:
+            return
+        now = time.monotonic()
+        if not self._idle_more and now - self.idle_checked < self.IDLE_EVERY_S:
+            return
+        self.idle_checked = now
+        raw: Any = self.redis.zrangebyscore(self.keys.idle, "-inf", int(time.time() * 1000), start=0,
+                                            num=self.LIFECYCLE_BATCH, withscores=True)
+        due = [(_text(m), int(score)) for m, score in raw or []]
+        self._idle_more = len(due) == self.LIFECYCLE_BATCH
+        for session, at in due:
+            # purpose names the idle time: a session idle again later gets a fresh idempotency key
+            fields = self.outbox.engine_input_fields(
+                session, f"idle:{at}", {"type": "session.close", "reason": CloseReason.IDLE})
+            flat = [v for pair in fields.items() for v in pair]
+            if self._post_idle_close(keys=[self.keys.idle, self.outbox.input_stream(session)],
+                                     args=[session, at, *flat]):
+                metrics.IDLE_CLOSES.inc()
+                log.info("idle session closing", extra=kv(session=session))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -66,10 +66,15 @@ DECISIONS_FAILED = Counter("parley_decisions_failed_total", "Decisions that fail
 LLM_FAILED = Counter("parley_llm_failed_total", "Model calls that failed (llm.failed)", registry=REGISTRY)
 INTERRUPTS_TIMED_OUT = Counter("parley_interrupts_timed_out_total", "Interrupts resumed by their deadline "
                                "(interrupt.resumed with timed_out)", registry=REGISTRY)
+SESSIONS_EXPIRED = Counter("parley_sessions_expired_total", "Closed sessions deleted once their retention "
+                           "ended (every key of theirs)", registry=REGISTRY)
+IDLE_CLOSES = Counter("parley_idle_closes_total", "Idle closes the idle sweep wrote (a session active "
+                      "since ignores its close: not_idle)", registry=REGISTRY)
 
 #: the dispatcher's sweeps, in the order a tick runs them: dispatcher/sweeps.py runs them by
 #: these names, and their refusals are counted under them
-SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work")
+SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work", "expire_sessions",
+               "close_idle_sessions")
 #: outcomes of `parley_jobs_total` (workers/jobs.py)
 JOB_OUTCOMES = ("ok", "error", "stopped")
 

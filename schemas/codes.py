@@ -60,6 +60,9 @@ class IgnoreCode(StrEnum):
     #: session.close for a session that does not exist (or, the engine's, is not the child of
     #: the closing call)
     UNKNOWN_SESSION = "unknown_session"
+    #: the engine's idle close of a session that was active since, or that waits on an
+    #: interrupt with a deadline (never closed as idle)
+    NOT_IDLE = "not_idle"
 
 
 class InputOutcome(StrEnum):
@@ -119,6 +122,10 @@ class EffectKind(StrEnum):
     DEADLINE_ADD = "deadline_add"
     #: take a timer out of the deadlines index (the call was settled in time)
     DEADLINE_REMOVE = "deadline_remove"
+    #: a session closed: write its document to the archive, schedule its expiry
+    RETIRE = "retire"
+    #: an open session's idle time moved: when it may be closed as idle (or never, for now)
+    IDLE = "idle"
 
 
 class SessionStatus(StrEnum):
@@ -141,6 +148,8 @@ class CloseReason(StrEnum):
     #: its parent's call was settled otherwise (an app's tool.result/tool.error action), or
     #: the parent itself was closed
     ABANDONED = "abandoned"
+    #: open with no transition for the dispatcher's --idle-timeout (the idle sweep closed it)
+    IDLE = "idle"
 
 
 class CallError(StrEnum):

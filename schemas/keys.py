@@ -234,9 +234,6 @@ class Keys:
         """Hash: effect seq -> effect JSON, flushed after each commit."""
         return f"{self.prefix}:{{{session}}}:outbox"
 
-    def idempotency(self, session: str, key: str) -> str:
-        return f"{self.prefix}:{{{session}}}:idem:{key}"
-
     def idempotency_keys(self, session: str) -> str:
         """Sorted set: the session's used idempotency keys -> when each stops counting (Unix
         ms). One key per session instead of one per input, so expiring a session deletes them."""

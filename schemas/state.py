@@ -94,6 +94,8 @@ class Core(BaseModel):
     #: recorded as `tool.late` (once each), never applied (a job the close took off its queue
     #: never answers: its entry just stays)
     running_at_close: dict[str, Work] = Field(default_factory=dict)
+    #: its last transition (Unix ms), kept only when an idle timeout is configured
+    active_at: int | None = None
     head: str | None = None
     budget: dict[str, Any] | None = None
     used: dict[str, int] = Field(default_factory=dict)

@@ -16,7 +16,7 @@ by that message's id and its *tip* is the last message it appended. A branch is 
 when its head is an open interrupt's anchor or below one (or a global interrupt is open).
 """
 
-from parley.dispatcher.core.context import AppInfo, Context, Limits, ToolInfo
+from parley.dispatcher.core.context import AppInfo, Context, Lifecycle, Limits, ToolInfo
 from parley.dispatcher.core.decisions import InvalidDecision
 from parley.dispatcher.core.effects import (
     Cancel,
@@ -25,9 +25,11 @@ from parley.dispatcher.core.effects import (
     DeadlineRemove,
     Effect,
     Enqueue,
+    Idle,
     IndexAdd,
     IndexRemove,
     Report,
+    Retire,
     Spawn,
     Stat,
     effect_from_dict,
@@ -49,11 +51,14 @@ __all__ = [
     "DeadlineRemove",
     "Effect",
     "Enqueue",
+    "Idle",
     "IndexAdd",
     "IndexRemove",
     "InvalidDecision",
+    "Lifecycle",
     "Limits",
     "Report",
+    "Retire",
     "Spawn",
     "Stat",
     "ToolInfo",

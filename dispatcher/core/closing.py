@@ -13,6 +13,7 @@ from typing import Any
 
 from parley.dispatcher.core import work
 from parley.dispatcher.core.effects import IndexRemove
+from parley.dispatcher.core.retention import retire
 from parley.dispatcher.core.transition import Tx
 from parley.schemas.codes import CallError, SessionStatus
 from parley.schemas.jobs import JobKind
@@ -64,3 +65,4 @@ def close_session(tx: Tx, reason: str, by: ClosedBy | None = None) -> None:
     c.closed_at = tx.ctx.now_ms
     told = {"input": by.input, "principal": by.principal} if by is not None else {}
     tx.emit("session.closed", reason=reason, **told)
+    retire(tx)  # archived, and its keys deleted once its retention ends

@@ -49,6 +49,20 @@ class Limits:
     subagent_timeout_s: float = 3600
 
 
+#: how long a closed session's keys stay before the expiry sweep deletes them (7 days)
+DEFAULT_RETENTION_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """When a session's keys leave Redis (docs/operations.md, "Retention and archive")."""
+
+    #: a closed session is deleted this long after its close (0: at the next expiry sweep)
+    retention_ms: int = DEFAULT_RETENTION_S * 1000
+    #: an open session this long without a transition is closed (reason `idle`); None: never
+    idle_timeout_ms: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """Everything a transition reads besides the session's own state."""
@@ -58,5 +72,6 @@ class Context:
     #: where this session's jobs post their outcomes (its partition's results stream)
     results_stream: str = "parley:results"
     limits: Limits = Limits()
+    lifecycle: Lifecycle = Lifecycle()
     #: sub-agent apps by their spec (`fn.agent`), for child sessions
     agents: dict[str, AppInfo] = field(default_factory=dict)

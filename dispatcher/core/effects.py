@@ -154,15 +154,39 @@ class DeadlineRemove:
     timer: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retire:
+    """The session closed: copy its whole document to the archive stream (unless the
+    dispatcher runs without one), then list it in the expiring set until `expires_at`, when
+    the expiry sweep deletes every key of it (docs/operations.md, "Retention and archive")."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.RETIRE, init=False)
+    #: when it closed (Unix ms): the archive entry's `closed_at`
+    closed_at: int
+    #: when its retention ends (Unix ms)
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Idle:
+    """An open session's place in the idle set: closed as idle once `at` (Unix ms) has
+    passed; None takes it out (an interrupt with a deadline is open: never idle)."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.IDLE, init=False)
+    at: int | None
+
+
 Effect = (Enqueue | Cancel | IndexAdd | IndexRemove | Spawn | Report | Stat | Close | DeadlineAdd
-          | DeadlineRemove)
+          | DeadlineRemove | Retire | Idle)
 
 #: The class of each effect kind (what `effect_from_dict` builds).
 EFFECT_TYPES: dict[EffectKind, type[Effect]] = {
     EffectKind.ENQUEUE: Enqueue, EffectKind.CANCEL: Cancel, EffectKind.INDEX_ADD: IndexAdd,
     EffectKind.INDEX_REMOVE: IndexRemove, EffectKind.SPAWN: Spawn, EffectKind.REPORT: Report,
     EffectKind.STAT: Stat, EffectKind.CLOSE: Close, EffectKind.DEADLINE_ADD: DeadlineAdd,
-    EffectKind.DEADLINE_REMOVE: DeadlineRemove,
+    EffectKind.DEADLINE_REMOVE: DeadlineRemove, EffectKind.RETIRE: Retire, EffectKind.IDLE: Idle,
 }
 
 

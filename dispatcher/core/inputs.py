@@ -13,12 +13,13 @@ from parley.dispatcher.core import answers
 from parley.dispatcher.core.closing import ClosedBy, close_session, is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
+from parley.dispatcher.core.retention import is_idle
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.triggers import fire, release
 from parley.dispatcher.core.turns import finish
 from parley.dispatcher.core.work import open_tool, post_report, settle
 from parley.schemas.codec import InputEntry, entry_ids
-from parley.schemas.codes import CallError, IgnoreCode, InputOutcome, RefusalCode
+from parley.schemas.codes import CallError, CloseReason, IgnoreCode, InputOutcome, RefusalCode
 from parley.schemas.ids import is_child_session
 from parley.schemas.inputs import (
     BranchSwitch,
@@ -231,6 +232,12 @@ def _tool_result(tx: Tx, inp: ToolResultInput, src: _Source) -> None:
 
 
 def _session_close(tx: Tx, inp: SessionClose, src: _Source) -> None:
+    if from_engine(src.entry) and inp.parent is None and inp.reason == CloseReason.IDLE:
+        # the idle sweep's close: it holds only if nothing happened since (retention.is_idle)
+        if not is_idle(tx.core, tx.ctx):
+            raise IgnoreInput(IgnoreCode.NOT_IDLE if tx.core is not None else IgnoreCode.UNKNOWN_SESSION)
+        close_session(tx, inp.reason)
+        return
     if tx.core is None:
         raise IgnoreInput(IgnoreCode.UNKNOWN_SESSION)
     if inp.parent is None:  # a client's close

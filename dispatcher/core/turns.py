@@ -6,6 +6,7 @@ deciding trigger, no open interrupt. A sub-agent's child reports to its parent t
 
 from parley.dispatcher.core.decisions import pump
 from parley.dispatcher.core.effects import Stat
+from parley.dispatcher.core.retention import track_idle
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.work import report
 
@@ -18,6 +19,7 @@ def finish(tx: Tx) -> Transition:
         delta = tx.held_count() - tx.held_before
         if delta:  # the fleet-wide gauge of held decisions, kept exactly by the outbox
             tx.effect(Stat(seq=tx.next_seq(), field="held", delta=delta))
+        track_idle(tx)
     return tx.result()
 
 

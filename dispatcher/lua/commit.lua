@@ -3,7 +3,7 @@
 -- KEYS[2] messages hash ({S})
 -- KEYS[3] events stream ({S})
 -- KEYS[4] outbox hash ({S})
--- KEYS[5] idempotency key ({S}; ignored when ARGV[6] is 0)
+-- KEYS[5] the session's used idempotency keys ({S}: sorted set, key -> until, Unix ms)
 -- KEYS[6] the partition's lease (fencing; ignored when ARGV[2] is empty).
 -- KEYS[7] the fleet-wide feed stream.
 --         KEYS[6] and KEYS[7] are the only keys outside the session's slot: Redis Cluster is
@@ -13,10 +13,12 @@
 -- ARGV[3] core JSON ('' = the session still does not exist)
 -- ARGV[4] applied-markers JSON
 -- ARGV[5] events MAXLEN (approximate trim)
--- ARGV[6] idempotency TTL seconds (0 = no key)
+-- ARGV[6] the input's idempotency key ('' = none)
 -- ARGV[7] feed MAXLEN (approximate trim)
 -- ARGV[8] the session id (named by feed entries)
--- ARGV[9] n messages, then n pairs (id, json)
+-- ARGV[9] until when the key counts (Unix ms)
+-- ARGV[10] now (Unix ms): keys counting until before it are dropped
+-- ARGV[11] n messages, then n pairs (id, json)
 -- then    m events, then m pairs (feed type or '' when the event stays in the session, json)
 -- then    k effects, then k pairs (seq, json)
 -- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
@@ -34,11 +36,11 @@ if ARGV[3] ~= '' then
 else
   redis.call('HSET', KEYS[1], 'ver', tonumber(ver) + 1, 'applied', ARGV[4])
 end
-local ttl = tonumber(ARGV[6])
-if ttl > 0 then
-  redis.call('SET', KEYS[5], '1', 'EX', ttl)
+if ARGV[6] ~= '' then
+  redis.call('ZADD', KEYS[5], ARGV[9], ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[10])
 end
-local i = 9
+local i = 11
 local n = tonumber(ARGV[i])
 for j = 1, n do
   redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])

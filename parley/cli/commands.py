@@ -177,11 +177,29 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
 @click.option("--feed-maxlen", envvar="PARLEY_FEED_MAXLEN", type=click.IntRange(1), default=100_000,
               show_default=True,
               help="About how many entries the fleet-wide feed keeps (env PARLEY_FEED_MAXLEN).")
+@click.option("--events-maxlen", envvar="PARLEY_EVENTS_MAXLEN", type=click.IntRange(1), default=10_000,
+              show_default=True,
+              help="About how many events each session's stream keeps (env PARLEY_EVENTS_MAXLEN); "
+                   "the archive holds what the stream still holds.")
+@click.option("--retention", envvar="PARLEY_RETENTION", type=click.IntRange(0), default=7 * 24 * 3600,
+              show_default=True,
+              help="Seconds a closed session's keys stay before they are deleted (env PARLEY_RETENTION).")
+@click.option("--archive-maxlen", envvar="PARLEY_ARCHIVE_MAXLEN", type=click.IntRange(1), default=10_000,
+              show_default=True,
+              help="About how many closed sessions the archive stream keeps (env PARLEY_ARCHIVE_MAXLEN).")
+@click.option("--no-archive", envvar="PARLEY_NO_ARCHIVE", is_flag=True,
+              help="Write no archive entry when a session closes (env PARLEY_NO_ARCHIVE=1).")
+@click.option("--idle-timeout", envvar="PARLEY_IDLE_TIMEOUT", type=click.IntRange(1), default=None,
+              help="Close an open session after this many seconds without a transition (reason "
+                   "`idle`; never while an interrupt with a deadline is open). Default: never "
+                   "(env PARLEY_IDLE_TIMEOUT).")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
-               require_signing: bool, feed_maxlen: int, metrics_port: int | None) -> None:
+               require_signing: bool, feed_maxlen: int, events_maxlen: int, retention: int,
+               archive_maxlen: int, no_archive: bool, idle_timeout: int | None,
+               metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -190,7 +208,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     """
     from parley.cli.appinfo import app_info
     from parley.dispatcher.consume import Dispatcher
-    from parley.dispatcher.core import Limits
+    from parley.dispatcher.core import Lifecycle, Limits
     from parley.schemas.keys import Keys
     from parley.schemas.signing import Keyring
     from parley.workers.app import AppError, load_agents, load_app
@@ -209,7 +227,10 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
         raise click.ClickException(f"signing keys: {exc}") from None
     d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
-                   feed_maxlen=feed_maxlen)
+                   feed_maxlen=feed_maxlen, events_maxlen=events_maxlen,
+                   archive_maxlen=0 if no_archive else archive_maxlen,
+                   lifecycle=Lifecycle(retention_ms=retention * 1000,
+                                       idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000))
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)

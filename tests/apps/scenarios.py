@@ -4,7 +4,8 @@
 - `[slow-llm]` / `[llm-1s]` in the last user message make the model take 3 s / 1 s;
 - `[slow-decide]` makes decide take 3 s on that message;
 - `[deadline]` in send_email's arguments asks with `timeout_s: 1`, default not approved
-  (`[deadline-3s]`: `timeout_s: 3`);
+  (`[deadline-3s]`: `timeout_s: 3`; `[deadline-hour]`: `timeout_s: 3600`, a deadline that stays
+  open through a test);
 - `[parallel]` makes decide answer message.created with an LLM call and a `lookup` tool
   call at once; `lookup` completing raises a `review` interrupt (so the branch parks while
   that LLM call is in flight: I4).
@@ -41,6 +42,8 @@ def decide(trigger, proposed):
             ask.update(timeout_s=1, default={"approved": False})
         elif "[deadline-3s]" in str(trigger.arguments):
             ask.update(timeout_s=3, default={"approved": False})
+        if "[deadline-hour]" in str(trigger.arguments):
+            ask.update(timeout_s=3600, default={"approved": False})
         if "[guarded]" in str(trigger.arguments):
             ask.update(resumable_by=["alice"])
         return {"actions": [ask]}

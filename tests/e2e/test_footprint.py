@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from parley.client import Client
+from parley.schemas.keys import Keys
 from tests.conftest import Procs, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -31,11 +32,13 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
     time.sleep(0.5)
     keys = {k.decode() for k in r.keys("*")}
     per_session = {k for k in keys if "{" in k}
-    for s in sessions:  # meta, messages, events, and the idempotency key (expires after 24 h)
+    for s in sessions:  # meta, messages, events, and its used idempotency keys (24 h each)
         mine = {k for k in per_session if k.startswith(f"parley:{{{s}}}:")}
         assert mine == {f"parley:{{{s}}}:meta", f"parley:{{{s}}}:msgs", f"parley:{{{s}}}:events",
-                        f"parley:{{{s}}}:idem:m-{s}"}
-    assert 0 < r.ttl(f"parley:{{{sessions[0]}}}:idem:m-{sessions[0]}") <= 24 * 3600
+                        f"parley:{{{s}}}:idem"}
+        assert set(mine) <= set(Keys().session_keys(s))  # all of them deleted when it expires
+    until = r.zscore(f"parley:{{{sessions[0]}}}:idem", f"m-{sessions[0]}")
+    assert until is not None and 0 < until - time.time() * 1000 <= 24 * 3600 * 1000
     assert not [k for k in keys if k.startswith("rq:job:")]  # finished jobs leave nothing behind
     assert r.xlen("parley:inputs") == 0 and r.xlen("parley:results") == 0  # acked entries trimmed
     assert r.hlen("parley:running") == 0 and r.zcard("parley:interrupts") == 0
@@ -48,6 +51,8 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
     ours = {k for k in global_keys if k.startswith("parley:")}
     assert ours <= {"parley:config", "parley:dispatchers", "parley:engine:key", "parley:feed",
                     "parley:inputs", "parley:results", "parley:stats", "parley:deadlines",
-                    "parley:interrupts", "parley:interrupts:info"} | {
+                    "parley:interrupts", "parley:interrupts:info",
+                    # the session lifecycle: closed sessions' archive, their expiry, idle sessions
+                    "parley:archive", "parley:expiring", "parley:idle"} | {
         k for k in ours if k.startswith(("parley:lease:", "parley:worker:", "parley:took:"))}, sorted(ours)
     assert len(global_keys - ours) < 15, sorted(global_keys - ours)

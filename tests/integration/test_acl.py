@@ -37,7 +37,7 @@ from parley.cli.appinfo import app_info
 from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
 from parley.dispatcher.consume import Dispatcher
-from parley.dispatcher.core import Cancel, IndexAdd, Stat
+from parley.dispatcher.core import Cancel, IndexAdd, Lifecycle, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import get_partitions
 from parley.inbox import InterruptFilter
@@ -445,6 +445,27 @@ def test_worker_is_refused_the_rest(acl: AclRedis, worker: redis.Redis,
 # ---- the dispatcher -----------------------------------------------------------------------------
 
 
+def test_dispatcher_archives_closes_and_expires_sessions(acl: AclRedis, producer: redis.Redis,
+                                                         dispatcher: redis.Redis) -> None:
+    """The whole end of a session under the dispatcher's login: its idle close, the archive
+    entry (built with XRANGE inside the retire script), the expiry's deletes."""
+    d = Dispatcher(dispatcher, Keys(), app_info(load_app(SCENARIOS)), block_ms=5,
+                   lifecycle=Lifecycle(retention_ms=0, idle_timeout_ms=1))
+    d.leases.partitions = get_partitions(dispatcher, KEYS)
+    Client(producer).send("acl-e", {"type": "session.create"}, idempotency_key="k-1")
+    tick(d)
+    time.sleep(0.01)
+    d.sweeps.idle_checked = 0.0
+    d.sweeps.close_idle_sessions()
+    tick(d)
+    [(_id, entry)] = acl.admin.xrange(KEYS.archive)
+    assert orjson.loads(entry[b"document"])["events"][-1]["event"]["type"] == "session.closed"
+    d.sweeps.expire_checked = 0.0
+    d.sweeps.expire_sessions()
+    assert not acl.admin.exists(*KEYS.session_keys("acl-e"), KEYS.expiring, KEYS.idle)
+    assert acl.denials() == []
+
+
 def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.Redis,
                                                 dispatcher: redis.Redis) -> None:
     client = Client(producer)
@@ -463,7 +484,7 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     tick(d)
     assert acl.admin.xlen("parley:inputs:rejected") == 1
     assert types(client, "acl-d")[-1] == "input.refused"
-    assert acl.admin.exists(KEYS.idempotency("acl-d", "bad-1"))
+    assert acl.admin.zscore(KEYS.idempotency_keys("acl-d"), "bad-1")
 
     # a cancel (voided work): the queued job is removed
     args = Job.fetch(jid, connection=acl.admin, serializer=JSONSerializer).args[0]
@@ -572,7 +593,7 @@ def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.
     pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
     pytest.param(lambda r: r.hset(KEYS.meta("acl-r"), "ver", 9), id="write-meta"),
     pytest.param(lambda r: r.hgetall(KEYS.outbox("acl-r")), id="read-outbox"),
-    pytest.param(lambda r: r.get(KEYS.idempotency("acl-r", "k")), id="read-idempotency-keys"),
+    pytest.param(lambda r: r.zrange(KEYS.idempotency_keys("acl-r"), 0, -1), id="read-idempotency-keys"),
     pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
     pytest.param(lambda r: r.xrange("parley:inputs"), id="read-inputs"),
     pytest.param(lambda r: r.hgetall("rq:job:x"), id="read-rq"),

@@ -1,5 +1,6 @@
 """dispatcher.store against a real Redis: load, the atomic commit script, fencing, TTLs, trimming."""
 
+import time
 from typing import Any
 
 import orjson
@@ -48,7 +49,7 @@ def snapshot(r: redis.Redis, session: str = S) -> dict[str, Any]:
         "msgs": r.hgetall(KEYS.messages(session)),
         "events": r.xrange(KEYS.events(session)),
         "outbox": r.hgetall(KEYS.outbox(session)),
-        "idem": sorted(r.keys(f"parley:{{{session}}}:idem:*")),
+        "idem": r.zrange(KEYS.idempotency_keys(session), 0, -1),
     }
 
 
@@ -146,24 +147,34 @@ def test_wrong_lease_token_is_lease_lost_and_writes_nothing(store: Store, r: red
     assert r.hget(KEYS.meta(S), "ver") == b"1"
 
 
-def test_idempotency_key_is_written_with_a_24h_ttl(store: Store, r: redis.Redis) -> None:
+def test_idempotency_key_counts_for_24h_in_the_sessions_sorted_set(store: Store, r: redis.Redis) -> None:
     assert IDEMPOTENCY_TTL_S == 24 * 3600
+    before = int(time.time() * 1000)
     tr = transition("1-0", evs=[event("session.created", 1)], idem="req-7")
     assert store.commit(S, "0", tr, LEASE, TOKEN) == COMMITTED
-    key = KEYS.idempotency(S, "req-7")
-    assert key == "parley:{s-store}:idem:req-7"
-    assert r.get(key) == b"1"
-    ttl = r.ttl(key)
-    assert 24 * 3600 - 60 <= ttl <= 24 * 3600
-    # the session's own keys never expire (KEYS[5] falls back to meta without a key: no TTL set)
-    assert r.ttl(KEYS.meta(S)) == -1
+    key = KEYS.idempotency_keys(S)
+    assert key == "parley:{s-store}:idem"
+    until = r.zscore(key, "req-7")
+    assert until is not None and before + 24 * 3600 * 1000 <= until <= time.time() * 1000 + 24 * 3600 * 1000
+    # the session's own keys never expire by TTL (the expiry sweep deletes them)
+    assert r.ttl(KEYS.meta(S)) == -1 and r.ttl(key) == -1
     assert store.load(S, "req-7")[0].duplicate is True
+    assert store.load(S, "req-8")[0].duplicate is False
+
+
+def test_an_expired_idempotency_key_no_longer_counts_and_the_next_commit_drops_it(
+        store: Store, r: redis.Redis) -> None:
+    past = int(time.time() * 1000) - 1
+    r.zadd(KEYS.idempotency_keys(S), {"old": past})
+    assert store.load(S, "old")[0].duplicate is False  # its window is over: a new entry
+    assert store.commit(S, "0", transition("1-0", idem="new"), LEASE, TOKEN) == COMMITTED
+    assert [m for m, _ in r.zrange(KEYS.idempotency_keys(S), 0, -1, withscores=True)] == [b"new"]
     assert store.load(S, "req-8")[0].duplicate is False
 
 
 def test_commit_without_idempotency_key_writes_no_key(store: Store, r: redis.Redis) -> None:
     assert store.commit(S, "0", transition("1-0", evs=[event("session.created", 1)]), LEASE, TOKEN) == 1
-    assert r.keys("parley:{s-store}:idem:*") == []
+    assert r.exists(KEYS.idempotency_keys(S)) == 0
     assert r.ttl(KEYS.meta(S)) == -1
 
 
@@ -217,7 +228,7 @@ def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
                     effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="k")
     assert store.commit("s:1.x-y", "0", tr, keys.lease(0), TOKEN) == COMMITTED
     written = sorted(k.decode() for k in r.keys("*") if k.decode() != keys.lease(0))
-    assert written == ["acme:{s:1.x-y}:events", "acme:{s:1.x-y}:idem:k", "acme:{s:1.x-y}:meta",
+    assert written == ["acme:{s:1.x-y}:events", "acme:{s:1.x-y}:idem", "acme:{s:1.x-y}:meta",
                        "acme:{s:1.x-y}:msgs", "acme:{s:1.x-y}:outbox"]
     assert store.load("s:1.x-y")[1] == "1"
 
@@ -238,7 +249,7 @@ def test_load_many_reads_what_load_reads_in_one_round_trip(store: Store, r: redi
     assert many[0][0].duplicate is True and many[0][0].messages == {"msg-1": msg(1)}
     assert many[2][0].core is None and many[2][0].duplicate is False
     calls = {k: after[k]["calls"] - before.get(k, {"calls": 0})["calls"] for k in after}
-    assert (calls["cmdstat_hmget"], calls["cmdstat_hgetall"], calls["cmdstat_exists"]) == (4, 4, 2)
+    assert (calls["cmdstat_hmget"], calls["cmdstat_hgetall"], calls["cmdstat_zscore"]) == (4, 4, 2)
 
 
 def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r: redis.Redis) -> None:
@@ -254,7 +265,7 @@ def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r
     assert r.hget(KEYS.meta("s-a"), "ver") == b"1" and r.xlen(KEYS.events("s-a")) == 1
     assert r.hget(KEYS.meta("s-b"), "ver") == b"1"  # the conflicting one wrote nothing
     assert store.load("s-b")[0].applied == {"parley:inputs": "1-0"}
-    assert r.get(KEYS.idempotency("s-c", "k-c")) == b"1" and r.hlen(KEYS.outbox("s-c")) == 1
+    assert r.zscore(KEYS.idempotency_keys("s-c"), "k-c") and r.hlen(KEYS.outbox("s-c")) == 1
 
     # each commit is fenced on its own: without the lease, nothing is written
     r.set(LEASE, "dispatcher-b:9999")

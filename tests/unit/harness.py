@@ -23,6 +23,7 @@ from parley.dispatcher.core import (
     Effect,
     Enqueue,
     IndexAdd,
+    Lifecycle,
     Limits,
     ToolInfo,
     Transition,
@@ -98,8 +99,10 @@ class Sim:
     """One session driven by hand. `last` is the last transition; `events` all events so far."""
 
     def __init__(self, app: AppInfo | None = None, session: str = "s1", *,
-                 agents: dict[str, AppInfo] | None = None, limits: Limits | None = None):
+                 agents: dict[str, AppInfo] | None = None, limits: Limits | None = None,
+                 lifecycle: Lifecycle | None = None):
         self.app = app if app is not None else make_app()
+        self.lifecycle = lifecycle or Lifecycle()
         self.session = session
         self.agents = agents or {}
         self.limits = limits or Limits()
@@ -115,7 +118,8 @@ class Sim:
 
     def ctx(self) -> Context:
         self.now += 1
-        return Context(now_ms=self.now, app=self.app, agents=self.agents, limits=self.limits)
+        return Context(now_ms=self.now, app=self.app, agents=self.agents, limits=self.limits,
+                       lifecycle=self.lifecycle)
 
     def commit(self, tr: Transition, ctx: Context) -> Transition:
         """Check a transition against the contract, then make its state the current one."""

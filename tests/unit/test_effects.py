@@ -12,9 +12,11 @@ from parley.dispatcher.core import (
     DeadlineRemove,
     Effect,
     Enqueue,
+    Idle,
     IndexAdd,
     IndexRemove,
     Report,
+    Retire,
     Spawn,
     Stat,
     effect_from_dict,
@@ -47,6 +49,8 @@ ONE_OF_EACH: list[Effect] = [
     Close(seq=8, child="s:sub-1", call_id="call-1", attempt=1, reason=CloseReason.TIMEOUT),
     DeadlineAdd(seq=9, timer="call-1/timeout", at=1_000),
     DeadlineRemove(seq=10, timer="call-1/timeout"),
+    Retire(seq=11, closed_at=1_000, expires_at=2_000),
+    Idle(seq=12, at=3_000),
 ]
 
 

@@ -25,6 +25,35 @@ DEFAULT_FEED_MAXLEN = 100_000
 COMMITTED, CONFLICT, LEASE_LOST = 1, 0, -1
 
 
+def evalsha_many(redis: Redis, script: Script, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+    """One script over many (keys, args), in ONE round trip (a pipeline, not a MULTI: each
+    call is atomic by itself), its replies in order; an error reply is raised.
+
+    EVALSHA directly, not through the Script object: a Script in a pipeline first asks SCRIPT
+    EXISTS, an extra round trip, and a command the dispatcher's login does not have. A NOSCRIPT
+    reply (Redis restarted, or its script cache was flushed) ran nothing, so those calls are
+    sent again once the script is loaded."""
+    if not calls:
+        return []
+
+    def send(batch: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        pipe = redis.pipeline(transaction=False)
+        for keys, args in batch:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return list(pipe.execute(raise_on_error=False))
+
+    replies = send(calls)
+    missing = [i for i, rc in enumerate(replies) if isinstance(rc, NoScriptError)]
+    if missing:
+        script.sha = redis.script_load(script.script)
+        for i, rc in zip(missing, send([calls[i] for i in missing]), strict=True):
+            replies[i] = rc
+    for rc in replies:
+        if isinstance(rc, Exception):
+            raise rc
+    return replies
+
+
 def load_script(redis: Redis, name: str) -> Script:
     """A Lua script of dispatcher/lua/, registered once (EVALSHA, loaded again if flushed)."""
     return redis.register_script(files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text())
@@ -88,27 +117,7 @@ class Store:
             return [self.commit(*batch[0], lease_key, lease_token)]
         calls = [self._commit_args(session, version, tr, lease_key, lease_token)
                  for session, version, tr in batch]
-        rcs: list[Any] = self._evalsha_many(calls)
-        missing = [i for i, rc in enumerate(rcs) if isinstance(rc, NoScriptError)]
-        if missing:
-            # Redis restarted (or its script cache was flushed): a NOSCRIPT reply ran nothing,
-            # so those commits are sent again once the script is loaded.
-            self._commit.sha = self.redis.script_load(self._commit.script)
-            for i, rc in zip(missing, self._evalsha_many([calls[i] for i in missing]), strict=True):
-                rcs[i] = rc
-        for rc in rcs:
-            if isinstance(rc, Exception):
-                raise rc
-        return [int(rc) for rc in rcs]
-
-    def _evalsha_many(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        # EVALSHA directly, not through the Script object: a pipeline holding a Script
-        # first asks SCRIPT EXISTS, an extra round trip each time.
-        pipe = self.redis.pipeline(transaction=False)
-        sha = self._commit.sha
-        for keys, argv in calls:
-            pipe.evalsha(sha, len(keys), *keys, *argv)
-        return list(pipe.execute(raise_on_error=False))
+        return [int(rc) for rc in evalsha_many(self.redis, self._commit, calls)]
 
     def _commit_args(self, session: str, version: str, tr: Transition, lease_key: str,
                      lease_token: str) -> tuple[list[str], list[Any]]:

@@ -18,15 +18,14 @@ from typing import Any
 
 import orjson
 from redis import Redis
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 from rq import Queue
 from rq.job import Job
 
 from parley import metrics
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import Leases
-from parley.dispatcher.store import load_script
+from parley.dispatcher.store import evalsha_many, load_script
 from parley.logs import kv
 from parley.schemas.codes import CloseReason, SessionStatus
 from parley.schemas.jobs import JOBS
@@ -204,14 +203,12 @@ class Sweeps:
         # a record naming any other stream is not ours to act on (see _post_lost)
         lost = [(job, raw, rec) for job, raw, rec in lost
                 if rec.get("reply_to") == self.results_of(rec["session"])]
-        pipe = self.redis.pipeline(transaction=False)
-        for job, raw, rec in lost:
-            job_key = Job.key_for(job.decode() if isinstance(job, bytes) else job)
-            # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
-            self._settle_unclaimed(keys=[self.keys.inflight, self.keys.running, rec["reply_to"], job_key,
-                                         order],
-                                   args=[job, raw, lost_outcome(rec).model_dump_json()], client=pipe)
-        for (_job, _raw, rec), posted in zip(lost, pipe.execute(), strict=True):
+        # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
+        calls = [([self.keys.inflight, self.keys.running, rec["reply_to"],
+                   Job.key_for(job.decode() if isinstance(job, bytes) else job), order],
+                  [job, raw, lost_outcome(rec).model_dump_json()]) for job, raw, rec in lost]
+        for (_job, _raw, rec), posted in zip(lost, evalsha_many(self.redis, self._settle_unclaimed, calls),
+                                             strict=True):
             if posted:
                 metrics.WORK_LOST.labels(rec["kind"]).inc()
                 log.warning("job dequeued but never started (its worker died)", extra=kv(
@@ -264,35 +261,11 @@ class Sweeps:
             own = k.session_keys(session)
             calls.append(([k.meta(session), k.expiring, k.idle, *own, *(s for s, _ in listed)],
                           [session, version, len(own), *(m for _, m in listed)]))
-        deleted = sum(1 for rc in self._evalsha_all(self._expire_session, calls) if rc == 1)
+        deleted = sum(1 for rc in evalsha_many(self.redis, self._expire_session, calls) if rc == 1)
         if deleted:
             metrics.SESSIONS_EXPIRED.inc(deleted)
             log.info("sessions expired", extra=kv(count=deleted))
         return deleted
-
-    def _evalsha_all(self, script: Script, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """One script over many key sets, in one round trip. EVALSHA directly: a Script in a
-        pipeline asks SCRIPT EXISTS first, a command the dispatcher's login does not have; a
-        NOSCRIPT reply (Redis restarted) ran nothing, so those calls go again once it is loaded."""
-        if not calls:
-            return []
-
-        def send(batch: list[tuple[list[str], list[Any]]]) -> list[Any]:
-            pipe = self.redis.pipeline(transaction=False)
-            for keys, args in batch:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            return list(pipe.execute(raise_on_error=False))
-
-        replies = send(calls)
-        missing = [i for i, rc in enumerate(replies) if isinstance(rc, NoScriptError)]
-        if missing:
-            script.sha = self.redis.script_load(script.script)
-            for i, rc in zip(missing, send([calls[i] for i in missing]), strict=True):
-                replies[i] = rc
-        for rc in replies:
-            if isinstance(rc, Exception):
-                raise rc
-        return replies
 
     def close_idle_sessions(self) -> None:
         """Open sessions past their idle time: an engine-signed `session.close` (reason `idle`)

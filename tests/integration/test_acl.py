@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -36,14 +37,15 @@ from examples.archive_postgres import ArchiveConfig, ArchiveConsumer
 from parley.cli.appinfo import app_info
 from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
+from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
-from parley.dispatcher.core import Cancel, IndexAdd, Lifecycle, Stat
+from parley.dispatcher.core import Cancel, Enqueue, IndexAdd, Lifecycle, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import get_partitions
 from parley.inbox import InterruptFilter
 from parley.metrics import Health, RedisStateCollector
 from parley.notify import Forwarder, NotifyConfig
-from parley.schemas.jobs import KIND_OF_QUEUE, job_id
+from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
@@ -397,6 +399,24 @@ def test_worker_failure_and_recovery_paths(acl: AclRedis, worker: redis.Redis, d
     assert fetch("parley-stuck").get_status() == JobStatus.FAILED
     assert acl.admin.llen("rq:queue:decide:intermediate") == 0
     assert acl.admin.exists("parley:results") == 0
+    assert acl.denials() == []
+
+
+def test_the_unclaimed_work_sweep_posts_a_lost_job_under_the_dispatchers_login(
+        acl: AclRedis, dispatcher: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job a worker popped and died with, found by the sweep run as the dispatcher's user:
+    its script is sent by EVALSHA (a Script in a pipeline would ask SCRIPT EXISTS, refused)."""
+    d = make_dispatcher(dispatcher)
+    monkeypatch.setattr(enqueue, "time", SimpleNamespace(time=lambda: 1_000_000.0))  # a minute ago
+    d.outbox.flush_many([("acl-lost", [Enqueue(seq=1, job=JobKind.LLM, work="llm-1", attempt=1,
+                                               timeout=30, reply_to="parley:results", app=None,
+                                               args={"request": {}})])])
+    monkeypatch.undo()
+    assert acl.admin.lpop("rq:queue:llm") == job_id("acl-lost", "llm-1", 1).encode()  # its worker died
+    d.sweeps.unclaimed_checked = 0.0
+    d.sweeps.find_unclaimed_work()
+    posted = [orjson.loads(f[b"outcome"]) for _i, f in acl.admin.xrange("parley:results")]
+    assert [(o["session"], o["error"]) for o in posted] == [("acl-lost", "worker_lost")]
     assert acl.denials() == []
 
 

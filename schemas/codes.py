@@ -115,6 +115,8 @@ class EffectKind(StrEnum):
     DEADLINE_ADD = "deadline_add"
     #: take a timer out of the deadlines index (the call was settled in time)
     DEADLINE_REMOVE = "deadline_remove"
+    #: move the session in the list of sessions (created, parked, active again, closed)
+    LISTING = "listing"
 
 
 class SessionStatus(StrEnum):

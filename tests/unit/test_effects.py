@@ -14,6 +14,7 @@ from parley.dispatcher.core import (
     Enqueue,
     IndexAdd,
     IndexRemove,
+    Listing,
     Report,
     Spawn,
     Stat,
@@ -26,6 +27,7 @@ from parley.schemas.codes import CloseReason, DropReason, EffectKind, IgnoreCode
 from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import ALLOWED_FUNCS, JOBS, KIND_OF_QUEUE, JobKind, job_id
+from parley.schemas.listing import ListingStatus
 from parley.schemas.llm import InvalidLlmReply, LlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.workers.jobs import JobFailure, check_response
@@ -47,6 +49,8 @@ ONE_OF_EACH: list[Effect] = [
     Close(seq=8, child="s:sub-1", call_id="call-1", attempt=1, reason=CloseReason.TIMEOUT),
     DeadlineAdd(seq=9, timer="call-1/timeout", at=1_000),
     DeadlineRemove(seq=10, timer="call-1/timeout"),
+    Listing(seq=11, created_at=5, before=ListingStatus.ACTIVE, after=ListingStatus.PARKED,
+            added=(("team", "a"),), removed=(("team", "b"),)),
 ]
 
 

@@ -4,6 +4,9 @@ when the session's listing changed (created, parked, active again, closed), and 
 
 from typing import Any
 
+import pytest
+
+from parley.cli.transcript import format_transcript
 from parley.dispatcher.core import AppInfo, Listing, effect_from_dict, effect_to_dict
 from parley.dispatcher.core.effects import listing_move
 from parley.schemas.keys import Keys
@@ -18,7 +21,10 @@ from parley.schemas.listing import (
     metadata_pairs,
     session_of_member,
 )
-from parley.schemas.state import Core
+from parley.inbox import merge
+from parley.schemas.state import Core, SessionState
+from parley.schemas.view import show
+from parley.sessions import STATUS_DRIVER, SessionFilter, bounds, choose_driver, decode_cursor, encode_cursor
 
 from .harness import Sim, make_app
 from .test_subagents import AGENT, close_entry, spawn_entry
@@ -164,3 +170,92 @@ def test_listed_is_none_before_the_session_exists_and_equal_when_nothing_moved()
     assert listed(None) is None
     core = Core(session="s1", created_at=5, metadata={"a": "b"})
     assert listed(core) == listed(core.model_copy(update={"head": "msg-9"}))
+
+
+# ---- the read's pure parts (parley/sessions.py) ------------------------------------------------------
+
+def test_a_filter_checks_its_values_and_says_what_is_wrong():
+    assert SessionFilter.of().statuses == (ACTIVE, PARKED, CLOSED)
+    assert SessionFilter.of(["closed", "active"]).statuses == (ACTIVE, CLOSED)  # a fixed order
+    assert SessionFilter.of("parked").statuses == (PARKED,)
+    assert SessionFilter.of(metadata={"tier": 1, "vip": True, "team": "a"}).metadata == (
+        ("team", "a"), ("tier", "1"), ("vip", "true"))
+    for bad, match in [(dict(status="open"), "unknown session status"),
+                       (dict(status=[]), "unknown session status"),
+                       (dict(metadata={"tags": ["x"]}), "not indexed"),
+                       (dict(metadata={"k": "v" * 200}), "not indexed"),
+                       (dict(metadata={"k" * 65: "v"}), "not indexed"),
+                       (dict(created_after=-1), "Unix ms"),
+                       (dict(created_before="yesterday"), "Unix ms")]:
+        with pytest.raises(ValueError, match=match):
+            SessionFilter.of(**bad)  # type: ignore[arg-type]
+
+
+def test_a_row_passes_only_when_its_record_still_matches_every_filter():
+    core = Core(session="s1", created_at=100, metadata={"team": "a", "tier": 2})
+    assert SessionFilter.of(metadata={"team": "a", "tier": "2"}).matches(core)
+    assert not SessionFilter.of(metadata={"team": "b"}).matches(core)
+    assert not SessionFilter.of("parked").matches(core)
+    assert SessionFilter.of(created_after=99, created_before=101).matches(core)
+    assert not SessionFilter.of(created_after=100).matches(core)
+    assert not SessionFilter.of(created_before=100).matches(core)
+
+
+def test_ages_bound_the_range_of_the_time_prefix_and_the_cursor_starts_past_its_member():
+    flt = SessionFilter.of(created_after=9, created_before=20)
+    assert bounds(flt, None) == ("[000000000000010", "(000000000000020")
+    member = listing_member(12, "s")
+    assert bounds(flt, member) == ("(" + member, "(000000000000020")
+    newest = SessionFilter.of(created_after=9, newest_first=True)
+    assert bounds(newest, member) == ("[000000000000010", "(" + member)
+    assert bounds(SessionFilter.of(), None) == ("-", "+")
+
+
+def test_the_smallest_set_drives_a_metadata_listing():
+    flt = SessionFilter.of(metadata={"a": "1", "b": "2"})
+    assert choose_driver(flt, [50, 10, 0, 0, 0]) == "1"
+    assert choose_driver(flt, [5, 10, 0, 0, 0]) == "0"
+    # with a status asked for, its set drives when it is smaller than every pair's
+    closed = SessionFilter.of("closed", metadata={"a": "1"})
+    assert choose_driver(closed, [500, 20]) == STATUS_DRIVER
+    assert choose_driver(closed, [5, 20]) == "0"
+    assert choose_driver(SessionFilter.of(), []) == STATUS_DRIVER
+
+
+def test_merged_status_sets_page_in_creation_order_either_way():
+    active = [listing_member(t, f"s{t}") for t in (1, 4, 7)]
+    parked = [listing_member(t, f"s{t}") for t in (2, 3)]
+    assert merge([active, parked], 3) == ([*active[:1], *parked, ][:3], False)
+    assert merge([active[::-1], parked[::-1]], 2, reverse=True) == ([active[2], active[1]], False)
+
+
+def test_a_cursor_round_trips_and_is_refused_when_forged_or_used_with_other_filters():
+    flt = SessionFilter.of("active", metadata={"team": "a"})
+    text = encode_cursor("0", listing_member(5, "s"), flt)
+    later = SessionFilter.of("active", metadata={"team": "a"}, created_before=99)  # ages may move
+    assert decode_cursor(text, later) == ("0", listing_member(5, "s"))
+    for bad in ("", "!!!", "e30", encode_cursor("7", listing_member(5, "s"), flt),
+                encode_cursor("0", "no-separator", flt)):
+        with pytest.raises(ValueError, match="invalid cursor"):
+            decode_cursor(bad, flt)
+    for other in (SessionFilter.of("parked", metadata={"team": "a"}), SessionFilter.of("active"),
+                  SessionFilter.of("active", metadata={"team": "a"}, newest_first=True)):
+        with pytest.raises(ValueError, match="other filters"):
+            decode_cursor(text, other)
+
+
+# ---- `parley show` says the status -------------------------------------------------------------------
+
+def test_show_says_active_parked_or_closed_and_when_it_closed():
+    sim = Sim()
+    sim.open_session()
+    assert (sim.show()["status"], sim.show()["closed_at"]) == ("active", None)
+    sim.pause_on_tool("send_email")
+    assert sim.show()["status"] == "parked"
+    closed = sim.core.model_copy(update={"status": "closed", "closed_at": 1_764_558_000_000,
+                                         "interrupts": {}})
+    view = show(SessionState(core=closed, messages=sim.state.messages))
+    assert (view["status"], view["closed_at"], view["created_at"]) == (
+        "closed", 1_764_558_000_000, sim.core.created_at)
+    first = format_transcript(view).splitlines()[0]
+    assert "status=closed (at 2025-12-01T03:00:00+00:00)" in first

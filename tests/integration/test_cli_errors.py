@@ -28,6 +28,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "show": ["s1"],
     "watch": ["s1", "--timeout", "1"],
     "interrupts": ["--json"],
+    "sessions": ["--json"],
     "demo": ["--yes"],
     "notify": ["--webhook", "http://127.0.0.1:1/hook"],
 }

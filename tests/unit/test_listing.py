@@ -9,6 +9,7 @@ import pytest
 from parley.cli.transcript import format_transcript
 from parley.dispatcher.core import AppInfo, Listing, effect_from_dict, effect_to_dict
 from parley.dispatcher.core.effects import listing_move
+from parley.inbox import merge
 from parley.schemas.keys import Keys
 from parley.schemas.listing import (
     MAX_INDEXED_PAIRS,
@@ -21,7 +22,6 @@ from parley.schemas.listing import (
     metadata_pairs,
     session_of_member,
 )
-from parley.inbox import merge
 from parley.schemas.state import Core, SessionState
 from parley.schemas.view import show
 from parley.sessions import STATUS_DRIVER, SessionFilter, bounds, choose_driver, decode_cursor, encode_cursor

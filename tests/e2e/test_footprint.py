@@ -48,6 +48,8 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
     ours = {k for k in global_keys if k.startswith("parley:")}
     assert ours <= {"parley:config", "parley:dispatchers", "parley:engine:key", "parley:feed",
                     "parley:inputs", "parley:results", "parley:stats", "parley:deadlines",
-                    "parley:interrupts", "parley:interrupts:info"} | {
+                    "parley:interrupts", "parley:interrupts:info",
+                    # the list of sessions: one set per status (and one per metadata pair in use)
+                    "parley:sessions:active", "parley:sessions:parked", "parley:sessions:closed"} | {
         k for k in ours if k.startswith(("parley:lease:", "parley:worker:", "parley:took:"))}, sorted(ours)
     assert len(global_keys - ours) < 15, sorted(global_keys - ours)

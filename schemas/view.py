@@ -25,7 +25,6 @@ def show(state: SessionState) -> dict[str, Any]:
         # open with no interrupt waiting (active), open with one (parked), or closed: the
         # session's place in the list of sessions (schemas/listing.py)
         "status": listing_status(core).value,
-        "created_at": core.created_at,
         "closed_at": core.closed_at,
         "head": core.head,
         "parked": bool(parking(core, state.messages.get, core.head)) if core.head else any(

@@ -42,7 +42,8 @@ def exact(r: redis.Redis, names: list[str]) -> bool:
         raw = r.hget(KEYS.meta(name), "core")
         assert raw is not None
         want |= listing_entries(KEYS, Core.model_validate_json(raw))
-    held = {(k.decode(), m.decode()) for k in r.scan_iter(match="parley:sessions:*") for m in r.zrange(k, 0, -1)}
+    held = {(k.decode(), m.decode())
+            for k in r.scan_iter(match="parley:sessions:*") for m in r.zrange(k, 0, -1)}
     return held == want
 
 

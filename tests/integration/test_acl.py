@@ -571,7 +571,8 @@ def test_reader_lists_sessions_with_every_filter(acl: AclRedis, reader: redis.Re
         tick(make_dispatcher(dispatcher), 1)
     client = Client(reader)
     assert [row.session for row in client.sessions().items] == ["acl-l"]
-    assert [row.session for row in client.sessions("active", {"team": "a"}, created_after=0).items] == ["acl-l"]
+    active = client.sessions("active", {"team": "a"}, created_after=0)
+    assert [row.session for row in active.items] == ["acl-l"]
     assert client.sessions("closed").items == []
     assert acl.denials() == []
 

@@ -498,7 +498,11 @@ def _rebuild_sessions(ctx: click.Context, with_filters: Any) -> None:
 
     if with_filters:
         raise click.UsageError("--rebuild takes no filter nor cursor: it lists every session")
-    report = rebuild(_connect(ctx), Keys(ctx.obj["prefix"]))
+    try:
+        report = rebuild(_connect(ctx), Keys(ctx.obj["prefix"]))
+    except redis.exceptions.NoPermissionError as err:
+        raise click.ClickException(f"this login may not rebuild the list ({err}): it needs SCAN, which "
+                                   "no Parley login has; run it with an administrator's") from None
     click.echo(f"listed {report.listed} of {report.scanned} sessions"
                + (f"; {report.busy} changing under the rebuild are listed by their own transitions"
                   if report.busy else ""))

@@ -334,3 +334,11 @@ def test_the_rebuild_command_says_what_it_listed(redis_server: Any, r: redis.Red
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "listed 3 of 3 sessions"
     assert len(client.sessions().items) == 3
+
+
+def test_a_rebuild_by_a_login_that_may_not_scan_says_so(redis_server: Any, r: redis.Redis) -> None:
+    r.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-scan"])
+    url = redis_server.url.replace("redis://", "redis://reader:pw@")
+    out = parley(url, "sessions", "--rebuild")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "needs SCAN" in out.stderr and "administrator" in out.stderr

@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, seven scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, nine scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -14,6 +14,7 @@
    open interrupts
 8. The soak: 10,000 sessions run to their end, closed (idle) and expired: Redis memory before
    and after, and their keys left
+9. The list of sessions: a page of `parley sessions` (each filter) at 1,000 / 100,000 sessions
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -46,6 +47,8 @@ from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_f
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.inbox import QUERIES, listing_rows
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
+from bench.sessions import QUERY_NAMES as SESSION_QUERIES
+from bench.sessions import listing_rows as session_rows
 from bench.soak import soak_row
 from bench.sweep import backlog_row
 from parley.dispatcher.enqueue import RECORD_INFLIGHT
@@ -593,6 +596,18 @@ def scenario_8(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
     save(args, out)
 
 
+def scenario_9(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    why = out_of_time(args, "scenario 9")
+    if why:
+        out["scenario_9"] = [{"sessions": n, "skipped": why} for n in args.list_sizes]
+        return
+    log(f"scenario 9: the list of sessions at {', '.join(ints(args.list_sizes))} sessions, "
+        f"{args.list_pages} pages of {args.list_limit} per filter")
+    out["scenario_9"] = session_rows(workdir / "s9", args.list_sizes, args.list_pages, args.list_limit,
+                                     dist=dist, log=log)
+    save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -800,6 +815,21 @@ def report(out: dict[str, Any]) -> str:
                          r["used_memory_before"], r["used_memory_run"], r["used_memory_after"],
                          r["used_memory_growth_pct"], r["session_keys_left"]])
         lines.append(table(hdr, rows))
+    s9 = out.get("scenario_9", [])
+    if s9:
+        lines.append("")
+        lines.append("9. The list of sessions: one page (`Client.sessions`, "
+                     f"{s9[0].get('limit', '?')} rows) per filter, ms p50/p99, and Redis commands per page")
+        hdr = ["sessions", "fill s", *(f"{q} ms" for q in SESSION_QUERIES), "commands/page"]
+        rows = []
+        for r in s9:
+            if "skipped" in r:
+                rows.append(skipped_row([r["sessions"]], len(hdr), r["skipped"]))
+                continue
+            per_page = sorted({r[q]["redis_commands_per_page"] for q in SESSION_QUERIES})
+            rows.append([r["sessions"], r["fill_s"], *(pq(r[q]["page_ms"]) for q in SESSION_QUERIES),
+                         "-".join(fmt(x) for x in (per_page[0], per_page[-1]))])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -890,7 +920,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -922,6 +952,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--soak-chunk", type=int, default=1000, help="scenario 8 sessions run at a time")
     ap.add_argument("--soak-idle-timeout", type=int, default=20,
                     help="scenario 8 dispatcher's --idle-timeout: how sessions get closed")
+    ap.add_argument("--list-sizes", default="1000,100000", help="scenario 9 sessions listed")
+    ap.add_argument("--list-pages", type=int, default=100, help="scenario 9 pages walked per filter")
+    ap.add_argument("--list-limit", type=int, default=50, help="scenario 9 rows per page")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -936,6 +969,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.backlog_jobs, args.backlog_ticks, args.backlog_lost = 500, 20, 5
         args.inbox_sizes, args.inbox_pages = "100,300", 5
         args.soak_sessions, args.soak_chunk, args.soak_idle_timeout = 200, 100, 3
+        args.list_sizes, args.list_pages = "100,300", 5
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -943,6 +977,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.scaling_dispatchers = parse_ints(args.scaling_dispatchers)
     args.scaling_workers = parse_ints(args.scaling_workers)
     args.inbox_sizes = parse_ints(args.inbox_sizes)
+    args.list_sizes = parse_ints(args.list_sizes)
     args.only = set(args.only.split(","))
     return args
 
@@ -980,6 +1015,8 @@ def main(argv: list[str] | None = None) -> int:
         # before 4 too: the soak is the lifecycle's one check of memory over a whole life
         if "8" in args.only:
             scenario_8(args, workdir, out)
+        if "9" in args.only:
+            scenario_9(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

@@ -27,6 +27,7 @@ from parley.dispatcher.core.effects import (
     Idle,
     IndexAdd,
     IndexRemove,
+    Listing,
     Report,
     Retire,
     Spawn,
@@ -36,6 +37,7 @@ from parley.dispatcher.engine_key import EngineKey
 from parley.dispatcher.store import load_script
 from parley.schemas.jobs import JOBS, job_id
 from parley.schemas.keys import Keys
+from parley.schemas.listing import listing_member
 from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields
 
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
@@ -150,6 +152,8 @@ class Outbox:
                         pipe.zrem(self.keys.idle, session)
                     else:
                         pipe.zadd(self.keys.idle, {session: fx.at})
+                case Listing():
+                    self._listing(pipe, session, fx)
                 case _:
                     assert_never(fx)
         pipe.hdel(self.keys.outbox(session), *[fx.seq for fx in effects])
@@ -212,6 +216,23 @@ class Outbox:
         k = self.keys
         pipe.eval(RETIRE, 6, k.meta(session), k.messages(session), k.events(session), k.archive,
                   k.expiring, k.idle, session, fx.closed_at, fx.expires_at, self.archive_maxlen)
+
+    def _listing(self, pipe: Any, session: str, fx: Listing) -> None:
+        """Move the session's member between the list of sessions' sets (schemas/listing.py):
+        out of the sets it left, into those it entered. ZREM and ZADD do nothing the second
+        time, so a flush replayed after a crash leaves the same sets."""
+        k = self.keys
+        member = listing_member(fx.created_at, session)
+        left = [k.sessions_of_metadata(key, value) for key, value in fx.removed]
+        entered = [k.sessions_of_metadata(key, value) for key, value in fx.added]
+        if fx.before != fx.after:
+            if fx.before is not None:
+                left.append(k.sessions_of_status(fx.before))
+            entered.append(k.sessions_of_status(fx.after))
+        for name in left:
+            pipe.zrem(name, member)
+        for name in entered:
+            pipe.zadd(name, {member: 0})
 
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's creation and first message, one input: a spawn either makes its own

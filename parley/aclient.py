@@ -5,7 +5,7 @@ wait for Redis.
 """
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Literal, overload
 
 from redis.asyncio import Redis
@@ -30,6 +30,8 @@ from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
+from parley.sessions import SessionFilter, SessionPage
+from parley.sessions import page_steps as session_page_steps
 
 
 async def run_steps(redis: Redis, steps: Steps) -> Any:
@@ -156,3 +158,12 @@ class AsyncClient:
         rows: list[dict[str, Any]] = await run_steps(self.redis, every_row_steps(self.keys,
                                                                                 where or InterruptFilter()))
         return rows
+
+    async def sessions(self, status: str | Iterable[str] | None = None,
+                       metadata: Mapping[str, Any] | None = None, created_after: int | None = None,
+                       created_before: int | None = None, *, limit: int = DEFAULT_LIMIT,
+                       cursor: str | None = None, newest_first: bool = False) -> SessionPage:
+        """One page of the list of sessions (see `Client.sessions`)."""
+        where = SessionFilter.of(status, metadata, created_after, created_before, newest_first)
+        page: SessionPage = await run_steps(self.redis, session_page_steps(self.keys, where, limit, cursor))
+        return page

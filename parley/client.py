@@ -4,7 +4,7 @@ A thin I/O shell over parley/producer.py, which `AsyncClient` (parley/aclient.py
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, overload
 
 from redis import Redis
@@ -29,6 +29,8 @@ from parley.schemas.events import Event
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
+from parley.sessions import SessionFilter, SessionPage
+from parley.sessions import page_steps as session_page_steps
 
 
 class Client:
@@ -154,3 +156,15 @@ class Client:
         steps = every_row_steps(self.keys, where or InterruptFilter())
         rows: list[dict[str, Any]] = run_steps(self.redis, steps)
         return rows
+
+    def sessions(self, status: str | Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None,
+                 created_after: int | None = None, created_before: int | None = None, *,
+                 limit: int = DEFAULT_LIMIT, cursor: str | None = None,
+                 newest_first: bool = False) -> SessionPage:
+        """One page of the list of sessions (docs/operations.md, "The list of sessions"): by
+        status (`active`, `parked`, `closed`; one or several; default all), by metadata pairs, by
+        creation time (Unix ms, exclusive bounds), oldest first unless `newest_first`. O(log n +
+        page) reads, whatever the number of sessions. ValueError for a bad filter or cursor."""
+        where = SessionFilter.of(status, metadata, created_after, created_before, newest_first)
+        page: SessionPage = run_steps(self.redis, session_page_steps(self.keys, where, limit, cursor))
+        return page

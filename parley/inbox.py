@@ -121,6 +121,19 @@ def index_member_of(member: str, driver: Driver) -> str:
 
 # ---- cursors ------------------------------------------------------------------------------------
 
+def encode_token(value: Any) -> str:
+    """A cursor's text: its JSON, base64url without padding (shared with parley/sessions.py)."""
+    return base64.urlsafe_b64encode(orjson.dumps(value)).decode().rstrip("=")
+
+
+def decode_token(text: str) -> Any:
+    """The JSON of a cursor's text; ValueError, saying what to pass, when it is not one."""
+    try:
+        return orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (binascii.Error, ValueError, TypeError) as err:
+        raise ValueError(f"invalid cursor {text[:40]!r}: pass back a cursor a listing returned") from err
+
+
 @dataclass(frozen=True, slots=True)
 class Cursor:
     driver: Driver
@@ -128,15 +141,14 @@ class Cursor:
     fingerprint: list[str | None]
 
     def encode(self) -> str:
-        raw = orjson.dumps({"d": self.driver.value, "a": self.after, "f": self.fingerprint})
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return encode_token({"d": self.driver.value, "a": self.after, "f": self.fingerprint})
 
     @classmethod
     def decode(cls, text: str, flt: InterruptFilter) -> "Cursor":
+        value = decode_token(text)
         try:
-            value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
             cursor = cls(Driver(value["d"]), str(value["a"]), list(value["f"]))
-        except (binascii.Error, ValueError, KeyError, TypeError) as err:
+        except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"invalid cursor {text[:40]!r}: pass back a cursor a listing returned") from err
         if cursor.fingerprint != flt.fingerprint():
             raise ValueError("the cursor belongs to a listing with another filter "
@@ -187,10 +199,10 @@ def plan(keys: Keys, flt: InterruptFilter, driver: Driver, after: str | None) ->
     return Plan(driver, sets, low, high)
 
 
-def merge(batches: Sequence[Sequence[str]], n: int) -> tuple[list[str], bool]:
-    """The first `n` members of sorted batches, each the first `n` of its set after the cursor;
-    and whether every set is exhausted past them."""
-    union = sorted(set().union(*batches))
+def merge(batches: Sequence[Sequence[str]], n: int, reverse: bool = False) -> tuple[list[str], bool]:
+    """The first `n` members of sorted batches, each the first `n` of its set after the cursor
+    (in descending order with `reverse`); and whether every set is exhausted past them."""
+    union = sorted(set().union(*batches), reverse=reverse)
     merged = union[:n]
     return merged, all(len(b) < n for b in batches) and len(merged) == len(union)
 

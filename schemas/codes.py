@@ -126,6 +126,8 @@ class EffectKind(StrEnum):
     RETIRE = "retire"
     #: an open session's idle time moved: when it may be closed as idle (or never, for now)
     IDLE = "idle"
+    #: move the session in the list of sessions (created, parked, active again, closed)
+    LISTING = "listing"
 
 
 class SessionStatus(StrEnum):

@@ -7,6 +7,7 @@ and expiry removes exactly what the core says was added. Members are
 is one ZRANGE BYLEX after a cursor, O(log n + page).
 """
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -49,8 +50,10 @@ def session_of_member(member: str) -> str:
 
 
 def metadata_value(value: Any) -> str | None:
-    """The indexed text of a metadata value, or None when the value is not indexed. JSON's
-    spelling, so `true`, `1` and `"1"` stay apart: a string is itself, anything else its JSON."""
+    """The indexed text of a metadata value, or None when the value is not indexed: a string
+    is itself, an integer its digits, a boolean `true`/`false`. A listing matches text, so the
+    string "1" and the integer 1 are listed under the same pair (what `--meta KEY=VALUE`, typed
+    as text, expects)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -74,11 +77,36 @@ def metadata_pairs(metadata: dict[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """Where a session is listed, without key names: its status set and its metadata pairs'
+    sets, all with the member of its creation time and id. The pure core compares it before
+    and after a transition (turns.finish); the shell turns it into keys (`entries`)."""
+
+    session: str
+    created_at: int
+    status: ListingStatus
+    metadata: tuple[tuple[str, str], ...]
+
+    @property
+    def member(self) -> str:
+        return listing_member(self.created_at, self.session)
+
+    def entries(self, keys: Keys) -> set[tuple[str, str]]:
+        """The (sorted set, member) pairs of this listing."""
+        out = {(keys.sessions_of_status(self.status), self.member)}
+        out.update((keys.sessions_of_metadata(k, v), self.member) for k, v in self.metadata)
+        return out
+
+
+def listed(core: Core | None) -> Listed | None:
+    """Where the session is listed (None before it exists)."""
+    if core is None:
+        return None
+    return Listed(core.session, core.created_at, listing_status(core), tuple(metadata_pairs(core.metadata)))
+
+
 def listing_entries(keys: Keys, core: Core | None) -> set[tuple[str, str]]:
     """The (sorted set, member) pairs the session is listed under (none before it exists)."""
-    if core is None:
-        return set()
-    member = listing_member(core.created_at, core.session)
-    out = {(keys.sessions_of_status(listing_status(core)), member)}
-    out.update((keys.sessions_of_metadata(k, v), member) for k, v in metadata_pairs(core.metadata))
-    return out
+    where = listed(core)
+    return set() if where is None else where.entries(keys)

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from parley.schemas.listing import listing_status
 from parley.schemas.state import SessionState
 from parley.schemas.tree import parking
 
@@ -21,6 +22,10 @@ def show(state: SessionState) -> dict[str, Any]:
     messages = creation_order(state.messages)
     return {
         "session": core.session,
+        # open with no interrupt waiting (active), open with one (parked), or closed: the
+        # session's place in the list of sessions (schemas/listing.py)
+        "status": listing_status(core).value,
+        "closed_at": core.closed_at,
         "head": core.head,
         "parked": bool(parking(core, state.messages.get, core.head)) if core.head else any(
             i.anchor is None for i in core.interrupts.values()),

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from parley.schemas.codes import CloseReason, EffectKind
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind
+from parley.schemas.listing import Listed, ListingStatus
 from parley.schemas.results import WorkOutcome
 
 
@@ -178,8 +179,35 @@ class Idle:
     at: int | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listing:
+    """The session moved in the list of sessions (`parley sessions`): created, parked, active
+    again, closed. The shell takes its member out of the sets it left and into those it
+    entered (schemas/listing.py names them); emitted only when something of it changed."""
+
+    seq: int
+    op: EffectKind = dataclasses.field(default=EffectKind.LISTING, init=False)
+    #: the member's creation time (with the session, its member in every set)
+    created_at: int
+    #: the status set it leaves (None: it was not listed, the session is new) and enters
+    before: ListingStatus | None
+    after: ListingStatus
+    #: metadata pairs (key, value) whose sets it enters and leaves
+    added: tuple[tuple[str, str], ...] = ()
+    removed: tuple[tuple[str, str], ...] = ()
+
+
+def listing_move(seq: int, before: Listed | None, after: Listed) -> Listing:
+    """The move from where the session was listed (None: nowhere) to where it is now."""
+    was = set(before.metadata) if before is not None else set()
+    now = set(after.metadata)
+    status_before = before.status if before is not None else None
+    return Listing(seq=seq, created_at=after.created_at, before=status_before, after=after.status,
+                   added=tuple(sorted(now - was)), removed=tuple(sorted(was - now)))
+
+
 Effect = (Enqueue | Cancel | IndexAdd | IndexRemove | Spawn | Report | Stat | Close | DeadlineAdd
-          | DeadlineRemove | Retire | Idle)
+          | DeadlineRemove | Retire | Idle | Listing)
 
 #: The class of each effect kind (what `effect_from_dict` builds).
 EFFECT_TYPES: dict[EffectKind, type[Effect]] = {
@@ -187,6 +215,7 @@ EFFECT_TYPES: dict[EffectKind, type[Effect]] = {
     EffectKind.INDEX_REMOVE: IndexRemove, EffectKind.SPAWN: Spawn, EffectKind.REPORT: Report,
     EffectKind.STAT: Stat, EffectKind.CLOSE: Close, EffectKind.DEADLINE_ADD: DeadlineAdd,
     EffectKind.DEADLINE_REMOVE: DeadlineRemove, EffectKind.RETIRE: Retire, EffectKind.IDLE: Idle,
+    EffectKind.LISTING: Listing,
 }
 
 
@@ -220,6 +249,11 @@ def effect_from_dict(value: dict[str, Any]) -> Effect:
         known["job"] = JobKind(known["job"])
     if kind is EffectKind.CLOSE:
         known["reason"] = CloseReason(known["reason"])
+    if kind is EffectKind.LISTING:
+        known["before"] = None if known.get("before") is None else ListingStatus(known["before"])
+        known["after"] = ListingStatus(known["after"])
+        for name in ("added", "removed"):
+            known[name] = tuple((str(k), str(v)) for k, v in known.get(name, ()))
     if kind is EffectKind.SPAWN:
         known["parent"] = ParentLink.model_construct(**known["parent"])  # checked by the child
     elif kind is EffectKind.REPORT:

@@ -15,6 +15,7 @@ from parley.dispatcher.core.effects import Cancel, Effect, Enqueue
 from parley.schemas import tree
 from parley.schemas.codes import DropReason, InputOutcome
 from parley.schemas.jobs import JobKind
+from parley.schemas.listing import Listed, listed
 from parley.schemas.state import Core, SessionState, Turn
 from parley.schemas.view import public_message
 
@@ -53,6 +54,8 @@ class Tx:
         self.added: dict[str, dict[str, Any]] = {}
         self.out = Transition(state=SessionState(core=None, messages={}, applied=dict(state.applied)))
         self.held_before = self.held_count()
+        # where the session is in the list of sessions, for the move turns.finish emits
+        self.listed_before: Listed | None = listed(self.core)
 
     @property
     def c(self) -> Core:

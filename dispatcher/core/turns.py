@@ -5,10 +5,11 @@ deciding trigger, no open interrupt. A sub-agent's child reports to its parent t
 """
 
 from parley.dispatcher.core.decisions import pump
-from parley.dispatcher.core.effects import Stat
+from parley.dispatcher.core.effects import Stat, listing_move
 from parley.dispatcher.core.retention import track_idle
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.work import report
+from parley.schemas.listing import listed
 
 
 def finish(tx: Tx) -> Transition:
@@ -19,8 +20,19 @@ def finish(tx: Tx) -> Transition:
         delta = tx.held_count() - tx.held_before
         if delta:  # the fleet-wide gauge of held decisions, kept exactly by the outbox
             tx.effect(Stat(seq=tx.next_seq(), field="held", delta=delta))
+        list_session(tx)
         track_idle(tx)
     return tx.result()
+
+
+def list_session(tx: Tx) -> None:
+    """Keep the list of sessions (`parley sessions`) exact: when this transition created the
+    session or changed its listing status (an interrupt opened: parked; the last one answered:
+    active; closed), the outbox moves it, in the MULTI of its other effects. A transition that
+    changes nothing of the listing asks for nothing."""
+    after = listed(tx.core)
+    if after is not None and after != tx.listed_before:
+        tx.effect(listing_move(tx.next_seq(), tx.listed_before, after))
 
 
 def complete_turns(tx: Tx) -> None:

@@ -512,6 +512,83 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
         click.echo(f"next page: --cursor {next_cursor}")
 
 
+def _meta_pair(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for text in values:
+        key, eq, value = text.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{text!r} is not KEY=VALUE")
+        if key in pairs and pairs[key] != value:
+            raise click.BadParameter(f"{key!r} is given twice with different values: no session has both")
+        pairs[key] = value
+    return pairs
+
+
+@cli.command()
+@click.option("--status", "statuses", multiple=True, type=click.Choice(["active", "parked", "closed"]),
+              help="Only sessions in this status (repeat for several; default: all). active: open, "
+                   "no interrupt waiting; parked: open, an interrupt waiting; closed.")
+@click.option("--meta", "metadata", multiple=True, callback=_meta_pair, metavar="KEY=VALUE",
+              help="Only sessions created with this metadata value (repeat: all of them). Top-level "
+                   "string, integer and boolean values are indexed, matched as text.")
+@click.option("--older-than", type=click.FloatRange(0), default=None,
+              help="Only sessions created more than this many seconds ago.")
+@click.option("--newer-than", type=click.FloatRange(0), default=None,
+              help="Only sessions created less than this many seconds ago.")
+@click.option("--newest-first", is_flag=True, help="Newest first (default: oldest first).")
+@click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=DEFAULT_LIMIT, show_default=True,
+              help="At most this many rows; the cursor of the next page is printed after them.")
+@click.option("--cursor", default=None, help="The page after the one that printed this cursor.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object {items, cursor}, for scripts.")
+@click.option("--rebuild", is_flag=True,
+              help="Instead of listing: list the sessions an older release created, once after "
+                   "upgrading (SCAN in steps; needs a login that may SCAN).")
+@click.pass_context
+def sessions(ctx: click.Context, statuses: tuple[str, ...], metadata: dict[str, str],
+             older_than: float | None, newer_than: float | None, newest_first: bool, limit: int,
+             cursor: str | None, as_json: bool, rebuild: bool) -> None:
+    """List sessions by status, metadata and age, oldest first, one page at a time: each page
+    costs the same however many sessions there are."""
+    if rebuild:
+        _rebuild_sessions(ctx, statuses or metadata or older_than or newer_than or cursor)
+        return
+    now_ms = int(time.time() * 1000)
+    try:
+        page = _client(ctx).sessions(
+            statuses or None, metadata, None if newer_than is None else now_ms - int(newer_than * 1000),
+            None if older_than is None else now_ms - int(older_than * 1000),
+            limit=limit, cursor=cursor, newest_first=newest_first)
+    except ValueError as err:  # a bad cursor, or a --meta pair no session is listed under
+        raise click.BadParameter(str(err), param_hint="--cursor" if "cursor" in str(err) else "--meta") \
+            from None
+    if as_json:
+        click.echo(orjson.dumps({"items": [row.model_dump(mode="json") for row in page.items],
+                                 "cursor": page.cursor}).decode())
+        return
+    for row in page.items:
+        age = (now_ms - row.created_at) / 1000
+        meta = orjson.dumps(row.metadata).decode() if row.metadata else ""
+        click.echo(f"{row.session}\t{row.status}\tcreated {age:.0f}s ago\t{meta}".rstrip("\t"))
+    if page.cursor is not None:
+        click.echo(f"next page: --cursor {page.cursor}")
+
+
+def _rebuild_sessions(ctx: click.Context, with_filters: Any) -> None:
+    from parley.dispatcher.sessions_rebuild import rebuild
+    from parley.schemas.keys import Keys
+
+    if with_filters:
+        raise click.UsageError("--rebuild takes no filter nor cursor: it lists every session")
+    try:
+        report = rebuild(_connect(ctx), Keys(ctx.obj["prefix"]))
+    except redis.exceptions.NoPermissionError as err:
+        raise click.ClickException(f"this login may not rebuild the list ({err}): it needs SCAN, which "
+                                   "no Parley login has; run it with an administrator's") from None
+    click.echo(f"listed {report.listed} of {report.scanned} sessions"
+               + (f"; {report.busy} changing under the rebuild are listed by their own transitions"
+                  if report.busy else ""))
+
+
 @cli.command()
 @click.option("--webhook", "url", envvar="PARLEY_WEBHOOK_URL", required=True,
               help="POST each feed entry here as JSON (env PARLEY_WEBHOOK_URL).")

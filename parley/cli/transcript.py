@@ -1,12 +1,17 @@
 """The text form of `parley show`: a session's message tree, open interrupts and pending work."""
 
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 
 def format_transcript(view: dict[str, Any]) -> str:
-    lines = [f"session {view['session']}  head={view['head']}  parked={view['parked']}"]
+    status = view["status"]
+    if view.get("closed_at") is not None:
+        closed = datetime.fromtimestamp(view["closed_at"] / 1000, tz=UTC).isoformat(timespec="seconds")
+        status += f" (at {closed})"
+    lines = [f"session {view['session']}  status={status}  head={view['head']}  parked={view['parked']}"]
     children: dict[str | None, list[dict[str, Any]]] = {}
     for m in view["messages"]:
         children.setdefault(m["parent_id"], []).append(m)

@@ -609,6 +609,19 @@ def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.
     assert acl.denials() == []
 
 
+def test_reader_lists_sessions_with_every_filter(acl: AclRedis, reader: redis.Redis, producer: redis.Redis,
+                                                 dispatcher: redis.Redis) -> None:
+    Client(producer).send("acl-l", {"type": "session.create", "metadata": {"team": "a"}})
+    for _ in range(3):
+        tick(make_dispatcher(dispatcher), 1)
+    client = Client(reader)
+    assert [row.session for row in client.sessions().items] == ["acl-l"]
+    active = client.sessions("active", {"team": "a"}, created_after=0)
+    assert [row.session for row in active.items] == ["acl-l"]
+    assert client.sessions("closed").items == []
+    assert acl.denials() == []
+
+
 @pytest.mark.parametrize("attempt", [
     pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
     pytest.param(lambda r: r.hset(KEYS.meta("acl-r"), "ver", 9), id="write-meta"),

@@ -30,6 +30,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "watch": ["s1", "--timeout", "1"],
     "interrupts": ["--json"],
     "export": ["s1"],
+    "sessions": ["--json"],
     "demo": ["--yes"],
     "notify": ["--webhook", "http://127.0.0.1:1/hook"],
 }

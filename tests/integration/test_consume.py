@@ -24,6 +24,7 @@ from parley.dispatcher.entries import Prepared
 from parley.dispatcher.leases import get_partitions
 from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.listing import listing_member
 from parley.schemas.signing import Keyring, signed_fields
 from parley.workers.app import load_app
 from tests.integration.conftest import (
@@ -220,7 +221,9 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
     assert [e["type"] for e in committed] == ["session.created", "message.created", "llm.started"]
     assert r.hget(KEYS.meta("s-6"), "ver") == b"1"
     assert queue_ids(r, "llm") == []
-    assert len(d1.store.pending_effects("s-6")) == 1
+    # the job and the session's listing (created, active): neither done yet
+    assert [fx.op for fx in d1.store.pending_effects("s-6")] == ["enqueue", "listing"]
+    assert r.zcard(KEYS.sessions_of_status("active")) == 0
     assert pending_count(r, INPUTS) == 1
 
     r.delete(KEYS.lease(0))  # d1 is dead: its lease lapses
@@ -231,6 +234,8 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
     assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]  # the left-over job, once
     assert fetch(r, job_id("s-6", "llm-1", 1)).func_name == "parley.workers.jobs.run_llm"
     assert r.hlen(KEYS.outbox("s-6")) == 0
+    created = orjson.loads(r.hget(KEYS.meta("s-6"), "core"))["created_at"]
+    assert r.zrange(KEYS.sessions_of_status("active"), 0, -1) == [listing_member(created, "s-6").encode()]
     assert r.xlen(INPUTS) == 0 and pending_count(r, INPUTS) == 0
     assert r.hget(KEYS.meta("s-6"), "ver") == b"1"
 
@@ -252,7 +257,8 @@ def test_outbox_written_before_typed_effects_is_flushed_as_it_was_meant(
     send(r, "s-old", {"type": "message.create", "content": "from before"})
     with pytest.raises(pytest.fail.Exception):
         tick(d1)
-    [(seq, raw)] = r.hgetall(KEYS.outbox("s-old")).items()
+    [(seq, raw)] = [(k, v) for k, v in r.hgetall(KEYS.outbox("s-old")).items()
+                    if orjson.loads(v)["op"] == "enqueue"]  # besides: the listing of the new session
     new = orjson.loads(raw)
     jid = job_id("s-old", "llm-1", 1)
     args = {"session": "s-old", "work": new["work"], "attempt": new["attempt"], "reply_to": new["reply_to"],
@@ -923,7 +929,7 @@ def test_lease_lost_in_the_middle_of_a_wave_leaves_the_rest_to_the_next_owner(
     # l-a's first entry is committed, but d1 no longer holds the partition: the settle is fenced,
     # so nothing is flushed or acknowledged (the next owner's replay flushes it, once)
     assert types(r, "l-a") == ["session.created", "message.created", "llm.started"]
-    assert queue_ids(r, "llm") == [] and r.hlen(KEYS.outbox("l-a")) == 1
+    assert queue_ids(r, "llm") == [] and r.hlen(KEYS.outbox("l-a")) == 2  # its job and its listing
     assert events(r, "l-b") == [] and events(r, "l-c") == []
     pending = r.xpending_range(INPUTS, Keys.GROUP, "-", "+", 10)
     assert sorted(p["message_id"].decode() for p in pending) == sorted(
@@ -978,7 +984,8 @@ def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
     send(r, "r-1", message("two"))
     with pytest.raises(RuntimeError, match="killed between commit and flush"):
         tick(d1)
-    assert r.hlen(KEYS.outbox("r-1")) == 2 and queue_ids(r, "llm") == []
+    # two jobs, and the listing of the session the first message created
+    assert r.hlen(KEYS.outbox("r-1")) == 3 and queue_ids(r, "llm") == []
 
     r.delete(KEYS.lease(0))
     d2 = make_dispatcher(name="d2")

@@ -62,7 +62,7 @@ def test_I9_deadline_resumes_with_the_default_and_timed_out_true():
     assert s.ev("interrupt.resumed") | {"at": 0} == {
         "type": "interrupt.resumed", "at": 0, "interrupt_id": iid, "reason": "confirm",
         "request": {"q": "Send?"}, "payload": {"approved": False}, "delivered": True, "timed_out": True}
-    assert [f.op for f in tr.effects] == ["index_remove", "enqueue"]
+    assert [f.op for f in tr.effects] == ["index_remove", "enqueue", "listing"]  # active again
     assert isinstance(tr.effects[0], IndexRemove) and tr.effects[0].interrupt_id == iid
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
                          "interrupt_id": iid, "reason": "confirm", "request": {"q": "Send?"},

@@ -15,6 +15,7 @@ from parley.dispatcher.core import (
     Idle,
     IndexAdd,
     IndexRemove,
+    Listing,
     Report,
     Retire,
     Spawn,
@@ -28,6 +29,7 @@ from parley.schemas.codes import CloseReason, DropReason, EffectKind, IgnoreCode
 from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import ALLOWED_FUNCS, JOBS, KIND_OF_QUEUE, JobKind, job_id
+from parley.schemas.listing import ListingStatus
 from parley.schemas.llm import InvalidLlmReply, LlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.workers.jobs import JobFailure, check_response
@@ -51,6 +53,8 @@ ONE_OF_EACH: list[Effect] = [
     DeadlineRemove(seq=10, timer="call-1/timeout"),
     Retire(seq=11, closed_at=1_000, expires_at=2_000),
     Idle(seq=12, at=3_000),
+    Listing(seq=13, created_at=5, before=ListingStatus.ACTIVE, after=ListingStatus.PARKED,
+            added=(("team", "a"),), removed=(("team", "b"),)),
 ]
 
 

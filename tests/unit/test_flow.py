@@ -28,8 +28,9 @@ def test_session_create_fires_session_created_event_and_trigger():
     assert job.job == "decide" and JOBS[job.job].func == "parley.workers.jobs.run_decide"
     s.decide()
     assert s.types() == [] and s.deciding is None
-    assert s.show() == {"session": "s1", "head": None, "parked": False, "messages": [],
-                        "interrupts": [], "pending": [], "children": [], "parent": None}
+    assert s.show() == {"session": "s1", "status": "active", "closed_at": None, "head": None,
+                        "parked": False, "messages": [], "interrupts": [], "pending": [], "children": [],
+                        "parent": None}
 
 
 def test_session_create_on_existing_session_is_ignored_session_exists():

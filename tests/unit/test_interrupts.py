@@ -301,7 +301,7 @@ def test_I4_resume_proposes_at_most_one_llm_call():
     # the origin (message.created) proposes llm.call, and the interrupt voids the one just started
     s.decide([{"type": "llm.call"}, INTERRUPT], expect="message.created")
     assert s.types() == ["llm.started", "interrupt.raised", "llm.voided"]
-    assert [f.op for f in s.last.effects] == ["enqueue", "index_add", "cancel"]
+    assert [f.op for f in s.last.effects] == ["enqueue", "index_add", "cancel", "listing"]  # parked
     s.resume("int-1")
     assert s.proposed == [{"type": "llm.call"}]
     assert s.trigger["origin"]["type"] == "message.created"
@@ -533,7 +533,7 @@ def test_I9_resume_of_the_active_turn_delivers_interrupt_resumed_at_once():
         "request": {"q": "Send?"}, "payload": {"approved": True}, "delivered": True, "timed_out": False,
         "input": {"entry": "2-2", "type": "interrupt.resume", "interrupt_id": "int-1"},
     }  # an unsigned principal is not reported
-    assert [f.op for f in tr.effects] == ["index_remove", "enqueue"]
+    assert [f.op for f in tr.effects] == ["index_remove", "enqueue", "listing"]  # active again
     assert s.trigger == {"type": "interrupt.resumed", "session": "s1", "head": "msg-2",
                          "interrupt_id": "int-1", "reason": "confirm", "request": {"q": "Send?"},
                          "payload": {"approved": True}, "timed_out": False,

@@ -3,7 +3,12 @@
 import re
 
 # Producer-chosen session ids (docs/protocol.md, Inputs); ids the engine makes for sub-agents may reach 256.
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,256}$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,256}$")
+# A session id's tenant: the name before its first `/` (`acme/s-42` is tenant `acme`'s). Key
+# patterns of an ACL scope a login to one tenant (`parley:{acme/*}:*`), so a tenant's name holds
+# no glob character, no colon and no brace.
+TENANT_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+TENANT_SEP = "/"
 PRODUCER_SESSION_MAX = 128
 # Message, interrupt and call ids named by clients and apps: same alphabet, bounded.
 NAME_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -33,7 +38,16 @@ def call_of_deadline(timer: str) -> str | None:
     return timer.removesuffix(DEADLINE_SUFFIX) if timer.endswith(DEADLINE_SUFFIX) else None
 
 
+def tenant_of(session: str) -> str | None:
+    """The tenant a session id belongs to, or None (an id without `/`)."""
+    tenant, sep, _rest = session.partition(TENANT_SEP)
+    return tenant if sep else None
+
+
 def is_session_id(value: object, *, producer: bool = True) -> bool:
     if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
+        return False
+    tenant = tenant_of(value)
+    if tenant is not None and not TENANT_RE.fullmatch(tenant):
         return False
     return not producer or len(value) <= PRODUCER_SESSION_MAX or bool(CHILD_SUFFIX_RE.search(value))

@@ -29,7 +29,7 @@ class ParentLink(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,256}$")]
+    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,256}$")]
     call_id: Name
     attempt: int
     app: Annotated[str, Field(min_length=1, max_length=256)]
@@ -41,7 +41,7 @@ class CallRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,256}$")]
+    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,256}$")]
     call_id: Name
     attempt: int
 

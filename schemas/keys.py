@@ -59,6 +59,24 @@ class Keys:
         """The results stream of a session's work, partitioned like its inputs."""
         return self.results(partition_of(session, partitions), partitions)
 
+    # ---- producers (docs/protocol.md, "Writing inputs") ------------------------------------
+    @property
+    def producers(self) -> str:
+        """Hash: producer name -> JSON of its registration (its tenant, when scoped to one). Each
+        producer writes only its own input streams; dispatchers read every registered one."""
+        return f"{self.prefix}:producers"
+
+    def producer_inputs(self, producer: str, partition: int | None = None, partitions: int = 1) -> str:
+        """A producer's own input stream (its partition's, when partitioned): only that producer's
+        login may write it, so what it does to the stream (trim it, jam its ids) hurts it alone."""
+        base = f"{self.prefix}:in:{producer}"
+        return base if partitions <= 1 else f"{base}:{partition}"
+
+    def pending(self, producer: str) -> str:
+        """Hash: session -> a producer's inputs admitted by the submit function and not yet
+        applied (the per-session admission limit); decremented as the dispatcher acknowledges."""
+        return f"{self.prefix}:pending:{producer}"
+
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:inputs:rejected"

@@ -152,6 +152,9 @@ class CloseReason(StrEnum):
     ABANDONED = "abandoned"
     #: open with no transition for the dispatcher's --idle-timeout (the idle sweep closed it)
     IDLE = "idle"
+    #: a sub-agent's child reported its answer to its parent's call: nothing more can happen in
+    #: it (only the engine starts its turns), so it is closed, archived and expires like any other
+    REPORTED = "reported"
 
 
 class CallError(StrEnum):

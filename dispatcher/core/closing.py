@@ -33,12 +33,14 @@ def is_closed(core: Core | None) -> bool:
     return core is not None and core.status == SessionStatus.CLOSED
 
 
-def close_session(tx: Tx, reason: str, by: ClosedBy | None = None) -> None:
+def close_session(tx: Tx, reason: str, by: ClosedBy | None = None, *, by_parent: bool = False) -> None:
     """Stop everything the session runs and mark it closed: open calls (their queued jobs are
     taken off their queues, a running model call is stopped by its worker, children closed in
     turn), the decide in flight, queued and held triggers, open interrupts (out of the index
     and the deadlines, so nobody is asked to answer them). `by`: a client's close (None: the
-    engine's, from the parent that stopped waiting)."""
+    engine's). `by_parent`: the parent's call stopped waiting for this child and closes it, so
+    nothing is reported back; any other close of a child that has not reported fails its
+    parent's call at once (a client's, the idle sweep's)."""
     c = tx.c
     c.running_at_close = {w.id: w for w in c.work.values() if w.kind == "tool" and w.status == "running"}
     for w in list(c.work.values()):
@@ -56,9 +58,9 @@ def close_session(tx: Tx, reason: str, by: ClosedBy | None = None) -> None:
     c.interrupts.clear()
     # No turn completes: nothing of it ran to its end. The held gauge follows (turns.finish).
     c.turns.clear()
-    if by is not None and c.parent is not None and not c.reported:
-        # A sub-agent's child closed by a client: its parent's call still waits for a report,
-        # so it fails now rather than at its time limit.
+    if not by_parent and c.parent is not None and not c.reported:
+        # A sub-agent's child closed by anyone but its parent (a client, the idle sweep): the
+        # parent's call still waits for a report, so it fails now rather than at its time limit.
         c.reported = True
         work.post_report(tx, c.parent, ok=False, error=CallError.SUBAGENT_CLOSED, usage=dict(c.used))
     c.status = SessionStatus.CLOSED

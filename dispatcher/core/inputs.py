@@ -246,7 +246,7 @@ def _session_close(tx: Tx, inp: SessionClose, src: _Source) -> None:
     if not _is_child_of(tx.core, inp.parent):
         # A parent closes only its own call's child, never a session that took that id first.
         raise IgnoreInput(IgnoreCode.UNKNOWN_SESSION)
-    close_session(tx, inp.reason)
+    close_session(tx, inp.reason, by_parent=True)
 
 
 def _is_child_of(core: Core, call: CallRef) -> bool:

@@ -14,6 +14,7 @@ from parley.dispatcher.core import budgets, decisions, work
 from parley.dispatcher.core.closing import is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
+from parley.dispatcher.core.retention import retire
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.turns import finish
 from parley.schemas.actions import decision_from_app
@@ -63,6 +64,9 @@ def _record_late(tx: Tx, outcome: WorkOutcome) -> None:
     del tx.c.running_at_close[w.id]
     told = {"result": outcome.value} if outcome.ok else {"error": outcome.error or "tool failed"}
     tx.emit("tool.late", call_id=w.id, name=w.name, **told)
+    # the archive copied the session at its close: it is copied again with this result in it
+    # (same closed_at and expiry: an archive consumer replaces its copy)
+    retire(tx)
 
 
 def _deadline(tx: Tx, outcome: WorkOutcome) -> None:

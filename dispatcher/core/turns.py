@@ -4,11 +4,13 @@ A turn is complete when nothing of it is left: no open call, no queued, held or
 deciding trigger, no open interrupt. A sub-agent's child reports to its parent then.
 """
 
+from parley.dispatcher.core.closing import close_session
 from parley.dispatcher.core.decisions import pump
 from parley.dispatcher.core.effects import Stat, listing_move
 from parley.dispatcher.core.retention import track_idle
 from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.work import report
+from parley.schemas.codes import CloseReason
 from parley.schemas.listing import listed
 
 
@@ -46,4 +48,8 @@ def complete_turns(tx: Tx) -> None:
         if turn.id not in busy and not turn.held:
             del c.turns[turn.id]
             tx.emit("turn.completed", head=turn.tip)
-            report(tx, turn)
+            if report(tx, turn):
+                # A child that answered its parent runs nothing more (only the engine starts
+                # its turns): it is closed, so it is archived and expires like any session.
+                close_session(tx, CloseReason.REPORTED, by_parent=True)
+                return

@@ -222,16 +222,18 @@ def abandon(tx: Tx, w: Work) -> None:
         tx.cancel(JobKind.TOOL, w.id, w.attempt)
 
 
-def report(tx: Tx, turn: Turn) -> None:
-    """A child's first turn is over: settle the parent's call with its reply, once."""
+def report(tx: Tx, turn: Turn) -> bool:
+    """A child's first turn is over: settle the parent's call with its reply, once. True when
+    this reported."""
     c = tx.c
     if c.parent is None or c.reported or c.status == SessionStatus.CLOSED:
-        return
+        return False
     c.reported = True
     tip = tx.msg(turn.tip) or {}
     ok = turn.replied and tip.get("role") == "assistant"
     post_report(tx, c.parent, ok=ok, value=tip.get("content") if ok else None,
                 error=None if ok else CallError.SUBAGENT_FAILED, usage=dict(c.used))
+    return True
 
 
 def post_report(tx: Tx, parent: dict[str, Any], *, ok: bool, value: Any = None, error: str | None = None,

@@ -524,6 +524,15 @@ def _meta_pair(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
     return pairs
 
 
+def _sessions_hint(message: str) -> str:
+    """The option a `Client.sessions` error is about, by what its message names."""
+    for word, option in (("cursor", "--cursor"), ("status", "--status"), ("created_before", "--older-than"),
+                         ("created_after", "--newer-than"), ("limit", "--limit")):
+        if word in message:
+            return option
+    return "--meta"
+
+
 @cli.command()
 @click.option("--status", "statuses", multiple=True, type=click.Choice(["active", "parked", "closed"]),
               help="Only sessions in this status (repeat for several; default: all). active: open, "
@@ -553,14 +562,16 @@ def sessions(ctx: click.Context, statuses: tuple[str, ...], metadata: dict[str, 
         _rebuild_sessions(ctx, statuses or metadata or older_than or newer_than or cursor)
         return
     now_ms = int(time.time() * 1000)
+
+    def since(age_s: float | None) -> int | None:
+        # an age reaching back before 1970 is the start of time: every session is newer
+        return None if age_s is None else max(0, now_ms - int(age_s * 1000))
+
     try:
-        page = _client(ctx).sessions(
-            statuses or None, metadata, None if newer_than is None else now_ms - int(newer_than * 1000),
-            None if older_than is None else now_ms - int(older_than * 1000),
-            limit=limit, cursor=cursor, newest_first=newest_first)
+        page = _client(ctx).sessions(statuses or None, metadata, since(newer_than), since(older_than),
+                                     limit=limit, cursor=cursor, newest_first=newest_first)
     except ValueError as err:  # a bad cursor, or a --meta pair no session is listed under
-        raise click.BadParameter(str(err), param_hint="--cursor" if "cursor" in str(err) else "--meta") \
-            from None
+        raise click.BadParameter(str(err), param_hint=_sessions_hint(str(err))) from None
     if as_json:
         click.echo(orjson.dumps({"items": [row.model_dump(mode="json") for row in page.items],
                                  "cursor": page.cursor}).decode())

@@ -302,6 +302,11 @@ def test_the_command_pages_filters_and_prints_json_or_text(redis_server: Any,
     assert len(old["items"]) == len(filled) and old["cursor"] is None
     assert orjson.loads(parley(url, "sessions", "--newer-than", "60", "--json").stdout) == \
         {"items": [], "cursor": None}
+    # an age reaching back before 1970 is the start of time: nothing older, everything newer
+    assert orjson.loads(parley(url, "sessions", "--older-than", "1e12", "--json").stdout) == \
+        {"items": [], "cursor": None}
+    ancient = parley(url, "sessions", "--newer-than", "1e12", "--limit", "1000", "--json")
+    assert ancient.returncode == 0 and len(orjson.loads(ancient.stdout)["items"]) == len(filled)
     text = parley(url, "sessions", "--newest-first", "--limit", "2")
     lines = text.stdout.splitlines()
     newest = expected(filled, newest_first=True)
@@ -315,8 +320,8 @@ def test_the_command_pages_filters_and_prints_json_or_text(redis_server: Any,
     (["--meta", "team"], "not KEY=VALUE"),
     (["--meta", "=a"], "not KEY=VALUE"),
     (["--meta", "team=a", "--meta", "team=b"], "given twice"),
-    (["--meta", "team=" + "x" * 200], "not indexed"),
-    (["--cursor", "garbage"], "invalid cursor"),
+    (["--meta", "team=" + "x" * 200], "Invalid value for --meta: "),
+    (["--cursor", "garbage"], "Invalid value for --cursor: invalid cursor"),
     (["--limit", "0"], "--limit"),
     (["--rebuild", "--status", "active"], "--rebuild takes no filter"),
 ])

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from parley.dispatcher.core import AppInfo, Close, IndexRemove, Report, ToolInfo
+from parley.dispatcher.core import AppInfo, Close, IndexRemove, Report, Retire, ToolInfo
 from parley.schemas.codec import InputError
 from parley.schemas.ids import subagent_deadline
 
@@ -119,7 +119,12 @@ def test_running_tools_are_cancelled_and_their_results_recorded_late_once_never_
     assert (late["call_id"], late["name"], late["error"]) == (second, "send_email", "smtp down")
     assert "result" not in late
     # never applied: no tool message, no trigger, no job, and each is recorded once
-    assert sim.state.messages == messages and sim.last.effects == []
+    # (the one effect: the archive gets the session again, with the late result in it, at the
+    # same closed_at and expiry)
+    assert sim.state.messages == messages
+    [retire] = sim.last.effects
+    assert isinstance(retire, Retire) and (retire.closed_at, retire.expires_at) == (
+        sim.core.closed_at, sim.core.closed_at + sim.lifecycle.retention_ms)
     sim.finish_tool(first, "again", attempt=1)
     assert sim.last.events == [] and sim.last.dropped == "session_closed"
     assert sim.core.running_at_close == {}
@@ -133,7 +138,8 @@ def test_a_running_tool_whose_worker_dies_after_the_close_is_recorded_late_as_lo
     sim.outcome("tool", call, 1, ok=False, error="worker_lost", lost=True)
     late = sim.ev("tool.late")
     assert (late["call_id"], late["error"]) == (call, "worker_lost")
-    assert sim.last.effects == []  # an idempotent tool is not run again for a closed session
+    # an idempotent tool is not run again for a closed session (the one effect: the archive copy)
+    assert [fx.op for fx in sim.last.effects] == ["retire"]
     sim.finish_tool(call, "it finished after all", attempt=1)  # the first word was the last
     assert sim.last.events == []
 

@@ -116,7 +116,8 @@ def test_entry_without_session_is_refused():
     assert session_of(entry({"type": "session.create"}, session=None)) is None
 
 
-@pytest.mark.parametrize("session", [b"", b"has space", b"slash/no", b"{braces}", "é".encode()])
+@pytest.mark.parametrize("session", [b"", b"has space", b"/no-tenant", b"ten{ant}/s", b"a:b/s", b"{braces}",
+                                     "é".encode()])
 def test_entry_with_bad_session_id_is_refused(session):
     err = refused(entry({"type": "session.create"}, session=session))
     assert "`session`" in str(err)

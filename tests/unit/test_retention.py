@@ -5,12 +5,12 @@ holds only if the session is still idle when it is applied."""
 
 from typing import Any
 
-from parley.dispatcher.core import Idle, Lifecycle, Listing, Retire
+from parley.dispatcher.core import AppInfo, Idle, Lifecycle, Listing, Report, Retire, ToolInfo
 from parley.dispatcher.core.retention import is_idle
 from parley.schemas.codes import SessionStatus
 
 from .harness import Sim, make_app
-from .test_subagents import close_entry, running_child
+from .test_subagents import AGENT, close_entry, running_child, spawn_entry
 
 IDLE_CLOSE: dict[str, Any] = {"type": "session.close", "reason": "idle"}
 TIMEOUT_MS = 60_000
@@ -78,8 +78,8 @@ def test_every_transition_of_an_open_session_moves_its_idle_time():
     assert sim.core.active_at == sim.now
     assert of(sim.last.effects, Idle) == [Idle(seq=sim.last.effects[-1].seq, at=sim.now + TIMEOUT_MS)]
     sim.now += 10_000
-    sim.send("hi")  # an input
-    assert of(sim.last.effects, Idle)[-1].at == sim.now + TIMEOUT_MS
+    sim.send("hi")  # an input: its model call is in flight, which keeps the session awake
+    assert sim.core.active_at == sim.now and of(sim.last.effects, Idle)[-1].at is None
     [llm] = sim.running_llm()
     sim.now += 10_000
     sim.finish_llm(llm, content="hello")  # a work outcome
@@ -93,8 +93,47 @@ def test_an_open_interrupt_with_a_deadline_takes_the_session_out_of_the_idle_set
     sim.decide(expect="session.created")
     _turn, _calls, iid = sim.pause_on_tool("search", timeout_s=5)
     assert of(sim.last.effects, Idle)[-1].at is None
-    sim.deadline(iid)  # resumed by its deadline: nothing waits on a timer any more
+    sim.deadline(iid)  # resumed by its deadline: no timer now, but the decision is in flight
+    assert of(sim.last.effects, Idle)[-1].at is None
+    sim.decide([{"type": "tool.error", "call_id": "call-1", "error": "declined"}])
+    sim.decide([])  # the tool's failure: nothing more to do
+    assert sim.core.deciding is None and sim.core.work == {} and not sim.core.queue
+    assert of(sim.last.effects, Idle)[-1].at == sim.now + TIMEOUT_MS  # nothing in flight: idle from now
+
+
+def test_work_in_flight_keeps_a_session_awake_and_its_idle_close_is_ignored():
+    """A model call, a decision or a running tool or sub-agent call may take longer than the idle
+    timeout with no transition meanwhile: the session is not idle until it has ended."""
+    sim = idle_sim()
+    sim.create()
+    sim.send("hi")
+    assert of(sim.last.effects, Idle)[-1].at is None  # its model call is in flight
+    sim.now += 10 * TIMEOUT_MS
+    sim.input(IDLE_CLOSE, engine=True)
+    assert sim.ev("input.ignored")["code"] == "not_idle" and sim.core.status == SessionStatus.OPEN
+    [llm] = sim.running_llm()
+    sim.finish_llm(llm, content="hello")  # the turn is over: nothing in flight
     assert of(sim.last.effects, Idle)[-1].at == sim.now + TIMEOUT_MS
+    sim.now += TIMEOUT_MS
+    sim.input(IDLE_CLOSE, engine=True)
+    assert sim.ev("session.closed")["reason"] == "idle"
+
+
+def test_the_idle_close_of_a_sub_agents_child_fails_its_parents_call_at_once():
+    """A child left waiting on a deferred call is idle like any session; its parent's call
+    then fails with `subagent_closed` rather than waiting for its time limit."""
+    sim = Sim(make_app(has_decide=False, tools={}), session="p:sub-1",
+              agents={AGENT: AppInfo(has_decide=False, tools={"ask": ToolInfo(deferred=True)})},
+              lifecycle=Lifecycle(idle_timeout_ms=TIMEOUT_MS))
+    sim.input(spawn_entry(), engine=True)
+    sim.reply_tools("ask")  # deferred: waits on a client, nothing in flight
+    assert of(sim.last.effects, Idle)[-1].at == sim.now + TIMEOUT_MS
+    sim.now += TIMEOUT_MS
+    sim.input(IDLE_CLOSE, engine=True)
+    assert sim.ev("session.closed")["reason"] == "idle"
+    [report] = of(sim.last.effects, Report)
+    outcome = report.outcome
+    assert (outcome.ok, outcome.error, outcome.work) == (False, "subagent_closed", "call-1")
 
 
 def test_an_interrupt_without_a_deadline_does_not_stop_the_idle_time():
@@ -120,6 +159,8 @@ def test_the_idle_close_of_a_session_idle_long_enough_closes_and_retires_it():
     sim = idle_sim(retention_ms=1_000)
     sim.create()
     sim.send("hi")
+    [llm] = sim.running_llm()
+    sim.finish_llm(llm, content="hello")  # its turn over, nothing in flight
     active = sim.now
     sim.now = active + TIMEOUT_MS - 1  # the close is applied one ms later: exactly due
     sim.input(IDLE_CLOSE, engine=True)
@@ -127,8 +168,6 @@ def test_the_idle_close_of_a_session_idle_long_enough_closes_and_retires_it():
     assert sim.core.status == SessionStatus.CLOSED and sim.core.closed_at == sim.now
     [retire] = of(sim.last.effects, Retire)
     assert retire.expires_at == sim.now + 1_000
-    # the running model call is cancelled like any close's
-    assert sim.cancelled()
 
 
 def test_the_idle_close_of_a_session_active_since_is_ignored():

@@ -18,6 +18,7 @@ from parley.dispatcher.core import (
     IndexRemove,
     Limits,
     Report,
+    Retire,
     Spawn,
     ToolInfo,
 )
@@ -239,7 +240,8 @@ def test_a_closed_child_refuses_or_ignores_every_input_and_applies_no_outcome():
         assert sim.ev("input.ignored")["code"] == "session_closed", sim.types()
     sim.finish_tool("call-1", attempt=1)  # running at the close: recorded late, never applied
     assert sim.last.dropped == "session_closed" and sim.types() == ["tool.late"]
-    assert sim.last.effects == [] and sim.last.new_messages == []
+    # nothing applied; the one effect copies the session, late result included, to the archive
+    assert [fx.op for fx in sim.last.effects] == ["retire"] and sim.last.new_messages == []
     sim.finish_tool("call-1", attempt=1)  # once
     assert sim.last.dropped == "session_closed" and sim.last.events == [] and sim.last.effects == []
 
@@ -323,3 +325,19 @@ def test_a_pause_of_the_parent_keeps_waiting_for_its_child():
     assert not [fx for fx in sim.effects if isinstance(fx, Close | DeadlineRemove)]
     sim.outcome("tool", research, 1, ok=True, value="found", source=sim.work(research).child)
     assert sim.ev("tool.completed")["call_id"] == research and sim.types()[-1] == "decision.held"
+
+
+def test_a_child_that_reports_is_closed_archived_and_retired_and_answers_nothing_more():
+    """Its answer is posted, and nothing more can happen in it (only the engine starts a child's
+    turns): it closes as `reported`, so it is archived and expires like any closed session."""
+    sim = child_sim()
+    sim.input(spawn_entry(), engine=True)
+    [llm] = sim.running_llm()
+    sim.finish_llm(llm, content="otters hold hands")
+    assert sim.types()[-2:] == ["turn.completed", "session.closed"]
+    assert sim.ev("session.closed")["reason"] == "reported" and sim.core.status == "closed"
+    report = only(sim.last.effects, Report)
+    assert (report.outcome.ok, report.outcome.value) == (True, "otters hold hands")
+    only(sim.last.effects, Retire)
+    sim.input(close_entry("abandoned"), engine=True)  # its parent's later close: nothing to do
+    assert sim.ev("input.ignored")["code"] == "session_closed" and sim.last.effects == []

@@ -29,6 +29,7 @@ from parley.dispatcher.apply import Applier, Batch, Replies, Stats
 from parley.dispatcher.core import AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared
+from parley.dispatcher.keys_reload import KeysReloader
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.store import DEFAULT_EVENTS_MAXLEN, DEFAULT_FEED_MAXLEN, Store
 from parley.dispatcher.sweeps import Sweeps
@@ -63,6 +64,7 @@ class Dispatcher:
         self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen)
         self.stats = Stats()
         self.health: metrics.Health | None = None
+        self.keys_reloader: KeysReloader | None = None  # set when there is a keys file to reload
         metrics.start_dispatcher_series()
         self.leases = Leases(redis, keys, self.name, lease_ms)
         self.sweeps = Sweeps(redis, keys, self.leases, self.outbox)
@@ -117,6 +119,8 @@ class Dispatcher:
             self.health.beat()
         self.leases.maintain()
         self.sweeps.run()
+        if self.keys_reloader is not None:
+            self.keys_reloader.poll(self.decoder)
         if not self.leases.owned:
             time.sleep(self.block_ms / 1000)
             return ahead

@@ -6,6 +6,7 @@ signed with a key added since is accepted, one signed with a key removed since i
 import json
 import os
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -18,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from parley import metrics
 from parley.cli.appinfo import app_info
-from parley.cli.procs import free_port
+from parley.cli.procs import free_port, parley_command
 from parley.client import Client
 from parley.dispatcher.entries import EntryDecoder
 from parley.dispatcher.keys_reload import KeysReloader
@@ -174,3 +175,26 @@ def test_a_reload_keeps_the_engine_key_and_the_signing_requirement(decoder: Entr
     assert reloader.poll(decoder) is True
     assert (decoder.keyring.required, decoder.keyring.engine_key) == (True, "engine-secret")
     assert decoder.keyring.keys == {"alice": ("new",)}
+
+
+def test_sighup_without_a_keys_file_is_logged_and_ignored(procs: Procs, r: redis.Redis) -> None:
+    proc = procs.dispatcher("tests.apps.scenarios")
+    eventually(lambda: "started" in procs.logs(), timeout=15)
+    proc.send_signal(signal.SIGHUP)
+    eventually(lambda: "SIGHUP: no keys file to reload" in procs.logs(), timeout=10)
+    assert proc.poll() is None  # still running (SIGHUP's default would have ended it)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"alice": []}', "principal 'alice'"),
+    ('{"alice": ["new"', "not JSON"),
+    (None, "No such file"),
+])
+def test_a_dispatcher_does_not_start_with_a_bad_keys_file(procs: Procs, tmp_path: Path, content: str | None,
+                                                          message: str) -> None:
+    keys = tmp_path / "keys.json"
+    if content is not None:
+        write_keys(keys, content)
+    done = subprocess.run(parley_command("dispatcher", "--keys-file", str(keys)), env={
+        **os.environ, **procs.env("tests.apps.scenarios")}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "signing keys:" in done.stderr and message in done.stderr, done.stderr

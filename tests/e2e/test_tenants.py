@@ -43,7 +43,16 @@ def test_a_tenants_session_with_a_sub_agent_runs_and_is_listed_by_its_prefix(pro
     shown = orjson.loads(cli(procs, "show", PARENT, "--json"))
     assert shown["session"] == PARENT and shown["children"] == [child]
     sessions = orjson.loads(cli(procs, "sessions", "--json"))
-    assert {PARENT, child, "acme2/other"} <= {row["session"] for row in sessions["items"]}
+    assert {row["session"] for row in sessions["items"]} == {PARENT, child, "acme2/other"}
+    paged, cursor = [], None  # one at a time: the cursors carry ids with `/`
+    while True:
+        page = orjson.loads(cli(procs, "sessions", "--json", "--limit", "1",
+                                *(["--cursor", cursor] if cursor else [])))
+        paged += [row["session"] for row in page["items"]]
+        cursor = page["cursor"]
+        if cursor is None:
+            break
+    assert paged == [row["session"] for row in sessions["items"]]
 
     cli(procs, "resume", child, raised["interrupt_id"], '{"approved": true}')
     events = wait_for(client, PARENT, lambda e: e["type"] == "turn.completed", timeout=30)

@@ -113,6 +113,10 @@ def test_the_scoped_producer_writes_its_own_streams_and_reads_its_tenant(
     acme_producer.xadd(KEYS.producer_inputs("acme-app", 3, 4), {"session": ACME, "input": "{}"})
     assert acl.admin.xlen(own) == 1
     acme_producer.hget(KEYS.config, "partitions")  # the client reads N (allowed: no denial below)
+    # what the submit function does under this login: count its pending inputs, read the limits
+    assert acme_producer.hincrby(KEYS.pending("acme-app"), ACME, 1) == 1
+    assert acme_producer.hget(KEYS.pending("acme-app"), ACME) == b"1"
+    acme_producer.hmget(KEYS.config, "limit_pending", "limit_messages")
     assert [f[b"event"] for _id, f in acme_producer.xrange(KEYS.events(ACME))]
     # its tenant's records: what the submit function reads to check the limits
     assert acme_producer.hmget(KEYS.meta(ACME), "core")[0]
@@ -141,6 +145,8 @@ def test_the_scoped_producer_writes_its_own_streams_and_reads_its_tenant(
     pytest.param(lambda r: r.xrange(KEYS.producer_inputs("globex-app")), id="read-another-producers-inputs"),
     pytest.param(lambda r: r.eval("return redis.call('HGETALL', KEYS[1])", 1, KEYS.meta(GLOBEX)), id="eval"),
     pytest.param(lambda r: r.hgetall(KEYS.producers), id="read-the-producer-registry"),
+    pytest.param(lambda r: r.hincrby(KEYS.pending("globex-app"), GLOBEX, -5), id="another-producers-counts"),
+    pytest.param(lambda r: r.hget(KEYS.pending("globex-app"), GLOBEX), id="read-another-producers-counts"),
     pytest.param(lambda r: Client(r).interrupts(), id="list-interrupts"),
     pytest.param(lambda r: r.scan(0, match="parley:*"), id="scan"),
 ])

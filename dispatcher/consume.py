@@ -29,7 +29,6 @@ from parley.dispatcher.apply import Applier, Batch, Replies, Stats
 from parley.dispatcher.core import AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared
-from parley.dispatcher.keys_reload import KeysReloader
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.store import DEFAULT_EVENTS_MAXLEN, DEFAULT_FEED_MAXLEN, Store
 from parley.dispatcher.sweeps import Sweeps
@@ -64,7 +63,6 @@ class Dispatcher:
         self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen)
         self.stats = Stats()
         self.health: metrics.Health | None = None
-        self.keys_reloader: KeysReloader | None = None  # set when there is a keys file to reload
         metrics.start_dispatcher_series()
         self.leases = Leases(redis, keys, self.name, lease_ms)
         self.sweeps = Sweeps(redis, keys, self.leases, self.outbox)
@@ -115,12 +113,11 @@ class Dispatcher:
         """One round: leases and sweeps, then the entries `ahead` (read by the last settle) or
         those a blocking read brings, applied and settled as one Batch. Returns what this
         tick's settle read ahead: the next tick's entries, which `run` passes back in."""
+        self.decoder.reload_keys_if_due()  # the signing keys file, on SIGHUP or a change
         if self.health is not None:
             self.health.beat()
         self.leases.maintain()
         self.sweeps.run()
-        if self.keys_reloader is not None:
-            self.keys_reloader.poll(self.decoder)
         if not self.leases.owned:
             time.sleep(self.block_ms / 1000)
             return ahead

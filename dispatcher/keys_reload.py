@@ -4,8 +4,8 @@ A dispatcher started with `--keys-file` reloads it on SIGHUP and when the file's
 time (or size, or inode: an editor's rename-into-place) changes, checked every `CHECK_EVERY_S`
 from the consume loop. A file that cannot be read or parsed keeps the keys in use and is
 logged and counted (`parley_keys_reloads_total{outcome="failed"}`): a half-written file never
-locks every producer out. The reload swaps the decoder's keyring between entries, so no entry
-is verified with half of one file and half of another.
+locks every producer out. The dispatcher's entry decoder calls `poll` between entries
+(dispatcher/entries.py `reload_keys_if_due`) and uses the keyring it returns.
 """
 
 import logging
@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass, field
 
 from parley import metrics
-from parley.dispatcher.entries import EntryDecoder
 from parley.logs import kv
-from parley.schemas.signing import KeysFileError
+from parley.schemas.signing import Keyring, KeysFileError
 
 log = logging.getLogger("parley.dispatcher")
 
@@ -51,28 +50,27 @@ class KeysReloader:
         """Reload at the next look (the SIGHUP handler: safe in a signal handler)."""
         self.requested.set()
 
-    def poll(self, decoder: EntryDecoder) -> bool:
-        """Reload into `decoder` when asked or when the file changed; True when its keys were
-        replaced. Called from the consume loop once a tick."""
+    def poll(self, keyring: Keyring) -> Keyring | None:
+        """`keyring` with the file's keys when asked (SIGHUP) or when the file changed; None when
+        nothing is due or the file cannot be used (then the keys in use stay)."""
         now = time.monotonic()
         if not self.requested.is_set() and now - self._checked_at < self.check_every_s:
-            return False
+            return None
         self._checked_at = now
         stamp = stamp_of(self.path)
         if not self.requested.is_set() and stamp == self._stamp:
-            return False
+            return None
         why = "signal" if self.requested.is_set() else "changed"
         self.requested.clear()
         self._stamp = stamp  # a broken file is reported once, not on every look
         try:
-            keyring = decoder.keyring.reloaded(self.path)
+            reloaded = keyring.reloaded(self.path)
         except (OSError, KeysFileError) as exc:
             metrics.KEYS_RELOADS.labels(outcome="failed").inc()
             log.error("signing keys not reloaded: the keys in use stay",
                       extra=kv(path=self.path, why=why, error=str(exc)))
-            return False
-        decoder.keyring = keyring
+            return None
         metrics.KEYS_RELOADS.labels(outcome="ok").inc()
         log.info("signing keys reloaded", extra=kv(path=self.path, why=why,
-                                                   principals=len(keyring.keys)))
-        return True
+                                                   principals=len(reloaded.keys)))
+        return reloaded

@@ -255,7 +255,9 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                    lifecycle=Lifecycle(retention_ms=retention * 1000,
                                        idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000))
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
-    d.keys_reloader = _reload_keys_on_sighup(keys_file)
+    reloader = _reload_keys_on_sighup(keys_file)
+    if reloader is not None:
+        d.decoder.reload_keys = reloader.poll
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "

@@ -148,16 +148,20 @@ def test_the_reloader_looks_only_when_due_and_keeps_the_keys_of_a_vanished_file(
     keys = tmp_path / "keys.json"
     write_keys(keys, {"alice": "old"})
     reloader = KeysReloader(str(keys), check_every_s=3600)
+    decoder.reload_keys = reloader.poll
     failed = metrics.KEYS_RELOADS.labels(outcome="failed")._value.get()
     write_keys(keys, {"alice": ["new", "old"]})
-    assert reloader.poll(decoder) is False  # changed, but not yet time to look
+    decoder.reload_keys_if_due()  # changed, but not yet time to look
+    with pytest.raises(Unauthorized):
+        verify(decoder, "new")
     reloader.request()  # SIGHUP
-    assert reloader.poll(decoder) is True
-    assert verify(decoder, "new") == "alice"
-    assert reloader.poll(decoder) is False  # nothing asked, nothing due
+    decoder.reload_keys_if_due()
+    assert verify(decoder, "new") == "alice" and verify(decoder, "old") == "alice"
+    assert reloader.poll(decoder.keyring) is None  # nothing asked, nothing due
     os.unlink(keys)  # a deploy that removes the file by mistake
     reloader.request()
-    assert reloader.poll(decoder) is False
+    assert reloader.poll(decoder.keyring) is None
+    decoder.reload_keys_if_due()
     assert verify(decoder, "new") == "alice"  # the keys in use stay
     assert metrics.KEYS_RELOADS.labels(outcome="failed")._value.get() == failed + 1
     with pytest.raises(Unauthorized):
@@ -169,12 +173,11 @@ def test_a_reload_keeps_the_engine_key_and_the_signing_requirement(decoder: Entr
     keys = tmp_path / "keys.json"
     write_keys(keys, {"alice": "old"})
     decoder.keyring = Keyring.load(str(keys), required=True).with_engine_key("engine-secret")
-    reloader = KeysReloader(str(keys))
-    write_keys(keys, {"alice": "new"})
-    reloader.request()
-    assert reloader.poll(decoder) is True
+    decoder.reload_keys = KeysReloader(str(keys), check_every_s=0).poll
+    write_keys(keys, {"alice": "newer"})  # another size: a change whatever the clock's resolution
+    decoder.reload_keys_if_due()
     assert (decoder.keyring.required, decoder.keyring.engine_key) == (True, "engine-secret")
-    assert decoder.keyring.keys == {"alice": ("new",)}
+    assert decoder.keyring.keys == {"alice": ("newer",)}
 
 
 def test_sighup_without_a_keys_file_is_logged_and_ignored(procs: Procs, r: redis.Redis) -> None:

@@ -44,11 +44,6 @@ def tenant_of(session: str) -> str | None:
     return tenant if sep else None
 
 
-#: what a session id may be, for error messages (docs/protocol.md, "Ids and limits")
-SESSION_ID_RULE = ("1-128 characters of [A-Za-z0-9._:/-]; a tenant's id is `<tenant>/<rest>`, the tenant "
-                   "1-64 characters of [A-Za-z0-9._-]")
-
-
 def is_session_id(value: object, *, producer: bool = True) -> bool:
     if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
         return False

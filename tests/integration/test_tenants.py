@@ -173,3 +173,34 @@ def test_the_interrupt_listing_by_session_prefix_selects_one_tenant(r: redis.Red
     assert [i.session for i in rest.items] == ["acme/s-2"] and rest.cursor is None
     assert [i.session for i in client.interrupt_page(InterruptFilter(session_prefix="globex/")).items] \
         == ["globex/s-1"]
+
+
+# What the submit function's tenant check stands on (the function itself is loaded by
+# dispatchers): a Redis Function runs its commands as the CALLING login, so under the acme
+# producer a read of another tenant's session record inside the function is refused, and
+# FCALL itself is refused keys that are not the producer's own.
+PROBE = """#!lua name=tenant_probe
+redis.register_function('tenant_probe', function(keys, args)
+  local reply = redis.pcall('HMGET', args[1], 'core')
+  if type(reply) == 'table' and reply.err then return 'refused: ' .. reply.err end
+  return 'read'
+end)
+"""
+
+
+def test_a_function_called_by_the_scoped_producer_reads_only_its_tenants_records(
+        acl: AclRedis, acme_producer: redis.Redis) -> None:
+    acl.admin.function_load(PROBE, replace=True)
+    own = [KEYS.producer_inputs("acme-app"), KEYS.pending("acme-app")]
+    assert acme_producer.fcall("tenant_probe", 2, *own, KEYS.meta(ACME)) == b"read"
+    assert acl.denials() == []
+    answer = acme_producer.fcall("tenant_probe", 2, *own, KEYS.meta(GLOBEX)).decode()
+    # Redis 7.0 words a refusal inside a function "can't access"; later versions say NOPERM
+    assert answer.startswith("refused: ") and ("can't access" in answer or "NOPERM" in answer), answer
+    assert {u for u, _why, _obj in acl.denials()} == {ACME_PRODUCER}
+    acl.reset_denials()
+    # FCALL naming keys of another producer, of another tenant's session, or the shared stream
+    for keys in ([KEYS.producer_inputs("globex-app"), KEYS.pending("globex-app")],
+                 [KEYS.meta(GLOBEX), KEYS.pending("acme-app")],
+                 [KEYS.inputs(), KEYS.pending("acme-app")]):
+        refused(lambda keys=keys: acme_producer.fcall("tenant_probe", 2, *keys, KEYS.meta(ACME)))

@@ -113,6 +113,7 @@ class Dispatcher:
         """One round: leases and sweeps, then the entries `ahead` (read by the last settle) or
         those a blocking read brings, applied and settled as one Batch. Returns what this
         tick's settle read ahead: the next tick's entries, which `run` passes back in."""
+        self.decoder.reload_keys_if_due()  # the signing keys file, on SIGHUP or a change
         if self.health is not None:
             self.health.beat()
         self.leases.maintain()

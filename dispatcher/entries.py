@@ -79,6 +79,8 @@ class EntryDecoder:
     limits: Limits = field(default_factory=Limits)
     agents: dict[str, AppInfo] = field(default_factory=dict)
     keyring: Keyring = field(default_factory=lambda: Keyring({}))
+    #: the keys file read again when due (dispatcher/keys_reload.py): the new keyring, or None
+    reload_keys: Callable[[Keyring], Keyring | None] | None = None
     #: the engine's key read again, or None when read too recently (dispatcher/engine_key.py):
     #: Redis may have lost the key this copy verifies with, and a dispatcher made a new one
     reload_engine_key: Callable[[], str | None] | None = None
@@ -126,6 +128,12 @@ class EntryDecoder:
                 raise
             self.keyring = self.keyring.with_engine_key(fresh)
             return self.keyring.verify(fields, now_ms)
+
+    def reload_keys_if_due(self) -> None:
+        """Swap in the signing keys file's keys when it was signalled or changed; between two
+        entries, so no entry is verified with half of one file and half of another."""
+        if self.reload_keys is not None and (keyring := self.reload_keys(self.keyring)) is not None:
+            self.keyring = keyring
 
     def _outcome(self, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
         raw = fields.get(b"outcome", fields.get("outcome"))

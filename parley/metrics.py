@@ -70,7 +70,12 @@ SESSIONS_EXPIRED = Counter("parley_sessions_expired_total", "Closed sessions del
                            "ended (every key of theirs)", registry=REGISTRY)
 IDLE_CLOSES = Counter("parley_idle_closes_total", "Idle closes the idle sweep wrote (a session active "
                       "since ignores its close: not_idle)", registry=REGISTRY)
+KEYS_RELOADS = Counter("parley_keys_reloads_total", "Reloads of the signing keys file (on SIGHUP or a "
+                       "change), by outcome: ok, failed (the keys in use stay)", ["outcome"],
+                       registry=REGISTRY)
 
+#: outcomes of `parley_keys_reloads_total` (dispatcher/keys_reload.py)
+KEYS_RELOAD_OUTCOMES = ("ok", "failed")
 #: the dispatcher's sweeps, in the order a tick runs them: dispatcher/sweeps.py runs them by
 #: these names, and their refusals are counted under them
 SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work", "expire_sessions",
@@ -126,6 +131,8 @@ def start_dispatcher_series() -> None:
         WORK_LOST.labels(kind)
     for sweep in SWEEP_NAMES:
         SWEEP_ERRORS.labels(sweep)
+    for reload_outcome in KEYS_RELOAD_OUTCOMES:
+        KEYS_RELOADS.labels(reload_outcome)
 
 
 def start_worker_series() -> None:

@@ -172,7 +172,8 @@ def _decode(fields: dict[Any, Any], limit: int, idem: str | None) -> InputEntry:
     if session is None:
         raise InputError("entry has no `session` field")
     if not is_session_id(session):
-        raise InputError("`session` must be 1-128 characters of [A-Za-z0-9._:-]")
+        raise InputError("`session` must be 1-128 characters of [A-Za-z0-9._:/-]; a tenant's id is "
+                         "<tenant>/<id>, the tenant 1-64 characters of [A-Za-z0-9._-]")
     key = fields.get(b"input", fields.get("input"))
     if key is None:
         raise InputError("entry has no `input` field")

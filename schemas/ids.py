@@ -47,7 +47,7 @@ def tenant_of(session: str) -> str | None:
 def is_session_id(value: object, *, producer: bool = True) -> bool:
     if not isinstance(value, str) or not SESSION_ID_RE.fullmatch(value):
         return False
-    tenant = tenant_of(value)
-    if tenant is not None and not TENANT_RE.fullmatch(tenant):
+    tenant, sep, rest = value.partition(TENANT_SEP)
+    if sep and not (TENANT_RE.fullmatch(tenant) and rest):  # `acme/` names no session of acme's
         return False
     return not producer or len(value) <= PRODUCER_SESSION_MAX or bool(CHILD_SUFFIX_RE.search(value))

@@ -1,7 +1,9 @@
 """Signed inputs (docs/protocol.md, Signing): HMAC-SHA256 over `session\\nid\\nts\\ninput`, per principal.
 
-Keys come from a JSON file `{principal: secret}` named by the dispatcher's configuration;
-they are never logged and never appear in events.
+Keys come from a JSON file named by the dispatcher's configuration: `{principal: secret}` or
+`{principal: [secret, ...]}`. A principal with several keys is being rotated: an entry signed
+with any of them verifies, and a signer uses the first (docs/operations.md, "Rotating signing
+keys"). Secrets are never logged and never appear in events.
 
 The inputs a dispatcher writes itself (a sub-agent's child: its creation, its close) are
 signed the same way by the principal `ENGINE_PRINCIPAL`, with the engine's key: a secret the
@@ -49,27 +51,64 @@ class Unauthorized(ValueError):
     pass
 
 
+class KeysFileError(ValueError):
+    """A keys file that cannot be used: unreadable, not JSON, or not the expected shape."""
+
+
+def parse_keys(text: str | bytes, source: str = "keys file") -> dict[str, tuple[str, ...]]:
+    """The principals and their keys (first: the one to sign with) of a keys file's text:
+    `{principal: secret}` or `{principal: [secret, ...]}`, every secret a non-empty string and
+    every list non-empty and without repeats. Anything else is a KeysFileError naming what."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise KeysFileError(f"{source}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise KeysFileError(f"{source}: expected a JSON object {{principal: secret or [secrets]}}")
+    keys: dict[str, tuple[str, ...]] = {}
+    for principal, value in data.items():
+        listed = [value] if isinstance(value, str) else value
+        if not principal or not isinstance(listed, list) or not listed or not all(
+                isinstance(secret, str) and secret for secret in listed):
+            raise KeysFileError(f"{source}: principal {principal!r}: expected a non-empty secret or a "
+                                "non-empty list of non-empty secrets")
+        if len(set(listed)) != len(listed):
+            raise KeysFileError(f"{source}: principal {principal!r} lists one secret twice")
+        keys[principal] = tuple(listed)
+    if ENGINE_PRINCIPAL in keys:
+        raise KeysFileError(f"{source}: {ENGINE_PRINCIPAL!r} is the dispatchers' own principal; "
+                            "name producers otherwise")
+    return keys
+
+
 @dataclass(frozen=True)
 class Keyring:
-    keys: dict[str, str]
+    #: principal -> its active keys, the one to sign with first
+    keys: dict[str, tuple[str, ...]]
     required: bool = False
     #: the engine's key, verifying the dispatchers' own inputs (None: none are accepted)
     engine_key: str | None = None
 
+    def __post_init__(self) -> None:
+        # One key given as a plain string (`Keyring({"alice": "secret"})`) is a list of one: a
+        # string must never be taken for its characters.
+        keys = {p: (v,) if isinstance(v, str) else tuple(v) for p, v in self.keys.items()}
+        object.__setattr__(self, "keys", keys)
+
     @classmethod
     def load(cls, path: str | None, required: bool = False) -> "Keyring":
+        """The keyring of a keys file (none: no principal). OSError when it cannot be read,
+        KeysFileError (a ValueError) when it has the wrong shape."""
         if not path:
             if required:
                 raise ValueError("signing is required but no keys file is configured")
             return cls({}, required)
-        data = json.loads(Path(path).read_text())
-        if not isinstance(data, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) and v for k, v in data.items()):
-            raise ValueError(f"{path}: expected a JSON object {{principal: secret}}")
-        if ENGINE_PRINCIPAL in data:
-            raise ValueError(f"{path}: {ENGINE_PRINCIPAL!r} is the dispatchers' own principal; "
-                             "name producers otherwise")
-        return cls(dict(data), required)
+        return cls(parse_keys(Path(path).read_bytes(), path), required)
+
+    def reloaded(self, path: str) -> "Keyring":
+        """This keyring with the keys `path` holds now (the same `required`, the same engine's
+        key); raises as `load` does, and then this keyring stays as it was."""
+        return replace(self, keys=parse_keys(Path(path).read_bytes(), path))
 
     def with_engine_key(self, key: str) -> "Keyring":
         return replace(self, engine_key=key)
@@ -77,10 +116,17 @@ class Keyring:
     def __repr__(self) -> str:  # never print the secrets
         return f"Keyring(principals={sorted(self.keys)}, required={self.required})"
 
-    def secret_of(self, principal: str | None) -> str | None:
+    def secrets_of(self, principal: str | None) -> tuple[str, ...]:
+        """Every key an entry of `principal` may be signed with (none: an unknown principal)."""
         if principal == ENGINE_PRINCIPAL:
-            return self.engine_key
-        return self.keys.get(principal) if principal else None
+            return (self.engine_key,) if self.engine_key is not None else ()
+        return self.keys.get(principal, ()) if principal else ()
+
+    def signing_key(self, principal: str) -> str | None:
+        """The key to sign `principal`'s entries with: its first (during a rotation, the new one
+        once it is moved first; docs/operations.md, "Rotating signing keys")."""
+        secrets = self.secrets_of(principal)
+        return secrets[0] if secrets else None
 
     def verify(self, fields: dict[bytes | str, bytes | str], now_ms: int) -> str | None:
         """The verified principal of a signed entry; None for an unsigned one when allowed."""
@@ -96,8 +142,8 @@ class Keyring:
         entry_id, ts, session = text("id"), text("ts"), text("session") or ""
         raw_input = fields.get(b"input", fields.get("input")) or b""
         input_json = raw_input if isinstance(raw_input, bytes) else raw_input.encode()
-        secret = self.secret_of(principal)
-        if secret is None:
+        secrets = self.secrets_of(principal)
+        if not secrets:
             raise Unauthorized("unknown principal")
         if not entry_id:
             raise Unauthorized("a signed entry needs an `id`")
@@ -105,7 +151,10 @@ class Keyring:
             raise Unauthorized("a signed entry needs `ts`, Unix milliseconds")
         if abs(now_ms - int(ts)) > WINDOW_MS:
             raise Unauthorized("the entry is older than the idempotency window (or from the future)")
-        expected = signature(secret, session, entry_id, ts, input_json)
-        if not hmac.compare_digest(expected, sig):
+        # Every listed key is tried (no early exit), so how long a check takes says nothing of
+        # which key, if any, matched.
+        matches = [hmac.compare_digest(signature(secret, session, entry_id, ts, input_json), sig)
+                   for secret in secrets]
+        if not any(matches):
             raise Unauthorized("bad signature")
         return principal

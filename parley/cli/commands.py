@@ -1,10 +1,11 @@
 """The `parley` command line: one click group, its subcommands and their options."""
 
+import logging
 import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -16,6 +17,9 @@ from parley.cli.transcript import format_transcript
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
 from parley.producer import InvalidInput
 from parley.retry import backoff
+
+if TYPE_CHECKING:
+    from parley.dispatcher.keys_reload import KeysReloader
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -52,6 +56,24 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
+
+
+def _reload_keys_on_sighup(keys_file: str | None) -> "KeysReloader | None":
+    """SIGHUP reloads the signing keys file (docs/operations.md, "Rotating signing keys"); the
+    loop also reloads it when it changes. Without a keys file, SIGHUP is logged and ignored
+    rather than ending the dispatcher (its default)."""
+    from parley.dispatcher.keys_reload import KeysReloader
+
+    reloader = KeysReloader(keys_file) if keys_file else None
+
+    def handler(_signum: int, _frame: Any) -> None:
+        if reloader is not None:
+            reloader.request()
+        else:
+            logging.getLogger("parley.dispatcher").warning("SIGHUP: no keys file to reload")
+
+    signal.signal(signal.SIGHUP, handler)
+    return reloader
 
 
 def _valid_prefix(_ctx: click.Context, _param: click.Parameter, prefix: str) -> str:
@@ -171,7 +193,8 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
               help="Seconds a sub-agent call waits for its child's report (unless the tool sets "
                    "fn.timeout_s) before it fails as the tool error `timeout` and the child is closed.")
 @click.option("--keys-file", envvar="PARLEY_KEYS_FILE", default=None,
-              help="JSON {principal: secret} to verify signed inputs with (env PARLEY_KEYS_FILE).")
+              help="JSON {principal: secret or [secrets]} to verify signed inputs with (env "
+                   "PARLEY_KEYS_FILE); reloaded on SIGHUP and when it changes.")
 @click.option("--require-signing", envvar="PARLEY_REQUIRE_SIGNING", is_flag=True,
               help="Refuse every unsigned input as `unauthorized` (env PARLEY_REQUIRE_SIGNING=1).")
 @click.option("--feed-maxlen", envvar="PARLEY_FEED_MAXLEN", type=click.IntRange(1), default=100_000,
@@ -232,6 +255,9 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                    lifecycle=Lifecycle(retention_ms=retention * 1000,
                                        idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000))
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
+    reloader = _reload_keys_on_sighup(keys_file)
+    if reloader is not None:
+        d.decoder.reload_keys = reloader.poll
     click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "

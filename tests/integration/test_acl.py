@@ -67,10 +67,13 @@ PRODUCER, WORKER = "parley-producer", "parley-worker"
 DISPATCHER, READER = "parley-dispatcher", "parley-reader"
 NOTIFIER = "parley-notifier"
 ARCHIVER = "parley-archiver"
+# a producer and a reader scoped to the sessions of tenant `acme` (tests/integration/test_tenants.py)
+ACME_PRODUCER, ACME_READER = "parley-producer-acme", "parley-reader-acme"
 # the placeholders shipped in the file (deploy/README.md: replace them before deploying)
 PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
-             NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver"}
+             NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver",
+             ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 
 
@@ -227,9 +230,10 @@ def refused(call: Callable[[], Any]) -> None:
 
 def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
     users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
-    assert set(users) == {"default", PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ADMIN}
+    roles = (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ACME_PRODUCER, ACME_READER)
+    assert set(users) == {"default", ADMIN, *roles}
     assert " off " in users["default"] and "nopass" not in users["default"]
-    for user in (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER):
+    for user in roles:
         assert " on " in users[user]
         assert "~*" not in users[user] and "&*" not in users[user] and "+@all" not in users[user]
     # ACL files accept no comments: the operator's notes live in deploy/README.md

@@ -116,8 +116,10 @@ def test_entry_without_session_is_refused():
     assert session_of(entry({"type": "session.create"}, session=None)) is None
 
 
-@pytest.mark.parametrize("session", [b"", b"has space", b"/no-tenant", b"ten{ant}/s", b"a:b/s", b"{braces}",
-                                     "é".encode()])
+@pytest.mark.parametrize("session", [b"", b"has space", b"{braces}", "é".encode(), b"ten{ant}/s",
+                                     # a tenant is 1-64 of [A-Za-z0-9._-] and names a session
+                                     b"/s-1", b"a:b/s-1", b"acme/", b"a*/s-1", b"a[b]/s-1",
+                                     b"t" * 65 + b"/s-1"])
 def test_entry_with_bad_session_id_is_refused(session):
     err = refused(entry({"type": "session.create"}, session=session))
     assert "`session`" in str(err)

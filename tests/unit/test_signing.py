@@ -1,0 +1,111 @@
+"""The keys file and the keyring (docs/protocol.md, Signing; docs/operations.md, "Rotating signing
+keys"): several keys per principal, any of them verifies, a signer uses the first; a file of the
+wrong shape is refused with a message naming what is wrong, and a reload of one keeps the keys."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from parley.schemas.signing import (
+    ENGINE_PRINCIPAL,
+    Keyring,
+    KeysFileError,
+    Unauthorized,
+    parse_keys,
+    signed_fields,
+)
+
+NOW = int(time.time() * 1000)
+RAW = b'{"type":"message.create","content":"hi"}'
+
+
+def entry(key: str, principal: str = "alice", session: str = "acme/s-1") -> dict[bytes | str, bytes | str]:
+    fields: dict[bytes | str, bytes | str] = {"session": session, "input": RAW, "id": "k-1"}
+    fields.update(signed_fields(key, principal, session, "k-1", RAW, now_ms=NOW))
+    return fields
+
+
+def keys_file(tmp_path: Path, data: object) -> str:
+    path = tmp_path / "keys.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def test_one_key_as_a_string_stays_accepted(tmp_path: Path) -> None:
+    ring = Keyring.load(keys_file(tmp_path, {"alice": "old"}))
+    assert ring.keys == {"alice": ("old",)}
+    assert ring.verify(entry("old"), NOW) == "alice"
+    assert ring.signing_key("alice") == "old"
+
+
+def test_any_listed_key_verifies_and_the_first_signs(tmp_path: Path) -> None:
+    ring = Keyring.load(keys_file(tmp_path, {"alice": ["new", "old"], "bob": "b"}))
+    assert ring.verify(entry("new"), NOW) == "alice"
+    assert ring.verify(entry("old"), NOW) == "alice"
+    assert ring.signing_key("alice") == "new"
+    assert ring.signing_key("nobody") is None
+    with pytest.raises(Unauthorized, match="bad signature"):
+        ring.verify(entry("b"), NOW)  # bob's key does not sign for alice
+
+
+def test_a_removed_key_is_refused_once_reloaded(tmp_path: Path) -> None:
+    path = keys_file(tmp_path, {"alice": ["new", "old"]})
+    ring = Keyring.load(path, required=True).with_engine_key("engine")
+    keys_file(tmp_path, {"alice": ["new"]})
+    revoked = ring.reloaded(path)
+    assert (revoked.required, revoked.engine_key) == (True, "engine")  # only the keys change
+    assert revoked.verify(entry("new"), NOW) == "alice"
+    with pytest.raises(Unauthorized, match="bad signature"):
+        revoked.verify(entry("old"), NOW)
+    assert ring.verify(entry("old"), NOW) == "alice"  # the keyring in use is not changed
+
+
+def test_a_plain_string_given_to_keyring_is_one_key_not_its_characters() -> None:
+    ring = Keyring({"alice": "secret"})  # type: ignore[dict-item]
+    assert ring.secrets_of("alice") == ("secret",)
+    with pytest.raises(Unauthorized, match="bad signature"):
+        ring.verify(entry("s"), NOW)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{not json", "not JSON"),
+    ('["alice", "secret"]', "expected a JSON object"),
+    ('{"alice": ""}', "principal 'alice'"),
+    ('{"alice": []}', "principal 'alice'"),
+    ('{"alice": ["new", ""]}', "principal 'alice'"),
+    ('{"alice": ["new", 7]}', "principal 'alice'"),
+    ('{"alice": {"key": "new"}}', "principal 'alice'"),
+    ('{"alice": null}', "principal 'alice'"),
+    ('{"": "secret"}', "principal ''"),
+    ('{"alice": ["same", "same"]}', "lists one secret twice"),
+    (json.dumps({ENGINE_PRINCIPAL: "x"}), "dispatchers' own principal"),
+    (b"\xff\xfe".decode("latin-1"), "not JSON"),
+])
+def test_bad_keys_files_are_refused_naming_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(KeysFileError, match=message):
+        parse_keys(text)
+    path = keys_file(tmp_path, text)
+    with pytest.raises(KeysFileError, match=message):
+        Keyring.load(path)
+    good = Keyring({"alice": ("kept",)})
+    with pytest.raises(KeysFileError):
+        good.reloaded(path)
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    path.write_bytes(b'{"alice": "\xff"}')
+    with pytest.raises(KeysFileError, match="not JSON"):
+        Keyring.load(str(path))
+
+
+def test_a_missing_file_raises_oserror(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        Keyring.load(str(tmp_path / "absent.json"))
+
+
+def test_the_keyring_never_prints_its_secrets() -> None:
+    ring = Keyring({"alice": ("new-secret", "old-secret")})
+    assert "secret" not in repr(ring).replace("principals", "")

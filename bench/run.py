@@ -833,7 +833,7 @@ def report(out: dict[str, Any]) -> str:
     goals = goal_lines(out)
     if goals:
         lines.append("")
-        lines.append("Goals (issue #10), from this run's figures"
+        lines.append("Goals, from this run's figures"
                      + (" (SMOKE RUN: tiny sizes, meaningless)" if out.get("mode") == "smoke" else ""))
         lines += goals
     prof = out.get("profile")

@@ -13,6 +13,7 @@ which the settle flushes.
 import logging
 import time
 from dataclasses import dataclass, field
+from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -22,6 +23,7 @@ from parley import metrics
 from parley.dispatcher.core import Context, Effect, Transition
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
+from parley.dispatcher.rejected import rejected_copy
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_WINDOW_MS, LEASE_LOST, Store, now_ms
 from parley.logs import kv
 from parley.schemas.codec import session_of
@@ -175,30 +177,28 @@ class Applier:
     def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
                batch: Batch) -> None:
         """Bad entries are never lost: copied with the error to the rejected stream (docs/protocol.md,
-        "Rejected entries"), reported on their session (`input.refused`) and acknowledged, in
-        one MULTI."""
+        "Rejected entries": cut to a bounded size), reported on their session (`input.refused`)
+        and acknowledged, in one MULTI. A session that does not exist keeps that report only
+        for the unknown-session TTL (reject.lua)."""
         exc, code = refused.error, refused.code
         self.stats.rejected += 1
         metrics.INPUTS.labels(exc.input_type or "unknown", InputOutcome.REJECTED, code).inc()
-        copy: dict[Any, Any] = {k: v for k, v in fields.items()
-                                if _field_name(k) not in ("error", "source", "entry")}
-        copy.update({"error": str(exc), "source": stream, "entry": entry_id})
         pipe = self.redis.pipeline(transaction=True)
-        pipe.xadd(self.keys.rejected, copy, maxlen=REJECTED_MAXLEN, approximate=True)
+        pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),  # type: ignore[arg-type]
+                  maxlen=REJECTED_MAXLEN, approximate=True)
         session = session_of(fields)
         if session is not None:
             event = {"type": "input.refused", "at": int(time.time() * 1000),
                      "input": {"entry": entry_id, "type": exc.input_type, **exc.ids},
                      "code": code, "message": str(exc)}
-            pipe.xadd(self.keys.events(session), {"event": orjson.dumps(event)},
-                      maxlen=self.store.events_maxlen, approximate=True)
             # docs/protocol.md, "Writing inputs": a key counts as used whatever became of its
             # entry, but only a verified entry's key (`uses_key` is None for any other)
-            if refused.uses_key is not None:
-                used = self.keys.idempotency_keys(session)
-                now = now_ms()
-                pipe.zadd(used, {refused.uses_key: now + IDEMPOTENCY_WINDOW_MS})
-                pipe.zremrangebyscore(used, "-inf", now)
+            now = now_ms()
+            # EVAL, not EVALSHA: inside a MULTI a NOSCRIPT could not be retried (Redis keeps it cached)
+            pipe.eval(_REJECT_SCRIPT, 3, self.keys.meta(session), self.keys.events(session),
+                      self.keys.idempotency_keys(session), orjson.dumps(event), self.store.events_maxlen,
+                      refused.uses_key or "", now + IDEMPOTENCY_WINDOW_MS, now,
+                      self.store.unknown_session_ttl_ms)
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
         pipe.execute()
@@ -207,6 +207,4 @@ class Applier:
                                             error=str(exc)[:200]))
 
 
-def _field_name(key: bytes | str) -> str:
-    # Field names are producer bytes: never trust them to be UTF-8.
-    return key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+_REJECT_SCRIPT = files("parley.dispatcher").joinpath("lua/reject.lua").read_text()

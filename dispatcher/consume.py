@@ -26,11 +26,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
 from parley.dispatcher.apply import Applier, Batch, Replies, Stats
-from parley.dispatcher.core import AppInfo, Lifecycle, Limits
+from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
-from parley.dispatcher.store import DEFAULT_EVENTS_MAXLEN, DEFAULT_FEED_MAXLEN, Store
+from parley.dispatcher.limits_config import publish_limits
+from parley.dispatcher.store import (
+    DEFAULT_EVENTS_MAXLEN,
+    DEFAULT_FEED_MAXLEN,
+    DEFAULT_UNKNOWN_SESSION_TTL_S,
+    Store,
+)
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
@@ -52,14 +58,16 @@ class Dispatcher:
                  name: str | None = None, keyring: Keyring | None = None,
                  agents: dict[str, AppInfo] | None = None, feed_maxlen: int = DEFAULT_FEED_MAXLEN,
                  events_maxlen: int = DEFAULT_EVENTS_MAXLEN, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN,
-                 lifecycle: Lifecycle | None = None):
+                 lifecycle: Lifecycle | None = None, admission: AdmissionLimits | None = None,
+                 unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000):
         self.redis = redis
         self.keys = keys
         self.default_partitions = partitions
         self.block_ms = block_ms
         self.batch = batch
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.store = Store(redis, keys, events_maxlen=events_maxlen, feed_maxlen=feed_maxlen)
+        self.store = Store(redis, keys, events_maxlen=events_maxlen, feed_maxlen=feed_maxlen,
+                           unknown_session_ttl_ms=unknown_session_ttl_ms)
         self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen)
         self.stats = Stats()
         self.health: metrics.Health | None = None
@@ -71,7 +79,8 @@ class Dispatcher:
         keyring = (keyring or Keyring({})).with_engine_key(self.outbox.engine_key.current())
         decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring,
                                reload_engine_key=self.outbox.engine_key.reload_if_due,
-                               lifecycle=lifecycle or Lifecycle())
+                               lifecycle=lifecycle or Lifecycle(), admission=admission or AdmissionLimits())
+        self.limits_published = False
         self.decoder = decoder
         self.applier = Applier(redis, keys, self.store, self.leases, decoder, self.stats)
         self.stale_checked = time.monotonic()
@@ -84,6 +93,9 @@ class Dispatcher:
             try:
                 if not self.leases.partitions:
                     self.leases.partitions = get_partitions(self.redis, self.keys, self.default_partitions)
+                if not self.limits_published:
+                    publish_limits(self.redis, self.keys, self.decoder.admission)
+                    self.limits_published = True
                 ahead = self.tick(ahead)
                 if failures:
                     log.info("redis reachable again", extra=kv(consumer=self.name))

@@ -16,7 +16,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from parley.dispatcher.core import AppInfo, Context, Lifecycle, Limits, Transition, apply_input, apply_outcome
+from parley.dispatcher.core import (
+    AdmissionLimits,
+    AppInfo,
+    Context,
+    Lifecycle,
+    Limits,
+    Transition,
+    apply_input,
+    apply_outcome,
+)
 from parley.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
@@ -86,11 +95,14 @@ class EntryDecoder:
     reload_engine_key: Callable[[], str | None] | None = None
     #: retention and idle timeout (the dispatcher's flags)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    #: the admission limits (the dispatcher's flags): the input size at decode, the rest as applied
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
 
     def context(self, results_stream: str) -> Context:
         """The context of one load-compute-commit round: the time is read once for all of it."""
         return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=results_stream,
-                       limits=self.limits, agents=self.agents, lifecycle=self.lifecycle)
+                       limits=self.limits, agents=self.agents, lifecycle=self.lifecycle,
+                       admission=self.admission)
 
     def prepare(self, stream: str, inputs: bool, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
         """An entry of an input stream (`inputs`) or of a results stream, ready for its wave."""
@@ -105,9 +117,9 @@ class EntryDecoder:
             input_type, ids = input_refs(fields)
             return Refused(InputError(f"unauthorized: {exc}", input_type, ids), code=RefusalCode.UNAUTHORIZED)
         try:
-            entry = decode_input_entry(fields)
+            entry = decode_input_entry(fields, self.admission.input_bytes)
         except InputError as exc:
-            return Refused(exc, uses_key=exc.idempotency_key)
+            return Refused(exc, code=exc.code, uses_key=exc.idempotency_key)
         except Exception as exc:  # the decoder's own bug: same as a machine bug
             return poisoned(stream, entry_id, exc)
         entry = replace(entry, principal=principal)

@@ -21,6 +21,9 @@ DEFAULT_EVENTS_MAXLEN = 10_000
 # The feed serves the whole fleet: at a few hundred interrupt and turn events a second this is
 # minutes of history for a notifier to catch up on after a restart (docs/operations.md).
 DEFAULT_FEED_MAXLEN = 100_000
+# An input naming a session that does not exist leaves its refusal (or ignore) readable this
+# long, for a client waiting on it, then nothing: bad inputs leave no garbage (docs/protocol.md).
+DEFAULT_UNKNOWN_SESSION_TTL_S = 600
 
 COMMITTED, CONFLICT, LEASE_LOST = 1, 0, -1
 
@@ -61,11 +64,13 @@ def load_script(redis: Redis, name: str) -> Script:
 
 class Store:
     def __init__(self, redis: Redis, keys: Keys, events_maxlen: int = DEFAULT_EVENTS_MAXLEN,
-                 feed_maxlen: int = DEFAULT_FEED_MAXLEN):
+                 feed_maxlen: int = DEFAULT_FEED_MAXLEN,
+                 unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000):
         self.redis = redis
         self.keys = keys
         self.events_maxlen = events_maxlen
         self.feed_maxlen = feed_maxlen
+        self.unknown_session_ttl_ms = unknown_session_ttl_ms
         self._commit = load_script(redis, "commit")
 
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
@@ -129,7 +134,9 @@ class Store:
             tr.idempotency_key or "",
             self.feed_maxlen, session]
         now = now_ms()
-        argv += [now + IDEMPOTENCY_WINDOW_MS, now, len(tr.new_messages)]
+        argv += [now + IDEMPOTENCY_WINDOW_MS, now,
+                 core.n_msgs if core is not None else 0, core.n_branches if core is not None else 0,
+                 self.unknown_session_ttl_ms, "1" if tr.created else "0", len(tr.new_messages)]
         for m in tr.new_messages:
             argv += [m["id"], orjson.dumps(m)]
         argv.append(len(tr.events))

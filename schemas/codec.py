@@ -8,10 +8,12 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from parley.schemas.codes import RefusalCode
 from parley.schemas.ids import is_session_id
 from parley.schemas.inputs import INPUT_ADAPTER, INPUT_TYPES, Input
 
-DEFAULT_MAX_INPUT_BYTES = 256 * 1024
+#: an entry's `input` field at most (1 MiB); the dispatcher's --max-input-bytes changes it
+DEFAULT_MAX_INPUT_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 
 
@@ -21,14 +23,16 @@ def max_input_bytes() -> int:
 
 class InputError(ValueError):
     """A stream entry that cannot be applied. `input_type` is None when its JSON did not parse.
-    `idempotency_key` is the entry's `id` when that is a valid key (the refusal uses it up)."""
+    `idempotency_key` is the entry's `id` when that is a valid key (the refusal uses it up).
+    `code`: `invalid_input`, or `too_large` for an `input` over the size limit."""
 
     def __init__(self, message: str, input_type: str | None = None, ids: dict[str, Any] | None = None,
-                 idempotency_key: str | None = None):
+                 idempotency_key: str | None = None, code: RefusalCode = RefusalCode.INVALID_INPUT):
         super().__init__(message)
         self.input_type = input_type
         self.ids = ids or {}
         self.idempotency_key = idempotency_key
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +183,8 @@ def _decode(fields: dict[Any, Any], limit: int, idem: str | None) -> InputEntry:
         raise InputError("entry has no `input` field")
     raw = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
     if len(raw) > limit:
-        raise InputError(f"`input` is {len(raw)} bytes, over the limit of {limit}")
+        raise InputError(f"`input` is {len(raw)} bytes, over the limit of {limit}",
+                         code=RefusalCode.TOO_LARGE)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

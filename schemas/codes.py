@@ -10,13 +10,22 @@ from enum import StrEnum
 
 
 class RefusalCode(StrEnum):
-    """Why an input was refused (`input.refused`): it changed nothing, and the sender should
-    hear why. The first two are the dispatcher's, before the session is read."""
+    """Why an input was refused (`input.refused`, or the submit function's synchronous
+    `PARLEY <code> ...` error): it changed nothing, and the sender should hear why. The first
+    three are the dispatcher's, before the session is read; `rate_limited` only the submit
+    function's."""
 
-    #: the entry does not decode: not JSON, unknown type, a field of the wrong shape, too big
+    #: the entry does not decode: not JSON, unknown type, a field of the wrong shape
     INVALID_INPUT = "invalid_input"
+    #: the entry's `input` is larger than the input size limit (`limit_input_bytes`)
+    TOO_LARGE = "too_large"
     #: a bad or missing signature (a forged entry does not even use up its idempotency key)
     UNAUTHORIZED = "unauthorized"
+    #: at submit only: the session already has `limit_pending` of this producer's inputs
+    #: admitted and not yet applied (try again once some are)
+    RATE_LIMITED = "rate_limited"
+    #: a session of another tenant than the one the producer is registered for
+    WRONG_TENANT = "wrong_tenant"
     #: what only the dispatcher writes, from anyone else: a session or a turn in a sub-agent's
     #: child id (`<S>:sub-<n>`), a `parent` link (of a session.create or a session.close)
     ENGINE_ONLY = "engine_only"
@@ -30,6 +39,9 @@ class RefusalCode(StrEnum):
     TURN_IN_PROGRESS = "turn_in_progress"
     #: message.create with a `message_id` the session already uses
     DUPLICATE_MESSAGE_ID = "duplicate_message_id"
+    #: message.create in a session that has `limit_messages` messages, or that would make a
+    #: branch beyond `limit_branches` (a new root, or a message under one that has a child)
+    SESSION_FULL = "session_full"
     #: branch.switch to a message that is not in the session
     UNKNOWN_MESSAGE = "unknown_message"
     #: interrupt.resume not signed by one of the interrupt's `resumable_by` principals

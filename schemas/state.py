@@ -101,6 +101,12 @@ class Core(BaseModel):
     used: dict[str, int] = Field(default_factory=dict)
     metadata: dict[str, Any] | None = None
     seq: dict[str, int] = Field(default_factory=dict)
+    #: how many messages the session has, and how many branches (leaves of its message tree):
+    #: the admission limits' counts (dispatcher/core/admission.py), also written to the meta
+    #: hash (`n_msgs`, `n_branches`) for the submit function. A session stored before they
+    #: were kept is counted again from its messages (n_msgs differs from their number).
+    n_msgs: int = 0
+    n_branches: int = 0
     work: dict[str, Work] = Field(default_factory=dict)
     turns: dict[str, Turn] = Field(default_factory=dict)
     interrupts: dict[str, Interrupt] = Field(default_factory=dict)

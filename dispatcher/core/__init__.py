@@ -16,6 +16,7 @@ by that message's id and its *tip* is the last message it appended. A branch is 
 when its head is an open interrupt's anchor or below one (or a global interrupt is open).
 """
 
+from parley.dispatcher.core.admission import AdmissionLimits
 from parley.dispatcher.core.context import AppInfo, Context, Lifecycle, Limits, ToolInfo
 from parley.dispatcher.core.decisions import InvalidDecision
 from parley.dispatcher.core.effects import (
@@ -44,6 +45,7 @@ from parley.dispatcher.core.work import MAX_ATTEMPTS
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "AdmissionLimits",
     "AppInfo",
     "Cancel",
     "Close",

@@ -6,6 +6,8 @@ transition is a function of its arguments (and a unit test sets the time it want
 
 from dataclasses import dataclass, field
 
+from parley.dispatcher.core.admission import AdmissionLimits
+
 
 @dataclass(frozen=True, slots=True)
 class ToolInfo:
@@ -73,5 +75,7 @@ class Context:
     results_stream: str = "parley:results"
     limits: Limits = Limits()
     lifecycle: Lifecycle = Lifecycle()
+    #: what one session may hold (docs/protocol.md, "Limits"), checked again as inputs apply
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     #: sub-agent apps by their spec (`fn.agent`), for child sessions
     agents: dict[str, AppInfo] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parley.dispatcher.core import answers
+from parley.dispatcher.core import admission, answers
 from parley.dispatcher.core.closing import ClosedBy, close_session, is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
@@ -176,6 +176,11 @@ def _message_create(tx: Tx, inp: MessageCreate, src: _Source) -> None:
         raise RefuseInput(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
     if inp.message_id is not None and tx.msg(inp.message_id) is not None:
         raise RefuseInput(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
+    # Last: a message refused for any other reason would not have counted against a limit.
+    # A session the message creates now holds nothing yet (and at least one of each is allowed).
+    why = admission.full(tx.counts(), tx.ctx.admission, parent, tx.has_child(parent))
+    if why is not None:
+        raise RefuseInput(RefusalCode.SESSION_FULL, why)
     _start_turn(tx, src, parent, inp.message_id, inp.content)
 
 

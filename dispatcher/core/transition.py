@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from parley.dispatcher.core import admission
 from parley.dispatcher.core.context import AppInfo, Context
 from parley.dispatcher.core.effects import Cancel, Effect, Enqueue
 from parley.schemas import tree
@@ -37,6 +38,9 @@ class Transition:
     input_outcome: tuple[str, InputOutcome, str] | None = None
     #: seconds from raise to resume of the interrupts this transition resumed
     waits: list[float] = field(default_factory=list)
+    #: the session did not exist before this transition and does now: the commit keeps its
+    #: keys for good (a session that does not exist keeps them only for a short while)
+    created: bool = False
 
 
 class Tx:
@@ -48,12 +52,15 @@ class Tx:
         # The transition edits the core in place: a copy, unless the caller hands its state
         # over (the dispatcher's freshly loaded state, used once and dropped).
         self.core: Core | None = state.core
+        self.existed = state.core is not None
         if self.core is not None and not owned:
             self.core = self.core.model_copy(deep=True)
         self.msgs = state.messages  # existing messages are immutable; new ones go to self.added
         self.added: dict[str, dict[str, Any]] = {}
         self.out = Transition(state=SessionState(core=None, messages={}, applied=dict(state.applied)))
         self.held_before = self.held_count()
+        if self.core is not None and self.core.n_msgs != len(self.msgs):
+            self._recount()
         # where the session is in the list of sessions, for the move turns.finish emits
         self.listed_before: Listed | None = listed(self.core)
 
@@ -69,6 +76,22 @@ class Tx:
         if self.core is not None and self.core.app is not None:
             return self.ctx.agents.get(self.core.app, AppInfo())
         return self.ctx.app
+
+    def _recount(self) -> None:
+        """A session stored before its counts were kept: count its messages once."""
+        counts = admission.count(self.msgs.values())
+        self.c.n_msgs, self.c.n_branches = counts.messages, counts.branches
+
+    def counts(self) -> admission.Counts:
+        return admission.Counts(messages=self.c.n_msgs, branches=self.c.n_branches)
+
+    def has_child(self, mid: str | None) -> bool:
+        """Whether a message already has a child (None, a new root's parent: no). A scan of
+        the loaded messages: the same order of work as loading them."""
+        if mid is None:
+            return False
+        return any(m.get("parent_id") == mid for m in self.added.values()) or \
+            any(m.get("parent_id") == mid for m in self.msgs.values())
 
     def held_count(self) -> int:
         return sum(len(t.held) for t in self.core.turns.values()) if self.core else 0
@@ -125,6 +148,9 @@ class Tx:
         no number, and `parley show` lists messages as they were created. `source`: the input
         entry a client's message came from (the event's `input`)."""
         message["order"] = self.c.seq["order"] = self.c.seq.get("order", 0) + 1
+        parent = message.get("parent_id")
+        counts = admission.after(self.counts(), parent, self.has_child(parent))
+        self.c.n_msgs, self.c.n_branches = counts.messages, counts.branches
         self.added[message["id"]] = message
         self.out.new_messages.append(message)
         self.emit("message.created", message=public_message(message),
@@ -160,4 +186,5 @@ class Tx:
     def result(self) -> Transition:
         """The transition as it stands (`turns.finish` runs the end-of-transition steps first)."""
         self.out.state.core = self.core
+        self.out.created = not self.existed and self.core is not None
         return self.out

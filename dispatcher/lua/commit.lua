@@ -18,7 +18,12 @@
 -- ARGV[8] the session id (named by feed entries)
 -- ARGV[9] until when the key counts (Unix ms)
 -- ARGV[10] now (Unix ms): keys counting until before it are dropped
--- ARGV[11] n messages, then n pairs (id, json)
+-- ARGV[11] the session's message count, ARGV[12] its branch count (the meta hash's `n_msgs`,
+--          `n_branches`, read by the submit function; written with the core)
+-- ARGV[13] ms the keys of a session that does not exist live (ARGV[3] == ''): an input naming
+--          no session leaves its refusal readable that long, then nothing
+-- ARGV[14] '1' when this transition creates the session: its keys are kept for good again
+-- ARGV[15] n messages, then n pairs (id, json)
 -- then    m events, then m pairs (feed type or '' when the event stays in the session, json)
 -- then    k effects, then k pairs (seq, json)
 -- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
@@ -32,7 +37,8 @@ if ver ~= ARGV[1] then
   return 0
 end
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'ver', tonumber(ver) + 1, 'core', ARGV[3], 'applied', ARGV[4])
+  redis.call('HSET', KEYS[1], 'ver', tonumber(ver) + 1, 'core', ARGV[3], 'applied', ARGV[4],
+             'n_msgs', ARGV[11], 'n_branches', ARGV[12])
 else
   redis.call('HSET', KEYS[1], 'ver', tonumber(ver) + 1, 'applied', ARGV[4])
 end
@@ -40,7 +46,7 @@ if ARGV[6] ~= '' then
   redis.call('ZADD', KEYS[5], ARGV[9], ARGV[6])
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[10])
 end
-local i = 11
+local i = 15
 local n = tonumber(ARGV[i])
 for j = 1, n do
   redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
@@ -59,5 +65,15 @@ i = i + 2 * m + 1
 local k = tonumber(ARGV[i])
 for j = 1, k do
   redis.call('HSET', KEYS[4], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+end
+-- Last, so the keys this commit wrote are covered: meta, messages, events, outbox, used keys.
+if ARGV[3] == '' then
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}) do
+    redis.call('PEXPIRE', key, ARGV[13])
+  end
+elseif ARGV[14] == '1' then
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}) do
+    redis.call('PERSIST', key)
+  end
 end
 return 1

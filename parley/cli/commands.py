@@ -216,13 +216,34 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
               help="Close an open session after this many seconds without a transition (reason "
                    "`idle`; never while an interrupt with a deadline is open). Default: never "
                    "(env PARLEY_IDLE_TIMEOUT).")
+@click.option("--max-input-bytes", envvar="PARLEY_MAX_INPUT_BYTES", type=click.IntRange(1),
+              default=1024 * 1024, show_default=True,
+              help="Largest `input` field of an entry, in bytes; larger ones are refused `too_large` "
+                   "(env PARLEY_MAX_INPUT_BYTES).")
+@click.option("--max-pending", envvar="PARLEY_MAX_PENDING", type=click.IntRange(1), default=100,
+              show_default=True,
+              help="A producer's inputs of one session admitted and not yet applied; the submit "
+                   "function refuses more as `rate_limited` (env PARLEY_MAX_PENDING).")
+@click.option("--max-messages", envvar="PARLEY_MAX_MESSAGES", type=click.IntRange(1), default=10_000,
+              show_default=True,
+              help="Messages of one session; a client's message beyond is refused `session_full` "
+                   "(env PARLEY_MAX_MESSAGES).")
+@click.option("--max-branches", envvar="PARLEY_MAX_BRANCHES", type=click.IntRange(1), default=1_000,
+              show_default=True,
+              help="Branches (leaves of the message tree) of one session; a client's message that "
+                   "would make one more is refused `session_full` (env PARLEY_MAX_BRANCHES).")
+@click.option("--unknown-session-ttl", envvar="PARLEY_UNKNOWN_SESSION_TTL", type=click.IntRange(1),
+              default=600, show_default=True,
+              help="Seconds the keys an input naming no session leaves (its refusal, its idempotency "
+                   "key) live (env PARLEY_UNKNOWN_SESSION_TTL).")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
                require_signing: bool, feed_maxlen: int, events_maxlen: int, retention: int,
                archive_maxlen: int, no_archive: bool, idle_timeout: int | None,
-               metrics_port: int | None) -> None:
+               max_input_bytes: int, max_pending: int, max_messages: int, max_branches: int,
+               unknown_session_ttl: int, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -231,7 +252,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     """
     from parley.cli.appinfo import app_info
     from parley.dispatcher.consume import Dispatcher
-    from parley.dispatcher.core import Lifecycle, Limits
+    from parley.dispatcher.core import AdmissionLimits, Lifecycle, Limits
     from parley.schemas.keys import Keys
     from parley.schemas.signing import Keyring
     from parley.workers.app import AppError, load_agents, load_app
@@ -253,7 +274,10 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                    feed_maxlen=feed_maxlen, events_maxlen=events_maxlen,
                    archive_maxlen=0 if no_archive else archive_maxlen,
                    lifecycle=Lifecycle(retention_ms=retention * 1000,
-                                       idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000))
+                                       idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000),
+                   admission=AdmissionLimits(input_bytes=max_input_bytes, pending=max_pending,
+                                             messages=max_messages, branches=max_branches),
+                   unknown_session_ttl_ms=unknown_session_ttl * 1000)
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     reloader = _reload_keys_on_sighup(keys_file)
     if reloader is not None:

@@ -49,12 +49,12 @@ def test_bad_entries_are_rejected_kept_and_reported(procs: Procs, r: redis.Redis
     r.xadd("parley:inputs", {"input": orjson.dumps({"type": "message.create", "content": "x"})})
     r.xadd("parley:inputs", {"session": "bad id!", "input": b"{}"})
     r.xadd("parley:inputs", {"session": "s-2", "input": orjson.dumps(
-        {"type": "message.create", "content": "x" * 300_000})})
+        {"type": "message.create", "content": "x" * 1_100_000})})  # over the 1 MiB default
     r.xadd("parley:inputs", {"session": "s-2", "input": orjson.dumps({"type": "message.create"})})
     xadd(r, "s-2", {"type": "message.create", "content": "hello"})
     events = wait_for(client, "s-2", lambda e: e["type"] == "turn.completed")
     refused = of_type(events, "input.refused")
-    assert [e["code"] for e in refused] == ["invalid_input"] * 4
+    assert [e["code"] for e in refused] == ["invalid_input"] * 2 + ["too_large", "invalid_input"]
     assert refused[0]["input"]["type"] is None and "not valid JSON" in refused[0]["message"]
     assert refused[1]["input"]["type"] == "nope"
     assert "over the limit" in refused[2]["message"]

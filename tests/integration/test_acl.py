@@ -39,9 +39,10 @@ from parley.cli.procs import free_port, parley_command, start_parley, stop_proce
 from parley.client import Client
 from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
-from parley.dispatcher.core import Cancel, Enqueue, IndexAdd, Lifecycle, Stat
+from parley.dispatcher.core import AdmissionLimits, Cancel, Enqueue, IndexAdd, Lifecycle, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import get_partitions
+from parley.dispatcher.limits_config import publish_limits
 from parley.inbox import InterruptFilter
 from parley.metrics import Health, RedisStateCollector
 from parley.notify import Forwarder, NotifyConfig
@@ -536,6 +537,25 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
 
     d.leases.release_all()
     assert acl.admin.exists(KEYS.lease(0)) == 0
+    assert acl.denials() == []
+
+
+def test_dispatcher_expires_and_keeps_the_keys_of_sessions_that_did_not_exist(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis) -> None:
+    """docs/protocol.md, "Limits" and inputs naming no session: the TTL (PEXPIRE), the keys
+    kept once the session is created (PERSIST), the rejection's script (EVAL), the limits
+    published in parley:config, all under the dispatcher's login."""
+    client = Client(producer)
+    d = make_dispatcher(dispatcher)
+    publish_limits(dispatcher, KEYS, AdmissionLimits())
+    client.send("acl-ghost", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": 1})
+    producer.xadd("parley:inputs", {"session": "acl-bad", "input": "{not json", "id": "bad-1"})
+    tick(d)
+    assert acl.admin.pttl(KEYS.meta("acl-ghost")) > 0 and acl.admin.pttl(KEYS.events("acl-bad")) > 0
+    client.send("acl-ghost", {"type": "message.create", "content": "now"})
+    tick(d)
+    assert acl.admin.pttl(KEYS.meta("acl-ghost")) == -1 == acl.admin.pttl(KEYS.events("acl-ghost"))
+    assert acl.admin.hget(KEYS.config, "limit_messages") == b"10000"
     assert acl.denials() == []
 
 

@@ -4,7 +4,8 @@ the decoder directly, then a live `parley dispatcher`.
 The decoder must answer every entry with an `InputEntry` or an `InputError`, never anything
 else, and decode every valid entry to exactly the input that was sent. The live dispatcher,
 fed a seeded mix of ~2,000 random, mutated and valid entries, must stay up, reject exactly
-the bad ones to `parley:inputs:rejected` (copied whole, with `error`, `source`, `entry`) and
+the bad ones to `parley:inputs:rejected` (copied, cut to 4 KiB a field, with `error`, `source`,
+`entry`) and
 apply every valid one. What is bad is never guessed: the decoder itself (then, for an entry
 with a `sig`, the signature check) is the oracle, `tests.fuzz_corpus.oracle`. Run with `-s`
 to see the counts.
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from parley.client import Client
 from parley.dispatcher.entries import entry_key
+from parley.dispatcher.rejected import rejected_copy
 from parley.dispatcher.store import Store
 from parley.schemas.codec import (
     DEFAULT_MAX_INPUT_BYTES,
@@ -75,7 +77,7 @@ IDEMPOTENCY_KEYS = st.none() | st.text(min_size=1, max_size=256)
 # Fields the decoder does not read: kept by the dispatcher, harmless to decoding.
 HARMLESS = st.dictionaries(st.sampled_from(["trace", "producer", "x-request-id"]), st.text(max_size=20),
                            max_size=2)
-# A small limit exercises the size check cheaply; None is the real 256 KiB default.
+# A small limit exercises the size check cheaply; None is the real 1 MiB default.
 LIMITS = st.none() | st.integers(0, 2048)
 
 
@@ -201,7 +203,7 @@ def test_decoder_survives_random_json_inputs() -> None:
         st.tuples(st.randoms(use_true_random=False), st.integers(1, 1100)).map(
             lambda p: b'{"type":"interrupt.resume","interrupt_id":"i","payload":'
             + fz.nested_bytes(p[0], p[1]) + b"}"),
-        # content sizes straddling the real 256 KiB limit
+        # content sizes straddling the real 1 MiB limit
         st.integers(-40, 40).map(lambda d: orjson.dumps(
             {"type": "message.create", "content": "x" * (DEFAULT_MAX_INPUT_BYTES - 40 + d)})),
     )
@@ -357,13 +359,15 @@ def test_live_dispatcher_survives_a_fuzzed_input_stream(procs: Procs, r: redis.R
     assert not missing and not extra, f"rejected {len(rejected)}, bad {len(bad)}: {missing[:5]}, {extra[:5]}"
     for entry_id, copy in rejected.items():
         assert copy[b"error"] and copy[b"source"] == INPUTS.encode()
-        kept = {k: v for k, v in bad[entry_id].items() if k not in (b"error", b"source", b"entry")}
-        assert {k: copy[k] for k in kept} == kept, f"rejected copy of {entry_id} is not the entry sent"
+        # the entry sent, cut as docs/protocol.md "Rejected entries" says (each value to 4 KiB)
+        expected = rejected_copy(bad[entry_id], copy[b"error"].decode(), INPUTS, entry_id)
+        assert {k: str(v).encode() if isinstance(v, int) else v for k, v in expected.items()} == copy, \
+            f"rejected copy of {entry_id} is not the entry sent"
     # ... and reported on its session when that is a valid id
     for entry_id, fields in bad.items():
         session = session_of(fields)
         if session is not None:
-            codes = ("invalid_input", "unauthorized")
+            codes = ("invalid_input", "too_large", "unauthorized")
             assert any(answered(events_of(r, session), entry_id, "input.refused", c) for c in codes), entry_id
 
     # every valid entry applied to its session

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from parley.dispatcher.core import (
+    AdmissionLimits,
     AppInfo,
     Cancel,
     Context,
@@ -27,6 +28,7 @@ from parley.dispatcher.core import (
     Limits,
     ToolInfo,
     Transition,
+    admission,
     apply_input,
     apply_outcome,
     effect_to_dict,
@@ -100,8 +102,9 @@ class Sim:
 
     def __init__(self, app: AppInfo | None = None, session: str = "s1", *,
                  agents: dict[str, AppInfo] | None = None, limits: Limits | None = None,
-                 lifecycle: Lifecycle | None = None):
+                 lifecycle: Lifecycle | None = None, admission: AdmissionLimits | None = None):
         self.app = app if app is not None else make_app()
+        self.admission = admission or AdmissionLimits()
         self.lifecycle = lifecycle or Lifecycle()
         self.session = session
         self.agents = agents or {}
@@ -119,7 +122,7 @@ class Sim:
     def ctx(self) -> Context:
         self.now += 1
         return Context(now_ms=self.now, app=self.app, agents=self.agents, limits=self.limits,
-                       lifecycle=self.lifecycle)
+                       lifecycle=self.lifecycle, admission=self.admission)
 
     def commit(self, tr: Transition, ctx: Context) -> Transition:
         """Check a transition against the contract, then make its state the current one."""
@@ -138,6 +141,10 @@ class Sim:
             # What the store writes must read back identically.
             assert Core.model_validate_json(core.model_dump_json()) == core
         self.state = next_state(self.state, tr)
+        if core is not None:
+            # The counts the commit publishes (`n_msgs`, `n_branches`) are the session's own.
+            counts = admission.count(self.state.messages.values())
+            assert (core.n_msgs, core.n_branches) == (counts.messages, counts.branches), core
         self.events.extend(tr.events)
         self.effects.extend(tr.effects)
         self.transitions.append(tr)

@@ -22,6 +22,7 @@ from parley.schemas.codec import (
     max_input_bytes,
     session_of,
 )
+from parley.schemas.codes import RefusalCode
 from parley.schemas.inputs import BranchSwitch, InterruptResume, MessageCreate, SessionCreate, ToolResultInput
 
 
@@ -93,12 +94,20 @@ def test_input_exactly_at_the_limit_is_accepted():
     assert isinstance(decode_input_entry(entry(value), limit=100).input, MessageCreate)
 
 
-def test_default_limit_is_256_kib_and_configurable(monkeypatch):
+def test_default_limit_is_1_mib_and_configurable(monkeypatch):
     monkeypatch.delenv("PARLEY_MAX_INPUT_BYTES", raising=False)
-    assert max_input_bytes() == DEFAULT_MAX_INPUT_BYTES == 256 * 1024
+    assert max_input_bytes() == DEFAULT_MAX_INPUT_BYTES == 1024 * 1024
     monkeypatch.setenv("PARLEY_MAX_INPUT_BYTES", "50")
     with pytest.raises(InputError, match="over the limit of 50"):
         decode_input_entry(entry({"type": "message.create", "content": "x" * 60}))
+
+
+def test_an_input_over_the_limit_is_refused_too_large_and_any_other_bad_one_invalid_input():
+    over = refused(entry({"type": "message.create", "content": "x" * 200}, id="k-1"), limit=100)
+    assert over.code == RefusalCode.TOO_LARGE == "too_large"
+    assert "bytes, over the limit of 100" in str(over)
+    assert over.idempotency_key == "k-1"  # used up, as for any entry that reaches its session
+    assert refused(entry({"type": "nope"})).code == RefusalCode.INVALID_INPUT
 
 
 # ---- bad entries ----------------------------------------------------------------------------------

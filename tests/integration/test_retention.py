@@ -273,3 +273,26 @@ def test_expiry_works_after_redis_lost_its_scripts(r: redis.Redis, retiring: Dis
     r.script_flush()  # a restarted Redis: the expiry script must be loaded again
     expire_sweep(d)
     assert not r.exists(*KEYS.session_keys("flushed"))
+
+
+def test_what_arrives_after_expiry_leaves_only_keys_that_expire(r: redis.Redis,
+                                                                make_dispatcher: MakeDispatcher) -> None:
+    """A late tool result, a second close, a tool.result, a resume, a message refused by a bad
+    signature: all of them name a session that expired. Each is answered on the session's
+    events for a short while (a client waiting sees it), and no key of it stays for good."""
+    d = make_dispatcher(lifecycle=Lifecycle(retention_ms=0, idle_timeout_ms=1), unknown_session_ttl_ms=60_000)
+    hold_sweeps(d)
+    run_to_the_end(r, d, "gone", {"team": "blue"})
+    close_idle(r, d, ["gone"])
+    expire_sweep(d)
+    assert not [k for k in all_keys(r) if "{gone}" in k]
+    post_outcome(r, session="gone", work="call-1", attempt=1, kind="tool", ok=True, value="late")
+    send(r, "gone", {"type": "session.close"})
+    send(r, "gone", {"type": "tool.result", "call_id": "call-1", "result": 1}, id="k-1")
+    send(r, "gone", {"type": "interrupt.resume", "interrupt_id": "int-1"}, id="k-2")
+    send(r, "gone", {"type": "branch.switch", "head": "msg-1"}, sig="forged", principal="x", ts="1", id="k-3")
+    tick(d)
+    keys = [k for k in all_keys(r) if "{gone}" in k]
+    assert keys, "the refusals and ignores are readable for a while"
+    assert all(0 < r.pttl(k) <= 60_000 for k in keys), {k: r.pttl(k) for k in keys}
+    assert {e for e in types(r, "gone")} >= {"input.ignored", "input.refused"}

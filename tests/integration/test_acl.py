@@ -200,16 +200,17 @@ def relay_producer_streams(admin: redis.Redis) -> None:
     entries moved to `parley:inputs[:n]`, where these tests' dispatchers read them, and counted
     off the producer's pending hash as a dispatcher acknowledging them would. Once dispatchers
     read the streams themselves (they make a group on each), this does nothing."""
-    for raw in admin.scan_iter(match=f"{KEYS.producer_inputs(APP)}*", _type="stream"):
+    streams = KEYS.producer_inputs("")  # `parley:in:`
+    for raw in admin.scan_iter(match=f"{streams}*", _type="stream"):
         stream = text(raw)
+        producer, _sep, partition = stream.removeprefix(streams).partition(":")
         if admin.xinfo_groups(stream):
             continue
-        partition = stream.removeprefix(KEYS.producer_inputs(APP))
         entries: Any = admin.xrange(stream)
         for entry_id, fields in entries:
             if fields.pop(b"admitted", None) == b"1":
-                admin.hincrby(KEYS.pending(APP), fields[b"session"], -1)
-            admin.xadd(f"{KEYS.inputs()}{partition}", fields)
+                admin.hincrby(KEYS.pending(producer), fields[b"session"], -1)
+            admin.xadd(KEYS.inputs(int(partition), 2) if partition else KEYS.inputs(), fields)
             admin.xdel(stream, entry_id)
 
 

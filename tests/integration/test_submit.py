@@ -284,3 +284,14 @@ def test_the_cli_says_when_the_function_is_missing_and_refuses_a_bad_producer_na
     bad = parley(redis_server.url, "--producer", "App:x", "send", "s-1", "hello")
     assert bad.returncode == 2 and "invalid producer name 'App:x'" in bad.stderr
     assert not r.keys("parley:*")
+
+
+def test_the_library_survives_a_redis_restart_from_its_aof(redis_server: RedisServer) -> None:
+    conn = redis.Redis.from_url(redis_server.url)
+    Functions(conn).ensure()
+    conn.close()
+    redis_server.stop(kill=True)  # appendfsync always: FUNCTION LOAD is in the AOF
+    redis_server.start()
+    conn = redis.Redis.from_url(redis_server.url)
+    assert Functions(conn).loaded_version() == Functions(conn).version
+    conn.close()

@@ -29,6 +29,7 @@ from parley.dispatcher.apply import Applier, Batch, Replies, Stats
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared
+from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.store import (
@@ -84,6 +85,9 @@ class Dispatcher:
         self.decoder = decoder
         self.applier = Applier(redis, keys, self.store, self.leases, decoder, self.stats)
         self.stale_checked = time.monotonic()
+        # the producers' submit function (dispatcher/functions.py): loaded now, checked each tick
+        self.functions = Functions(redis)
+        self.functions.ensure()
 
     def run(self, stop: threading.Event) -> None:
         """Tick until `stop`; Redis outages and refused commands are waited out with backoff."""
@@ -119,6 +123,7 @@ class Dispatcher:
     def _pause(self, stop: threading.Event, failures: int) -> None:
         # whatever the last tick read stays pending: re-claim our own entries once back
         self.leases.suspect_all()
+        self.functions.recheck()  # a Redis back from a restart may hold no functions
         stop.wait(backoff(failures, base=0.1, cap=5.0))
 
     def tick(self, ahead: Replies | None = None) -> Replies | None:
@@ -130,6 +135,7 @@ class Dispatcher:
             self.health.beat()
         self.leases.maintain()
         self.sweeps.run()
+        self.functions.maintain()
         if not self.leases.owned:
             time.sleep(self.block_ms / 1000)
             return ahead

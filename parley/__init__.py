@@ -2,7 +2,8 @@
 
 The names a producer or an app needs: `Client` writes inputs and reads sessions (and
 `AsyncClient`, the same on `redis.asyncio`; `InvalidInput` is what both raise, before
-sending, for an input a dispatcher would refuse);
+sending, for an input a dispatcher would refuse; `SubmitRefused` and `SubmitUnavailable`
+what the submit function answers when a client names its producer);
 `OpenAICompatible` and `ScriptedModel` are ready-made `llm`s for an app; `Trigger` and
 `Decision` type what an app's `decide(trigger, proposed)` receives and returns (an app
 needs no import from Parley: plain dicts do).
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from parley.aclient import AsyncClient
     from parley.client import Client
-    from parley.producer import InvalidInput
+    from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
     from parley.schemas.actions import Decision
     from parley.schemas.triggers import Trigger
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
@@ -28,6 +29,8 @@ _HOMES = {
     "AsyncClient": "parley.aclient",
     "Client": "parley.client",
     "InvalidInput": "parley.producer",
+    "SubmitRefused": "parley.producer",
+    "SubmitUnavailable": "parley.producer",
     "Decision": "parley.schemas.actions",
     "Trigger": "parley.schemas.triggers",
     "LLMError": "parley.workers.llm",
@@ -37,7 +40,7 @@ _HOMES = {
 }
 
 __all__ = ["AsyncClient", "Client", "Decision", "InvalidInput", "LLMError", "LLMTimeoutError",
-           "OpenAICompatible", "ScriptedModel", "Trigger"]
+           "OpenAICompatible", "ScriptedModel", "SubmitRefused", "SubmitUnavailable", "Trigger"]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Literal, overload
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from parley.export import SessionExport, export_steps
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
@@ -16,6 +17,7 @@ from parley.producer import (
     InputValue,
     OutcomeWait,
     Steps,
+    check_producer,
     close_input,
     input_fields,
     last_id,
@@ -23,12 +25,14 @@ from parley.producer import (
     pipeline_of,
     resume_input,
     show_steps,
+    submit_call,
+    submit_error,
     text,
     xread_events,
 )
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
 from parley.sessions import SessionFilter, SessionPage
 from parley.sessions import page_steps as session_page_steps
@@ -45,24 +49,41 @@ async def run_steps(redis: Redis, steps: Steps) -> Any:
 
 
 class AsyncClient:
-    def __init__(self, redis: Redis, prefix: str = "parley"):
+    """`producer`: as `Client`'s (submit through the submit function to its own streams)."""
+
+    def __init__(self, redis: Redis, prefix: str = "parley", producer: str | None = None):
         self.redis = redis
         self.keys = Keys(prefix)
+        self.producer = None if producer is None else check_producer(producer)
         self._partitions: int | None = None
 
-    async def stream_for(self, session: str) -> str:
-        """The input stream of `session` (see `Client.stream_for`)."""
+    async def partitions(self) -> int:
+        """N, the published partition count (see `Client.partitions`)."""
         if self._partitions is None:
             self._partitions = partitions_of(await self.redis.hget(self.keys.config, "partitions"))
             if self._partitions is None:
-                return self.keys.inputs_of(session, 1)  # nothing published yet: ask again next time
-        return self.keys.inputs_of(session, self._partitions)
+                return 1
+        return self._partitions
+
+    async def stream_for(self, session: str) -> str:
+        """The input stream of `session` (see `Client.stream_for`)."""
+        n = await self.partitions()
+        if self.producer is not None:
+            return self.keys.producer_inputs(self.producer, partition_of(session, n), n)
+        return self.keys.inputs_of(session, n)
 
     async def send(self, session: str, value: InputValue, idempotency_key: str | None = None,
                    principal: str | None = None, key: str | None = None) -> str:
-        """XADD one input (see `Client.send`); `InvalidInput` before sending a bad one."""
+        """Send one input (see `Client.send`): `InvalidInput` before sending a bad one,
+        `SubmitRefused` / `SubmitUnavailable` from the submit function."""
         fields = input_fields(session, value, idempotency_key, principal, key)
-        return text(await self.redis.xadd(await self.stream_for(session), fields))
+        if self.producer is None:
+            return text(await self.redis.xadd(await self.stream_for(session), fields))
+        call = submit_call(self.keys, self.producer, session, await self.partitions(), fields)
+        try:
+            return text(await self.redis.fcall(*call))
+        except ResponseError as err:
+            raise submit_error(str(err)) or err from None
 
     @overload
     async def resume(self, session: str, interrupt_id: str, payload: Any = None, *,

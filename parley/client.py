@@ -8,12 +8,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, overload
 
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from parley.export import SessionExport, export_steps
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     InputValue,
     OutcomeWait,
+    check_producer,
     close_input,
     input_fields,
     last_id,
@@ -21,41 +23,62 @@ from parley.producer import (
     resume_input,
     run_steps,
     show_steps,
+    submit_call,
+    submit_error,
     text,
     typed_events,
     xread_events,
 )
 from parley.schemas.events import Event
 from parley.schemas.inputs import Input
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
 from parley.sessions import SessionFilter, SessionPage
 from parley.sessions import page_steps as session_page_steps
 
 
 class Client:
-    def __init__(self, redis: Redis, prefix: str = "parley"):
+    """`producer`: submit every input through the submit function to this producer's own
+    streams (docs/protocol.md, "Writing inputs"; a deployment with ACLs must name its
+    producer). None: XADD to the shared `parley:inputs` streams (development, no ACLs)."""
+
+    def __init__(self, redis: Redis, prefix: str = "parley", producer: str | None = None):
         self.redis = redis
         self.keys = Keys(prefix)
+        self.producer = None if producer is None else check_producer(producer)
         self._partitions: int | None = None
 
-    def stream_for(self, session: str) -> str:
-        """docs/protocol.md, "Inputs": `parley:inputs` with one partition, else `parley:inputs:<crc32 mod N>`.
-
-        N is fixed once a dispatcher has published it, so it is read once, not per entry."""
+    def partitions(self) -> int:
+        """N, the partition count a dispatcher published: read once, not per entry (it is fixed
+        once published); 1 until one is, and asked again next time."""
         if self._partitions is None:
             self._partitions = partitions_of(self.redis.hget(self.keys.config, "partitions"))
             if self._partitions is None:
-                return self.keys.inputs_of(session, 1)  # nothing published yet: ask again next time
-        return self.keys.inputs_of(session, self._partitions)
+                return 1
+        return self._partitions
+
+    def stream_for(self, session: str) -> str:
+        """docs/protocol.md, "Inputs": the producer's `parley:in:<producer>`, else `parley:inputs`,
+        with one partition; `...:<crc32 mod N>` with N."""
+        n = self.partitions()
+        if self.producer is not None:
+            return self.keys.producer_inputs(self.producer, partition_of(session, n), n)
+        return self.keys.inputs_of(session, n)
 
     def send(self, session: str, value: InputValue, idempotency_key: str | None = None,
              principal: str | None = None, key: str | None = None) -> str:
-        """XADD one input (a typed model of schemas/inputs.py, or its JSON as a dict); signed
+        """Send one input (a typed model of schemas/inputs.py, or its JSON as a dict); signed
         (docs/protocol.md, "Inputs") when given a principal and its key. An input a dispatcher
-        would refuse raises `InvalidInput` and nothing is sent."""
+        would refuse raises `InvalidInput` and nothing is sent; one the submit function refuses
+        raises `SubmitRefused` (`SubmitUnavailable` while Redis holds no submit function)."""
         fields = input_fields(session, value, idempotency_key, principal, key)
-        return text(self.redis.xadd(self.stream_for(session), fields))
+        if self.producer is None:
+            return text(self.redis.xadd(self.stream_for(session), fields))
+        call = submit_call(self.keys, self.producer, session, self.partitions(), fields)
+        try:
+            return text(self.redis.fcall(*call))
+        except ResponseError as err:
+            raise submit_error(str(err)) or err from None
 
     @overload
     def resume(self, session: str, interrupt_id: str, payload: Any = None, *,

@@ -6,6 +6,7 @@ before anything is sent), choosing the partition, reading XREAD replies into eve
 a resume's outcome and reading a session's view live here, once.
 """
 
+import re
 import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input, InterruptResume, SessionClose
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import OutcomeOf, OutcomeT
 from parley.schemas.signing import signed_fields
 from parley.schemas.state import SessionState
@@ -29,6 +30,59 @@ InputValue: TypeAlias = Input | Mapping[str, Any]
 
 class InvalidInput(ValueError):
     """An input a dispatcher would refuse: raised before anything is sent."""
+
+
+class SubmitRefused(Exception):
+    """The submit function refused an input (docs/protocol.md, "Writing inputs"): `code` is one
+    of `too_large`, `rate_limited`, `session_full`, `wrong_tenant`, `invalid_input`; nothing
+    was written. `rate_limited` passes as the session's pending inputs are applied."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class SubmitUnavailable(Exception):
+    """Redis holds no submit function yet (a Redis started empty or flushed): nothing was
+    written; a dispatcher loads it within seconds, so send again."""
+
+
+#: a producer's name (docs/operations.md, "Producers"): no colon, so that `<prefix>:in:<name>:*`
+#: matches its own streams only
+PRODUCER_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+SUBMIT_FUNCTION = "parley_submit"
+#: how the function's refusals start: `PARLEY <code> <message>`
+REFUSAL_PREFIX = "PARLEY "
+
+
+def check_producer(name: str) -> str:
+    if not isinstance(name, str) or not PRODUCER_RE.fullmatch(name):
+        raise ValueError(f"invalid producer name {name!r}: 1-32 characters of [a-z0-9_-], "
+                         "starting with a letter or digit")
+    return name
+
+
+def submit_call(keys: Keys, producer: str, session: str, partitions: int,
+                fields: Mapping[Any, Any]) -> tuple[Any, ...]:
+    """The arguments of `FCALL parley_submit` for one entry's `fields` (as `input_fields` builds
+    them): the producer's own stream of the session's partition and its pending hash as keys,
+    then the prefix, the producer and the fields as XADD takes them."""
+    stream = keys.producer_inputs(producer, partition_of(session, partitions), partitions)
+    flat = [item for name, value in fields.items() for item in (name, value)]
+    return (SUBMIT_FUNCTION, 2, stream, keys.pending(producer), keys.prefix, producer, *flat)
+
+
+def submit_error(message: str) -> Exception | None:
+    """What an error reply of `FCALL parley_submit` means to a producer: `SubmitRefused`,
+    `SubmitUnavailable` (the function is not loaded), or None (any other error: raise it)."""
+    if message.startswith(REFUSAL_PREFIX):
+        code, _sep, text = message.removeprefix(REFUSAL_PREFIX).partition(" ")
+        return SubmitRefused(code, text)
+    if "Function not found" in message:
+        return SubmitUnavailable("the submit function is not loaded in Redis (a Redis started "
+                                 "empty?): start a dispatcher, or retry within seconds")
+    return None
 
 
 @dataclass(frozen=True, slots=True)

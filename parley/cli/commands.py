@@ -15,7 +15,7 @@ from parley import logs
 from parley.cli.demo import SEED_APP
 from parley.cli.transcript import format_transcript
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
-from parley.producer import InvalidInput
+from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
 from parley.retry import backoff
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def _connect(ctx: click.Context) -> redis.Redis:
 def _client(ctx: click.Context) -> Any:
     from parley.client import Client
 
-    return Client(_connect(ctx), ctx.obj["prefix"])
+    return Client(_connect(ctx), ctx.obj["prefix"], ctx.obj["producer"])
 
 
 def _send(ctx: click.Context, session: str, value: dict[str, Any], idem: str | None = None) -> None:
@@ -87,6 +87,15 @@ def _valid_prefix(_ctx: click.Context, _param: click.Parameter, prefix: str) -> 
         raise click.BadParameter(str(exc)) from None
 
 
+def _valid_producer(_ctx: click.Context, _param: click.Parameter, name: str | None) -> str | None:
+    from parley.producer import check_producer
+
+    try:
+        return None if name is None else check_producer(name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 METRICS_PORT = click.option(
     "--metrics-port", envvar="PARLEY_METRICS_PORT", type=click.IntRange(1, 65535), default=None,
     help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
@@ -108,6 +117,11 @@ REDIS_UNAVAILABLE = 69
 # Errors that say "this Redis cannot be used", not "this command went wrong": an
 # AuthenticationError is a ConnectionError; the wrong-number-of-args kind is a Redis before 6
 # given a user name.
+#: exit code of send/resume/close/switch/input when the submit function refuses the input
+#: (`too_large`, `rate_limited`, `session_full`, `wrong_tenant`, `invalid_input`): nothing was written
+SUBMIT_REFUSED = 7
+#: exit code when Redis holds no submit function yet: sysexits.h's EX_TEMPFAIL, try again soon
+SUBMIT_UNAVAILABLE = 75
 REDIS_UNUSABLE = (redis.ConnectionError, redis.TimeoutError,
                   redis.exceptions.AuthenticationWrongNumberOfArgsError)
 
@@ -143,6 +157,12 @@ class ParleyGroup(click.Group):
             raise click.exceptions.Exit(REDIS_UNAVAILABLE) from None
         except InvalidInput as exc:  # the client checks an input before sending: nothing was sent
             raise click.ClickException(str(exc)) from None
+        except SubmitRefused as exc:
+            click.echo(f"parley: refused {exc.code}: {exc.message}", err=True)
+            raise click.exceptions.Exit(SUBMIT_REFUSED) from None
+        except SubmitUnavailable as exc:
+            click.echo(f"parley: {exc}", err=True)
+            raise click.exceptions.Exit(SUBMIT_UNAVAILABLE) from None
 
 
 @click.group(cls=ParleyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -160,9 +180,13 @@ class ParleyGroup(click.Group):
                    "(env PARLEY_PRINCIPAL).")
 @click.option("--signing-key", envvar="PARLEY_SIGNING_KEY", default=None,
               help="The principal's secret (env PARLEY_SIGNING_KEY; prefer the environment to argv).")
+@click.option("--producer", envvar="PARLEY_PRODUCER", default=None, callback=_valid_producer,
+              help="Submit inputs (send/resume/close/switch/input) as this registered producer, "
+                   "through the submit function (env PARLEY_PRODUCER); needed where users.acl is "
+                   "loaded. Default: write parley:inputs directly (development).")
 @click.pass_context
 def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_level: str,
-        principal: str | None, signing_key: str | None) -> None:
+        principal: str | None, signing_key: str | None, producer: str | None) -> None:
     """Parley: agent sessions on RQ worker fleets, with durable interrupts.
 
     Inputs, events and codes: docs/protocol.md. Interrupt rules: docs/rules.md.
@@ -170,7 +194,8 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
     logs.setup(log_level)
     if (principal is None) != (signing_key is None):
         raise click.UsageError("--principal and --signing-key go together")
-    ctx.obj = {"url": redis_url, "prefix": prefix, "principal": principal, "key": signing_key}
+    ctx.obj = {"url": redis_url, "prefix": prefix, "principal": principal, "key": signing_key,
+               "producer": producer}
     if verbose:
         click.echo(f"parley: redis {masked_url(redis_url)}, prefix {prefix}", err=True)
 

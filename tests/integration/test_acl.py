@@ -41,6 +41,7 @@ from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.core import AdmissionLimits, Cancel, Enqueue, IndexAdd, Lifecycle, Stat
 from parley.dispatcher.enqueue import Outbox
+from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import get_partitions
 from parley.dispatcher.limits_config import publish_limits
 from parley.inbox import InterruptFilter
@@ -52,7 +53,8 @@ from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker
-from tests.integration.conftest import enqueue_tool_job, tick
+from tests.integration.conftest import enqueue_tool_job
+from tests.integration.conftest import tick as tick_only
 from tests.integration.test_notify import SECRET as NOTIFY_SECRET
 from tests.integration.test_notify import Receiver
 
@@ -76,6 +78,8 @@ PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver",
              ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
+#: the registered producer whose streams the file's producer login writes
+APP = "app"
 
 
 def text(value: Any) -> str:
@@ -142,7 +146,12 @@ class AclRedis:
 @pytest.fixture
 def acl(tmp_path: Path) -> Iterator[AclRedis]:
     server = AclRedis(tmp_path / "redis")
+    # as a dispatcher's start does (under its own login), and as an operator registers `app`
+    Functions(server.connect(DISPATCHER)).ensure()
+    register(server.admin)
+    _relay_admin.append(server.admin)
     yield server
+    _relay_admin.remove(server.admin)
     server.stop()
 
 
@@ -173,10 +182,53 @@ def worker_app(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jobs, "_worker_id", "acl-worker")
 
 
+def register(conn: redis.Redis, producer: str = APP, tenant: str | None = None) -> None:
+    """Register a producer (docs/operations.md, "Producers") as an operator does."""
+    conn.hset(KEYS.producers, producer, orjson.dumps({"tenant": tenant}))
+
+
 def make_dispatcher(conn: redis.Redis) -> Dispatcher:
     d = Dispatcher(conn, Keys(), app_info(load_app(SCENARIOS)), block_ms=5)
     d.leases.partitions = get_partitions(conn, KEYS)
     return d
+
+
+def as_producer(conn: redis.Redis, producer: str = APP) -> Client:
+    """The client a producer uses under users.acl: it submits through the submit function."""
+    return Client(conn, producer=producer)
+
+
+def relay_producer_streams(admin: redis.Redis) -> None:
+    """Interim, until dispatchers read producers' own streams (the producer registry's part of
+    this change, merged separately): a producer stream nobody has a consumer group on has its
+    entries moved to `parley:inputs[:n]`, where these tests' dispatchers read them, and counted
+    off the producer's pending hash as a dispatcher acknowledging them would. Once dispatchers
+    read the streams themselves (they make a group on each), this does nothing."""
+    streams = KEYS.producer_inputs("")  # `parley:in:`
+    for raw in admin.scan_iter(match=f"{streams}*", _type="stream"):
+        stream = text(raw)
+        producer, _sep, partition = stream.removeprefix(streams).partition(":")
+        if admin.xinfo_groups(stream):
+            continue
+        entries: Any = admin.xrange(stream)
+        for entry_id, fields in entries:
+            if fields.pop(b"admitted", None) == b"1":
+                admin.hincrby(KEYS.pending(producer), fields[b"session"], -1)
+            admin.xadd(KEYS.inputs(int(partition), 2) if partition else KEYS.inputs(), fields)
+            admin.xdel(stream, entry_id)
+
+
+_relay_admin: list[redis.Redis] = []
+
+
+def tick(d: Dispatcher, n: int = 3) -> Any:
+    """conftest's `tick`, each round after `relay_producer_streams` (see there)."""
+    ahead = None
+    for _ in range(n):
+        for admin in _relay_admin:
+            relay_producer_streams(admin)
+        ahead = tick_only(d, 1)
+    return ahead
 
 
 def run_worker(conn: redis.Redis, *queues: str, name: str = "acl-worker", **work: Any) -> None:
@@ -273,7 +325,7 @@ def test_nobody_gets_in_without_credentials(acl: AclRedis) -> None:
 def test_a_whole_turn_runs_under_the_three_users(acl: AclRedis, producer: redis.Redis,
                                                   worker: redis.Redis, dispatcher: redis.Redis,
                                                   reader: redis.Redis, worker_app: None) -> None:
-    client = Client(producer)
+    client = as_producer(producer)
     d = make_dispatcher(dispatcher)
     client.send("acl-1", {"type": "message.create", "content": SEED})
     seen = drive(d, worker, client, "acl-1", "interrupt.raised")
@@ -302,7 +354,7 @@ def test_a_whole_turn_runs_under_the_three_users(acl: AclRedis, producer: redis.
 
 def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.Redis,
                                                  dispatcher: redis.Redis) -> None:
-    client = Client(producer)
+    client = as_producer(producer)
     assert client.send("acl-p", {"type": "session.create"}, idempotency_key="k-1")
     d = make_dispatcher(dispatcher)
     tick(d)
@@ -310,19 +362,22 @@ def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.
     assert producer.xrange(KEYS.events("acl-p"))  # XRANGE and XREVRANGE too, for catching up
     assert producer.xrevrange(KEYS.events("acl-p"), count=1)
 
-    # with N partitions published, the producer writes parley:inputs:<crc32 mod N>
+    # with N partitions published, the producer writes its parley:in:app:<crc32 mod N>
     acl.admin.hset(KEYS.config, "partitions", 4)
+    client = as_producer(producer)
     client.send("acl-q", {"type": "session.create"})
     n = partition_of("acl-q", 4)
-    assert acl.admin.xlen(f"parley:inputs:{n}") == 1
-    producer.xadd("parley:inputs:1023", {"session": "s", "input": "{}"})  # the widest the CLI allows
+    assert acl.admin.xlen(KEYS.producer_inputs(APP, n, 4)) == 1
+    assert acl.admin.hget(KEYS.pending(APP), "acl-q") == b"1"
+    assert producer.hget(KEYS.pending(APP), "acl-q") == b"1"  # its own pending counts, readable
+    # its own streams it may also write directly (skipping only the submit-time refusals)
+    producer.xadd(KEYS.producer_inputs(APP, 1023, 1024), {"session": "s", "input": "{}"})
     assert acl.denials() == []
 
 
 @pytest.mark.parametrize("attempt", [
     pytest.param(lambda r: Client(r).show("acl-p"), id="show-reads-session-state"),
     pytest.param(lambda r: r.hgetall(KEYS.meta("acl-p")), id="read-meta"),
-    pytest.param(lambda r: r.hget(KEYS.meta("acl-p"), "core"), id="hget-meta"),
     pytest.param(lambda r: r.hset(KEYS.meta("acl-p"), "ver", 99), id="write-meta"),
     pytest.param(lambda r: r.delete(KEYS.meta("acl-p")), id="delete-meta"),
     pytest.param(lambda r: r.hset(KEYS.messages("acl-p"), "msg-9", "{}"), id="write-msgs"),
@@ -333,6 +388,19 @@ def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.
     pytest.param(lambda r: r.xadd("parley:inputs:x", {"x": "1"}), id="non-partition-stream"),
     pytest.param(lambda r: r.xadd("parley:inputs:10000", {"x": "1"}), id="partition-out-of-range"),
     pytest.param(lambda r: r.xrange("parley:inputs"), id="read-others-inputs"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}),
+                 id="write-shared-inputs"),
+    pytest.param(lambda r: r.xadd("parley:inputs:0", {"session": "s", "input": "{}"}),
+                 id="write-shared-inputs-partition"),
+    pytest.param(lambda r: r.xadd(KEYS.producer_inputs("other"), {"session": "s", "input": "{}"}),
+                 id="write-another-producers-stream"),
+    pytest.param(lambda r: r.xrange(KEYS.producer_inputs(APP)), id="read-its-own-stream"),
+    pytest.param(lambda r: r.hset(KEYS.pending(APP), "s", 0), id="reset-its-pending-counts"),
+    pytest.param(lambda r: r.hget(KEYS.pending("other"), "s"), id="read-another-producers-pending"),
+    pytest.param(lambda r: r.hset(KEYS.producers, APP, "{}"), id="change-its-registration"),
+    pytest.param(lambda r: r.function_load("#!lua name=mine\nredis.register_function('f', function() end)",
+                                           replace=True), id="load-a-function"),
+    pytest.param(lambda r: r.function_flush(), id="flush-the-functions"),
     pytest.param(lambda r: r.xreadgroup(Keys.GROUP, "c", {"parley:inputs": ">"}), id="consume-inputs"),
     pytest.param(lambda r: r.xdel("parley:inputs", "0-1"), id="delete-inputs"),
     pytest.param(lambda r: r.delete("parley:inputs"), id="drop-the-stream"),
@@ -477,7 +545,7 @@ def test_dispatcher_archives_closes_and_expires_sessions(acl: AclRedis, producer
     d = Dispatcher(dispatcher, Keys(), app_info(load_app(SCENARIOS)), block_ms=5,
                    lifecycle=Lifecycle(retention_ms=0, idle_timeout_ms=1))
     d.leases.partitions = get_partitions(dispatcher, KEYS)
-    Client(producer).send("acl-e", {"type": "session.create"}, idempotency_key="k-1")
+    as_producer(producer).send("acl-e", {"type": "session.create"}, idempotency_key="k-1")
     tick(d)
     time.sleep(0.01)
     d.sweeps.idle_checked = 0.0
@@ -493,7 +561,7 @@ def test_dispatcher_archives_closes_and_expires_sessions(acl: AclRedis, producer
 
 def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.Redis,
                                                 dispatcher: redis.Redis) -> None:
-    client = Client(producer)
+    client = as_producer(producer)
     d = make_dispatcher(dispatcher)
     client.send("acl-d", {"type": "message.create", "content": "hello"})
     tick(d)
@@ -505,7 +573,7 @@ def test_dispatcher_applies_inputs_and_enqueues(acl: AclRedis, producer: redis.R
     assert "message.created" in types(client, "acl-d")
 
     # a bad entry: copied to parley:inputs:rejected, reported on the session, its key kept
-    producer.xadd("parley:inputs", {"session": "acl-d", "input": "{not json", "id": "bad-1"})
+    producer.xadd(KEYS.producer_inputs(APP), {"session": "acl-d", "input": "{not json", "id": "bad-1"})
     tick(d)
     assert acl.admin.xlen("parley:inputs:rejected") == 1
     assert types(client, "acl-d")[-1] == "input.refused"
@@ -608,7 +676,7 @@ def test_dispatcher_is_refused_the_rest(acl: AclRedis, dispatcher: redis.Redis,
 
 def test_reader_reads_sessions(acl: AclRedis, reader: redis.Redis, producer: redis.Redis,
                                dispatcher: redis.Redis) -> None:
-    Client(producer).send("acl-r", {"type": "message.create", "content": "hi"})
+    as_producer(producer).send("acl-r", {"type": "message.create", "content": "hi"})
     for _ in range(3):
         tick(make_dispatcher(dispatcher), 1)
     view = Client(reader).show("acl-r")
@@ -635,7 +703,7 @@ def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.
 
 def test_reader_lists_sessions_with_every_filter(acl: AclRedis, reader: redis.Redis, producer: redis.Redis,
                                                  dispatcher: redis.Redis) -> None:
-    Client(producer).send("acl-l", {"type": "session.create", "metadata": {"team": "a"}})
+    as_producer(producer).send("acl-l", {"type": "session.create", "metadata": {"team": "a"}})
     for _ in range(3):
         tick(make_dispatcher(dispatcher), 1)
     client = Client(reader)
@@ -671,7 +739,7 @@ def test_reader_is_refused_the_rest(acl: AclRedis, reader: redis.Redis,
 def test_the_feed_is_written_by_dispatchers_read_by_readers_forwarded_by_notifiers(
         acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,
         reader: redis.Redis, worker_app: None) -> None:
-    client = Client(producer)
+    client = as_producer(producer)
     d = make_dispatcher(dispatcher)
     notifier = acl.connect(NOTIFIER)
     rec = Receiver(lambda n: 500 if n == 0 else 200)  # the first entry is dead-lettered
@@ -763,20 +831,30 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
     def logs() -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in tmp_path.glob("*.log"))
 
+    relaying = threading.Event()
+
+    def relay() -> None:  # see relay_producer_streams
+        while not relaying.wait(0.05):
+            relay_producer_streams(acl.admin)
+
+    relayer = threading.Thread(target=relay, daemon=True)
+    relayer.start()
     try:
-        cli(PRODUCER, "send", "acl-cli", SEED)
+        cli(PRODUCER, "--producer", APP, "send", "acl-cli", SEED)
         watched = cli(PRODUCER, "watch", "acl-cli", "--until", "interrupt.raised", "--timeout", "30")
         assert '"interrupt.raised"' in watched.stdout.splitlines()[-1], logs()
         deadline = time.monotonic() + 10
         while not orjson.loads(cli(READER, "interrupts", "--json").stdout or "[]"):
             assert time.monotonic() < deadline, logs()
             time.sleep(0.1)
-        cli(PRODUCER, "resume", "acl-cli", "int-1", '{"approved": true}')
+        cli(PRODUCER, "--producer", APP, "resume", "acl-cli", "int-1", '{"approved": true}')
         watched = cli(PRODUCER, "watch", "acl-cli", "--until", "turn.completed", "--timeout", "30")
         assert '"turn.completed"' in watched.stdout.splitlines()[-1], logs()
         view = orjson.loads(cli(READER, "show", "acl-cli", "--json").stdout)
         assert view["messages"][-1]["content"] == "Done. send_email: sent"
     finally:
+        relaying.set()
+        relayer.join()
         codes = [stop_process(p) for p in started]
     assert codes == [0, 0], logs()  # a clean stop: the dispatcher released its lease (a script)
     assert acl.admin.exists(KEYS.lease(0)) == 0

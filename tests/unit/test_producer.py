@@ -7,13 +7,19 @@ import pytest
 from parley.producer import (
     InvalidInput,
     OutcomeWait,
+    SubmitRefused,
+    SubmitUnavailable,
+    check_producer,
     input_fields,
     resume_input,
+    submit_call,
+    submit_error,
     typed_events,
     xread_events,
 )
 from parley.schemas.events import InterruptRaised
 from parley.schemas.inputs import MessageCreate, SessionCreate
+from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import RESUME, ResumeStatus
 
 
@@ -86,3 +92,49 @@ def test_an_outcome_wait_skips_other_events_and_remembers_where_it_read() -> Non
     mine = {**other, "input": {"entry": "5-0", "type": "interrupt.resume"}}
     outcome = wait.read(_reply((b"2-0", other), (b"3-0", mine)))
     assert outcome is not None and outcome.status is ResumeStatus.IGNORED and wait.last == "3-0"
+
+
+# ---- the submit function's call and replies (docs/protocol.md, "Writing inputs") -----------------
+
+def test_submit_call_names_the_producers_own_stream_of_the_sessions_partition() -> None:
+    fields = input_fields("s-1", {"type": "session.create"}, "k1")
+    call = submit_call(Keys(), "app", "s-1", 1, fields)
+    assert call[:6] == ("parley_submit", 2, "parley:in:app", "parley:pending:app", "parley", "app")
+    assert dict(zip(call[6::2], call[7::2], strict=True)) == fields
+    n = partition_of("s-1", 8)
+    assert submit_call(Keys("acme:p"), "app", "s-1", 8, fields)[2:6] == (
+        f"acme:p:in:app:{n}", "acme:p:pending:app", "acme:p", "app")
+
+
+@pytest.mark.parametrize(("reply", "code", "message"), [
+    ("PARLEY rate_limited 100 inputs of session s-1 are pending", "rate_limited",
+     "100 inputs of session s-1 are pending"),
+    ("PARLEY too_large the entry has 5000000 bytes, over the limit of 1048576", "too_large",
+     "the entry has 5000000 bytes, over the limit of 1048576"),
+    ("PARLEY session_full session s-1 has 10000 messages, the limit", "session_full",
+     "session s-1 has 10000 messages, the limit"),
+    ("PARLEY wrong_tenant session b/s is outside this producer's keys", "wrong_tenant",
+     "session b/s is outside this producer's keys"),
+])
+def test_a_refusal_reply_becomes_submit_refused_with_its_code(reply: str, code: str, message: str) -> None:
+    error = submit_error(reply)
+    assert isinstance(error, SubmitRefused)
+    assert (error.code, error.message) == (code, message)
+    assert str(error) == f"{code}: {message}"
+
+
+def test_a_missing_function_is_a_retryable_error_and_other_errors_are_not_ours() -> None:
+    assert isinstance(submit_error("Function not found"), SubmitUnavailable)
+    assert submit_error("WRONGTYPE Operation against a key holding the wrong kind of value") is None
+    assert submit_error("NOPERM this user has no permissions to access one of the keys") is None
+
+
+@pytest.mark.parametrize("name", ["app", "a", "acme-app_2", "x" * 32])
+def test_a_producer_name_is_lowercase_without_colons(name: str) -> None:
+    assert check_producer(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "App", "a:b", "-a", "x" * 33, "a*", "a b"])
+def test_a_bad_producer_name_is_refused_saying_the_rule(name: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid producer name .*\[a-z0-9_-\]"):
+        check_producer(name)

@@ -1,0 +1,147 @@
+#!lua name=parley
+-- The Redis Function library `parley`: the producers' submit path (docs/protocol.md, "Writing
+-- inputs"). Dispatchers load it at start and whenever it is missing or older than VERSION
+-- (dispatcher/functions.py reads VERSION from this text: keep the line's shape).
+--
+-- Why a function: Redis ACLs can limit a login's commands and keys, not a command's arguments,
+-- so a producer allowed XADD can also trim (MAXLEN) and choose ids. A producer login gets FCALL
+-- and writes only its own streams; this function appends with `*`, no trimming, after the
+-- admission checks. Every command it runs is ACL-checked against the CALLING login, so it
+-- gives a producer nothing its login lacks; a producer that bypasses it (plain XADD to its own
+-- stream) skips only the synchronous refusals, which dispatchers apply again.
+local VERSION = 1
+
+-- Defaults of the limits, used while `<prefix>:config` has none (dispatchers write theirs there).
+local DEFAULTS = {limit_input_bytes = 1048576, limit_pending = 100, limit_messages = 10000,
+                  limit_branches = 1000}
+local PRODUCER_MAX = 32
+local SESSION_MAX, CHILD_MAX, TENANT_MAX = 128, 256, 64
+
+local function refuse(code, message)
+  return redis.error_reply('PARLEY ' .. code .. ' ' .. message)
+end
+
+-- schemas/ids.py is_session_id: [A-Za-z0-9._:/-], 1-128 characters (256 for the engine's
+-- sub-agent ids `<parent>:sub-<n>`), and a tenant before the first `/` of [A-Za-z0-9._-]{1,64}.
+local function valid_session(s)
+  local n = #s
+  if n < 1 or n > CHILD_MAX or not string.find(s, '^[A-Za-z0-9._:/%-]+$') then return false end
+  if n > SESSION_MAX and not string.find(s, ':sub%-%d+$') then return false end
+  local slash = string.find(s, '/', 1, true)
+  if slash then
+    local tenant = string.sub(s, 1, slash - 1)
+    if #tenant < 1 or #tenant > TENANT_MAX or not string.find(tenant, '^[A-Za-z0-9._%-]+$') then
+      return false
+    end
+  end
+  return true
+end
+
+-- keys[1] must be the producer's own input stream (`<prefix>:in:<producer>` or its partition
+-- `...:<n>`), keys[2] its own pending hash: the ACL lets a login name only its own anyway; this
+-- says so clearly where there is no ACL, and keeps `producer` the name the keys belong to.
+local function own_keys(keys, prefix, producer)
+  local stream = prefix .. ':in:' .. producer
+  local key = keys[1]
+  local partitioned = string.sub(key, 1, #stream + 1) == stream .. ':'
+      and string.find(string.sub(key, #stream + 2), '^%d+$') ~= nil
+  return (key == stream or partitioned) and keys[2] == prefix .. ':pending:' .. producer
+end
+
+local function limits(prefix)
+  local names = {'limit_input_bytes', 'limit_pending', 'limit_messages', 'limit_branches'}
+  local got = redis.call('HMGET', prefix .. ':config', unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do
+    out[name] = tonumber(got[i]) or DEFAULTS[name]
+  end
+  return out
+end
+
+-- FCALL parley_submit 2 <stream> <pending> <prefix> <producer> <field> <value> [<field> <value> ...]
+-- keys[1] the producer's input stream (its partition's): `<prefix>:in:<producer>[:<n>]`
+-- keys[2] the producer's pending hash: `<prefix>:pending:<producer>` (session -> admitted, not
+--         yet applied; dispatchers decrement it as they acknowledge an entry marked `admitted`)
+-- args[1] the key prefix; args[2] the producer's name
+-- args[3..] the entry's fields and values as XADD takes them: `session` and `input` required;
+--         `id`, `principal`, `ts`, `sig` as docs/protocol.md says; `admitted` is the function's.
+-- Reads, besides its keys: `<prefix>:config` (the limits) and `<prefix>:{S}:meta` (the
+-- session's counts `n_msgs`, `n_branches`): the login must be allowed to read them.
+-- Returns the new entry's id; or an error `PARLEY <code> <message>` and writes nothing.
+local function submit(keys, args)
+  if #keys ~= 2 or #args < 6 or #args % 2 ~= 0 then
+    return refuse('invalid_input', 'call it as FCALL parley_submit 2 <stream> <pending> <prefix> '
+                  .. '<producer> <field> <value> ...')
+  end
+  local prefix, producer = args[1], args[2]
+  if #producer > PRODUCER_MAX or not string.find(producer, '^[a-z0-9][a-z0-9_%-]*$') then
+    return refuse('invalid_input', 'invalid producer name')
+  end
+  if not own_keys(keys, prefix, producer) then
+    return refuse('invalid_input', 'the keys must be producer ' .. producer .. "'s own input stream "
+                  .. 'and pending hash')
+  end
+  local lim = limits(prefix)
+  local size, session, input = 0, nil, nil
+  for i = 3, #args, 2 do
+    local name, value = args[i], args[i + 1]
+    size = size + #name + #value
+    if name == 'session' then session = value
+    elseif name == 'input' then input = value
+    elseif name == 'admitted' then
+      return refuse('invalid_input', 'the field `admitted` is set by the submit function')
+    end
+  end
+  if size > lim.limit_input_bytes then
+    return refuse('too_large', 'the entry has ' .. size .. ' bytes, over the limit of '
+                  .. lim.limit_input_bytes)
+  end
+  if session == nil or input == nil then
+    return refuse('invalid_input', 'an entry needs the fields `session` and `input`')
+  end
+  if not valid_session(session) then
+    return refuse('invalid_input', '`session` must be 1-128 characters of [A-Za-z0-9._:/-]')
+  end
+  -- Read even when no count is needed: a login scoped to one tenant's keys may not read another
+  -- tenant's meta, and that refusal is the tenant check at submit.
+  local counts = redis.pcall('HMGET', prefix .. ':{' .. session .. '}:meta', 'n_msgs', 'n_branches')
+  if type(counts) == 'table' and counts.err then
+    -- Redis 7.0 words an ACL refusal in a function this way; later versions say NOPERM.
+    if string.find(counts.err, 'NOPERM', 1, true)
+        or string.find(counts.err, "can't access", 1, true) then
+      return refuse('wrong_tenant', 'session ' .. session .. " is outside this producer's keys")
+    end
+    return counts
+  end
+  local ok, value = pcall(cjson.decode, input)
+  -- An `input` that does not parse is left to the dispatcher, which refuses it exactly.
+  if ok and type(value) == 'table' and value['type'] == 'message.create' then
+    local n_msgs, n_branches = tonumber(counts[1]) or 0, tonumber(counts[2]) or 0
+    if n_msgs >= lim.limit_messages then
+      return refuse('session_full', 'session ' .. session .. ' has ' .. n_msgs
+                    .. ' messages, the limit')
+    end
+    -- Whether a message makes a new branch needs the tree; one that follows the active head
+    -- (no `parent_id`) usually does not, so only one naming its parent is refused here, and
+    -- the dispatcher decides exactly.
+    if n_branches >= lim.limit_branches and value['parent_id'] ~= nil then
+      return refuse('session_full', 'session ' .. session .. ' has ' .. n_branches
+                    .. ' branches, the limit')
+    end
+  end
+  local pending = tonumber(redis.call('HGET', keys[2], session)) or 0
+  if pending >= lim.limit_pending then
+    return refuse('rate_limited', pending .. ' inputs of session ' .. session .. ' are pending')
+  end
+  local fields = {}
+  for i = 3, #args do fields[#fields + 1] = args[i] end
+  fields[#fields + 1] = 'admitted'
+  fields[#fields + 1] = '1'
+  local id = redis.call('XADD', keys[1], '*', unpack(fields))
+  redis.call('HINCRBY', keys[2], session, 1)
+  return id
+end
+
+redis.register_function('parley_submit', submit)
+redis.register_function{function_name = 'parley_version', callback = function() return VERSION end,
+                        flags = {'no-writes'}}

@@ -1,0 +1,178 @@
+"""The producer edge under deploy/redis/users.acl: every attack a producer login could make on
+other producers' inputs, run as that login, and refused or harmless to anyone else
+(docs/protocol.md, "Writing inputs"; docs/operations.md, "Producers").
+
+Before the submit function, a producer login had XADD on the shared `parley:inputs`: `MAXLEN 1`
+deleted everyone's unread inputs, an id of 18446744073709551615-18446744073709551615 made every
+later `XADD *` fail, and nothing limited how many inputs one session queued. Now each producer
+writes only its own streams, through `parley_submit`: what it does to them hurts it alone.
+
+Each test has a second registered producer, `other` (its login made from the file's producer
+line, with its own streams), submit first, runs the attack as `app`, then checks `other`'s
+entries are all still there, and applied by a dispatcher.
+"""
+
+# The fixtures `acl`, `producer` and `dispatcher` come from test_acl.py, and name parameters here.
+# ruff: noqa: F811
+
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from redis.exceptions import ResponseError
+
+from parley.client import Client
+from parley.producer import SubmitRefused
+from tests.integration.test_acl import (  # noqa: F401 (fixtures)
+    ACL_FILE,
+    APP,
+    KEYS,
+    PRODUCER,
+    AclRedis,
+    acl,
+    dispatcher,
+    make_dispatcher,
+    producer,
+    refused,
+    register,
+    text,
+    tick,
+)
+
+OTHER, OTHER_USER, OTHER_PASSWORD = "other", "parley-producer-other", "other-password"
+JAM = "18446744073709551615-18446744073709551615"
+MESSAGE = {"type": "message.create", "content": "hi"}
+OTHER_SESSIONS = ["o-1", "o-2", "o-3"]
+
+
+def other_login(acl: AclRedis) -> redis.Redis:
+    """A login for producer `other`: the file's producer rules with `other`'s own keys."""
+    line = next(u for u in ACL_FILE.read_text().splitlines() if u.startswith(f"user {PRODUCER} "))
+    rules = [rule.replace(f":in:{APP}", f":in:{OTHER}").replace(f":pending:{APP}", f":pending:{OTHER}")
+             for rule in line.split()[2:] if not rule.startswith(">")]
+    acl.admin.execute_command("ACL", "SETUSER", OTHER_USER, *rules, f">{OTHER_PASSWORD}")
+    register(acl.admin, OTHER)
+    return acl.connect(OTHER_USER, OTHER_PASSWORD)
+
+
+@pytest.fixture
+def others(acl: AclRedis) -> list[tuple[str, dict[bytes, bytes]]]:
+    """`other`'s inputs, submitted before the attack: (entry id, fields) as in its stream."""
+    client = Client(other_login(acl), producer=OTHER)
+    for session in OTHER_SESSIONS:
+        client.send(session, MESSAGE)
+    return [(text(i), f) for i, f in acl.admin.xrange(KEYS.producer_inputs(OTHER))]
+
+
+def intact(acl: AclRedis, others: list[tuple[str, dict[bytes, bytes]]], dispatcher: redis.Redis) -> None:
+    """`other`'s inputs are all still in its stream, and a dispatcher applies each."""
+    assert [(text(i), f) for i, f in acl.admin.xrange(KEYS.producer_inputs(OTHER))] == others
+    d = make_dispatcher(dispatcher)
+    tick(d)
+    for session in OTHER_SESSIONS:
+        assert [orjson.loads(f[b"event"])["type"] for _i, f in acl.admin.xrange(KEYS.events(session))] \
+            == ["session.created", "message.created"], session
+
+
+def fields(session: str = "s-1", value: Any = MESSAGE) -> dict[str, Any]:
+    return {"session": session, "input": orjson.dumps(value)}
+
+
+def test_trimming_with_maxlen_reaches_only_the_producers_own_entries(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    app = Client(producer, producer=APP)
+    for i in range(3):
+        app.send(f"a-{i}", MESSAGE)
+    for stream in (KEYS.inputs(), KEYS.inputs(0, 4), KEYS.producer_inputs(OTHER)):
+        refused(lambda stream=stream: producer.xadd(stream, fields(), maxlen=1, approximate=False))
+    producer.xadd(KEYS.producer_inputs(APP), fields(), maxlen=1, approximate=False)  # its own: allowed
+    assert acl.admin.xlen(KEYS.producer_inputs(APP)) == 1  # it trimmed its own inputs, no one else's
+    intact(acl, others, dispatcher)
+
+
+def test_jamming_a_stream_with_the_last_possible_id_blocks_only_its_own_submits(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    for stream in (KEYS.inputs(), KEYS.inputs(3, 4), KEYS.producer_inputs(OTHER)):
+        refused(lambda stream=stream: producer.xadd(stream, fields(), id=JAM))
+    producer.xadd(KEYS.producer_inputs(APP), fields(), id=JAM)  # its own stream: allowed
+    with pytest.raises(ResponseError, match="exhausted the last possible ID"):
+        Client(producer, producer=APP).send("s-2", MESSAGE)
+    Client(acl.connect(OTHER_USER, OTHER_PASSWORD), producer=OTHER).send("o-4", MESSAGE)
+    assert acl.admin.xlen(KEYS.producer_inputs(OTHER)) == len(others) + 1  # others go on
+    intact_others = others + [(text(i), f) for i, f in acl.admin.xrange(KEYS.producer_inputs(OTHER))][-1:]
+    intact(acl, intact_others, dispatcher)
+
+
+@pytest.mark.parametrize("attack", [
+    pytest.param(lambda r, s: r.xdel(s, "0-1"), id="xdel"),
+    pytest.param(lambda r, s: r.xtrim(s, maxlen=0, approximate=False), id="xtrim"),
+    pytest.param(lambda r, s: r.delete(s), id="del"),
+    pytest.param(lambda r, s: r.unlink(s), id="unlink"),
+    pytest.param(lambda r, s: r.rename(s, "parley:in:app:9"), id="rename"),
+    pytest.param(lambda r, s: r.xgroup_setid(s, "parley-dispatchers", "$"), id="skip-the-group-ahead"),
+    pytest.param(lambda r, s: r.xreadgroup("parley-dispatchers", "c", {s: ">"}), id="consume-them"),
+])
+@pytest.mark.parametrize("stream", [KEYS.inputs(), KEYS.producer_inputs(OTHER), KEYS.producer_inputs(APP)])
+def test_input_streams_cannot_be_deleted_trimmed_or_consumed(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any, attack: Any,
+        stream: str) -> None:
+    refused(lambda: attack(producer, stream))
+    intact(acl, others, dispatcher)
+
+
+@pytest.mark.parametrize("keys", [
+    pytest.param((KEYS.producer_inputs(OTHER), KEYS.pending(OTHER)), id="other-producers-keys"),
+    pytest.param((KEYS.producer_inputs(APP), KEYS.pending(OTHER)), id="other-producers-pending-hash"),
+    pytest.param((KEYS.producer_inputs(OTHER), KEYS.pending(APP)), id="other-producers-stream"),
+    pytest.param((KEYS.inputs(), KEYS.pending(APP)), id="the-shared-stream"),
+])
+def test_the_function_called_on_keys_not_its_own_is_refused(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any,
+        keys: tuple[str, str]) -> None:
+    name = OTHER if keys[0] == KEYS.producer_inputs(OTHER) else APP
+    refused(lambda: producer.fcall("parley_submit", 2, *keys, "parley", name,
+                                   "session", "o-1", "input", orjson.dumps(MESSAGE)))
+    assert acl.admin.hgetall(KEYS.pending(OTHER)) == {s.encode(): b"1" for s in OTHER_SESSIONS}
+    intact(acl, others, dispatcher)
+
+
+def test_a_5_mb_input_is_refused_too_large_and_nothing_is_written(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    huge = {"type": "message.create", "content": "x" * (5 * 1024 * 1024)}
+    too_large = "^PARLEY too_large the entry has 5242933 bytes, over the limit of 1048576$"
+    with pytest.raises(ResponseError, match=too_large):
+        producer.fcall("parley_submit", 2, KEYS.producer_inputs(APP), KEYS.pending(APP), "parley", APP,
+                       *[x for kv in fields("s-1", huge).items() for x in kv])
+    assert not acl.admin.exists(KEYS.producer_inputs(APP), KEYS.pending(APP))
+    intact(acl, others, dispatcher)
+
+
+def test_200_inputs_for_one_session_the_101st_is_rate_limited_at_submit(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    app = Client(producer, producer=APP)
+    codes = []
+    for i in range(200):
+        try:
+            app.send("flood", {"type": "message.create", "content": f"m{i}"})
+            codes.append("admitted")
+        except SubmitRefused as err:
+            codes.append(err.code)
+    assert codes == ["admitted"] * 100 + ["rate_limited"] * 100
+    assert acl.admin.xlen(KEYS.producer_inputs(APP)) == 100
+    app.send("calm", MESSAGE)  # its other sessions are not held back
+    intact(acl, others, dispatcher)
+
+
+def test_an_unscoped_producer_reads_any_sessions_events_and_counts_but_no_state_else(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    """The file's producer is not scoped to a tenant: it reads every session's events and meta
+    (the counts the submit function reads; a tenant's producer is limited to its tenant's
+    keys), and nothing else of a session."""
+    intact(acl, others, dispatcher)
+    assert producer.xrange(KEYS.events("o-1")) and producer.hmget(KEYS.meta("o-1"), "ver") == [b"1"]
+    for attempt in (lambda: producer.hgetall(KEYS.messages("o-1")),
+                    lambda: producer.hgetall(KEYS.meta("o-1")),
+                    lambda: producer.hgetall(KEYS.outbox("o-1")),
+                    lambda: producer.zrange(KEYS.idempotency_keys("o-1"), 0, -1)):
+        refused(attempt)

@@ -17,6 +17,9 @@ class RefusalCode(StrEnum):
     INVALID_INPUT = "invalid_input"
     #: a bad or missing signature (a forged entry does not even use up its idempotency key)
     UNAUTHORIZED = "unauthorized"
+    #: an entry of a producer scoped to one tenant names a session of another tenant (or of
+    #: none): copied to the rejected stream only, never reported in that session's events
+    WRONG_TENANT = "wrong_tenant"
     #: what only the dispatcher writes, from anyone else: a session or a turn in a sub-agent's
     #: child id (`<S>:sub-<n>`), a `parent` link (of a session.create or a session.close)
     ENGINE_ONLY = "engine_only"

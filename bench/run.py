@@ -854,15 +854,15 @@ def report(out: dict[str, Any]) -> str:
         lines.append("10. Fairness: a flood of inputs for one session (producer `flood`) while another "
                      "producer sends a message every 50 ms, each to a session of its own; that message's "
                      "delay, entry written -> message.created, ms")
-        hdr = ["flood", "inputs", "written", "refused", "write s", "drained s", "messages", "delay p50/p99",
-               "max"]
+        hdr = ["flood", "inputs", "written", "refused", "write s", "probed s", "flood left", "messages",
+               "delay p50/p99", "max"]
         rows = []
         for r in s10:
             if "skipped" in r:
                 rows.append(skipped_row([r["mode"], r["inputs"]], len(hdr), r["skipped"]))
                 continue
             rows.append([r["mode"], r["inputs"], r.get("written"), r.get("refused"), r.get("write_s"),
-                         r["drained_s"], r["delay_ms"].get("n", 0), pq(r["delay_ms"]),
+                         r["probed_s"], r["flood_left"], r["delay_ms"].get("n", 0), pq(r["delay_ms"]),
                          r["delay_ms"].get("max")])
         lines.append(table(hdr, rows))
     goals = goal_lines(out)

@@ -101,7 +101,7 @@ def acl_line(name: str, tenant: str | None, prefix: str = "parley", password: st
     return (f"user {prefix}-producer-{name} on >{password} resetkeys resetchannels -@all +ping +select "
             f"+fcall "
             f"(+xadd %W~{own} %W~{own}:*) "
-            f"(+hincrby %W~{prefix}:pending:{name}) "
+            f"(+hincrby ~{prefix}:pending:{name}) "
             f"(+hget +hmget %R~{prefix}:config) "
             f"(+hget +hmget %R~{sessions}:meta) "
             f"(+xread +xrange +xrevrange %R~{sessions}:events)")

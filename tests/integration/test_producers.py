@@ -269,3 +269,28 @@ def test_producers_acl_prints_the_login_line(r: redis.Redis) -> None:
     # the line is one Redis accepts
     r.execute_command("ACL", "SETUSER", *line.split()[1:])
     assert r.acl_getuser("parley-producer-web")["enabled"]
+
+
+def test_the_printed_acl_line_lets_a_producer_write_its_own_streams_only(r: redis.Redis) -> None:
+    line = parley(r, "acl", "web", "--tenant", "acme").stdout.strip().replace(">change-me", ">pw")
+    r.execute_command("ACL", "SETUSER", *line.split()[1:])
+    port = r.connection_pool.connection_kwargs["port"]
+    web = redis.Redis(host="127.0.0.1", port=port, username="parley-producer-web", password="pw")
+    fields = {"session": "acme/s-1", "input": b"{}"}
+    web.xadd("parley:in:web", fields)
+    web.xadd("parley:in:web:3", fields)  # its partition streams
+    web.hincrby(KEYS.pending("web"), "acme/s-1", 1)
+    r.xadd(KEYS.events("acme/s-1"), {"event": b"{}"})
+    r.xadd(KEYS.events("globex/s-1"), {"event": b"{}"})
+    assert len(web.xrange(KEYS.events("acme/s-1"))) == 1
+    for attack in (
+            lambda: web.xadd("parley:in:crm", fields),  # another producer's stream
+            lambda: web.xadd("parley:in:web-x", fields),  # a name that merely starts like its own
+            lambda: web.xadd("parley:inputs", fields),  # the engine's stream
+            lambda: web.xdel("parley:in:web", "0-1"),
+            lambda: web.hincrby(KEYS.pending("crm"), "acme/s-1", -5),
+            lambda: web.hset(KEYS.producers, "web", b"{}"),  # cannot re-scope itself
+            lambda: web.xrange(KEYS.events("globex/s-1")),  # another tenant's events
+            lambda: web.hget(KEYS.meta("globex/s-1"), "ver")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attack()

@@ -64,7 +64,7 @@ def test_the_acl_line_names_the_producers_own_streams_only() -> None:
     assert line.startswith("user parley-producer-web on ")
     assert "resetkeys" in line and "-@all" in line and "+fcall" in line
     assert "(+xadd %W~parley:in:web %W~parley:in:web:*)" in line
-    assert "(+hincrby %W~parley:pending:web)" in line
+    assert "(+hincrby ~parley:pending:web)" in line
     assert "%R~parley:{*}:events" in line and "%R~parley:{*}:meta" in line
     assert "parley:inputs" not in line
     scoped = acl_line("web", "acme", prefix="p")

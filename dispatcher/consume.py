@@ -35,7 +35,7 @@ from parley.dispatcher.store import DEFAULT_EVENTS_MAXLEN, DEFAULT_FEED_MAXLEN, 
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
-from parley.schemas.codec import InputError, session_of
+from parley.schemas.codec import InputError, input_refs, session_of
 from parley.schemas.codes import RefusalCode
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.producers import Producer
@@ -253,7 +253,7 @@ class Dispatcher:
             entry_id = _text(raw_id)
             prep = self.decoder.prepare(stream, inputs, entry_id, fields)
             if producer is not None and isinstance(prep, Prepared) and not producer.allows(prep.session):
-                prep = wrong_tenant(producer, prep)
+                prep = wrong_tenant(producer, prep, fields)
             session = prep.session if isinstance(prep, Prepared) else session_of(fields)
             held.append(Held(entry_id, fields, prep, session))
         if last is not None and entries and entry_key(held[-1].entry_id) < last:
@@ -354,11 +354,13 @@ class Dispatcher:
             batch.ahead = replies[-1]
 
 
-def wrong_tenant(producer: Producer, prep: Prepared) -> Refused:
+def wrong_tenant(producer: Producer, prep: Prepared, fields: dict[Any, Any]) -> Refused:
     """An entry of a producer scoped to a tenant naming a session outside it: refused, and
-    reported nowhere but the rejected stream (Applier.reject)."""
+    reported nowhere but the rejected stream (Applier.reject). It uses up no idempotency key:
+    the session is not the producer's to write."""
+    input_type, ids = input_refs(fields)
     return Refused(InputError(f"wrong_tenant: producer {producer.name} may write only sessions of "
-                              f"tenant {producer.tenant}, not {prep.session}"),
+                              f"tenant {producer.tenant}, not {prep.session}", input_type, ids),
                    code=RefusalCode.WRONG_TENANT)
 
 

@@ -169,7 +169,7 @@ def test_a_flooded_session_does_not_hold_up_another_producers_session(
     tick(d, 1)  # leases and streams in place
     first = [send(r, "s-flood", {"type": "branch.switch", "head": "nowhere"}, stream=flood)
              for _ in range(300)]
-    other = send(r, "s-other", message("me too"), stream=web)
+    send(r, "s-other", message("me too"), stream=web)
     waves = d.stats.waves
     tick(d, 1)
     # the other session was served in the first tick, after at most the flood's share of waves
@@ -183,7 +183,6 @@ def test_a_flooded_session_does_not_hold_up_another_producers_session(
     assert r.xlen(flood) == 0 and pending_count(r, flood) == 0
     refused = [e["input"]["entry"] for e in events(r, "s-flood") if e["type"] == "input.refused"]
     assert refused == first
-    assert other not in refused
     assert d.backlog == {}
 
 

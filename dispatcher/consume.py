@@ -223,16 +223,29 @@ class Dispatcher:
             if not p.recovered:
                 continue
             for stream in p.streams:
-                reply: Any = self.redis.xautoclaim(stream, self.keys.GROUP, self.name,
-                                                   min_idle_time=self.leases.lease_ms, start_id="0-0",
-                                                   count=self.batch)
-                # our own backlog (claimed again by us: no change) is applied by the ticks
-                waiting = {h.entry_id for h in self.backlog.get(stream, ())}
-                entries = [e for e in reply[1] if e and e[1] is not None and _text(e[0]) not in waiting]
+                entries = self._stale(stream)
                 if entries:
                     log.warning("claimed entries left pending by another consumer",
                                 extra=kv(stream=stream, count=len(entries)))
                     self.process(p, stream, entries)
+
+    def _stale(self, stream: str) -> list[Any]:
+        """Up to a batch of a stream's entries pending for longer than a lease, but those of our
+        own backlog (idle too when a flood holds them back long, and applied by the ticks): the
+        ids are claimed (JUSTID, enough of them to reach past our backlog), then the fields of
+        the others read."""
+        waiting = {h.entry_id for h in self.backlog.get(stream, ())}
+        ids: Any = self.redis.xautoclaim(stream, self.keys.GROUP, self.name,
+                                         min_idle_time=self.leases.lease_ms, start_id="0-0",
+                                         count=len(waiting) + self.batch, justid=True)
+        found = [i for raw in ids if (i := _text(raw)) not in waiting]
+        if not found:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id in found[:self.batch]:
+            pipe.xrange(stream, entry_id, entry_id)
+        # an id whose entry was deleted meanwhile reads as nothing
+        return [rows[0] for rows in pipe.execute() if rows]
 
     def process(self, p: Partition, stream: str, entries: list[Any]) -> None:
         """Apply entries claimed outside the tick's read, and settle them at once."""

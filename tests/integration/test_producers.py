@@ -293,3 +293,27 @@ def test_the_printed_acl_line_lets_a_producer_write_its_own_streams_only(r: redi
             lambda: web.hget(KEYS.meta("globex/s-1"), "ver")):
         with pytest.raises(redis.exceptions.NoPermissionError):
             attack()
+
+
+def test_the_stale_claim_leaves_the_backlog_to_the_ticks_and_finds_what_lies_past_it(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    import time
+
+    web = register(r, "web")
+    d = make_dispatcher(lease_ms=300)
+    d.STALE_CHECK_S = 0.0
+    tick(d, 1)
+    first = [send(r, "s-flood", {"type": "branch.switch", "head": "nowhere"}, stream=web)
+             for _ in range(40)]
+    tick(d, 1)
+    assert len(d.backlog[web]) == 40 - SESSION_DEPTH
+    send(r, "s-ghost", message("read by a ghost"), stream=web)
+    r.xreadgroup(KEYS.GROUP, "ghost", {web: ">"}, count=10)  # a consumer that then vanished
+    time.sleep(0.4)  # the backlog and the ghost's entry: both idle longer than a lease
+    tick(d, 1)
+    assert "message.created" in types(r, "s-ghost")
+    for _ in range(10):
+        tick(d, 1)
+    refused = [e["input"]["entry"] for e in events(r, "s-flood") if e["type"] == "input.refused"]
+    assert refused == first  # in order, each once
+    assert r.xlen(web) == 0 and pending_count(r, web) == 0

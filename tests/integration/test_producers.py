@@ -317,3 +317,18 @@ def test_the_stale_claim_leaves_the_backlog_to_the_ticks_and_finds_what_lies_pas
     refused = [e["input"]["entry"] for e in events(r, "s-flood") if e["type"] == "input.refused"]
     assert refused == first  # in order, each once
     assert r.xlen(web) == 0 and pending_count(r, web) == 0
+
+
+def test_the_stream_gauges_cover_every_producers_stream(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    from parley.metrics import RedisStateCollector
+
+    web = register(r, "web")
+    d = make_dispatcher()
+    tick(d, 1)
+    send(r, "s-1", message("unread"), stream=web)
+    send(r, "s-2", message("unread"), stream=web)
+    samples = {(m.name, s.labels.get("stream")): s.value
+               for m in RedisStateCollector(r, KEYS).collect() for s in m.samples}
+    assert samples[("parley_stream_lag", web)] == 2
+    assert samples[("parley_stream_pending", web)] == 0

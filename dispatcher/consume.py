@@ -261,7 +261,7 @@ class Dispatcher:
         inputs = stream != p.streams[1]  # every stream but the results stream holds inputs
         producer = self.registry.producer_of(stream)
         held = self.backlog.pop(stream, [])
-        last = entry_key(held[-1].entry_id) if held else None
+        last, first_new = (entry_key(held[-1].entry_id) if held else None), len(held)
         for raw_id, fields in entries:
             entry_id = _text(raw_id)
             prep = self.decoder.prepare(stream, inputs, entry_id, fields)
@@ -269,8 +269,10 @@ class Dispatcher:
                 prep = wrong_tenant(producer, prep, fields)
             session = prep.session if isinstance(prep, Prepared) else session_of(fields)
             held.append(Held(entry_id, fields, prep, session))
-        if last is not None and entries and entry_key(held[-1].entry_id) < last:
-            held.sort(key=lambda h: entry_key(h.entry_id))  # claimed entries merged into the backlog
+        # entries come in id order (a read, or a claim), so the first one says whether they go
+        # after the backlog (a read always does) or must be merged into it (a stale claim's)
+        if last is not None and len(held) > first_new and entry_key(held[first_new].entry_id) < last:
+            held.sort(key=lambda h: entry_key(h.entry_id))
         return held
 
     def apply_entries(self, p: Partition, stream: str, entries: list[Any], batch: Batch) -> None:

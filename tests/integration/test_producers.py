@@ -332,3 +332,19 @@ def test_the_stream_gauges_cover_every_producers_stream(
                for m in RedisStateCollector(r, KEYS).collect() for s in m.samples}
     assert samples[("parley_stream_lag", web)] == 2
     assert samples[("parley_stream_pending", web)] == 0
+
+
+def test_claimed_entries_are_merged_into_the_backlog_in_id_order(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    from parley.dispatcher.apply import Held
+    from tests.integration.conftest import INPUTS
+
+    d = make_dispatcher()
+    tick(d, 1)
+    p = d.leases.owned[0]
+    d.backlog[INPUTS] = [Held("5-0", {}, None, "s-1"), Held("7-0", {}, None, "s-1")]
+    fields = {b"session": b"s-1", b"input": orjson.dumps(message("hi"))}
+    held = d.hold(p, INPUTS, [("3-0", fields), ("9-0", fields)])
+    assert [h.entry_id for h in held] == ["3-0", "5-0", "7-0", "9-0"]
+    d.backlog[INPUTS] = [Held("5-0", {}, None, "s-1")]
+    assert [h.entry_id for h in d.hold(p, INPUTS, [("6-0", fields)])] == ["5-0", "6-0"]

@@ -91,17 +91,16 @@ def parse_registry(raw: dict[bytes, bytes] | dict[str, str]) -> tuple[dict[str, 
 
 
 def acl_line(name: str, tenant: str | None, prefix: str = "parley", password: str = "change-me") -> str:
-    """The users.acl line of a producer login (deploy/redis/users.acl): it may call the submit
-    function, append to its own input streams only, count its pending inputs, read the limits,
-    and read sessions' meta and events (its tenant's only, when scoped)."""
+    """The users.acl line of a producer login (deploy/redis/users.acl): it may read the limits
+    and sessions' meta (its tenant's only, when scoped); call the submit function, append to its
+    own input streams and count its pending inputs, in one selector, because FCALL needs
+    read-write access to the keys it declares (those three) and Redis checks every command the
+    function runs against the caller's login; and read sessions' events (its tenant's only)."""
     check_name(name)
     check_tenant(tenant)
     sessions = f"{prefix}:{{{tenant}/*}}" if tenant is not None else f"{prefix}:{{*}}"
     own = f"{prefix}:in:{name}"
     return (f"user {prefix}-producer-{name} on >{password} resetkeys resetchannels -@all +ping +select "
-            f"+fcall "
-            f"(+xadd %W~{own} %W~{own}:*) "
-            f"(+hincrby ~{prefix}:pending:{name}) "
-            f"(+hget +hmget %R~{prefix}:config) "
-            f"(+hget +hmget %R~{sessions}:meta) "
+            f"+hget +hmget %R~{prefix}:config %R~{sessions}:meta "
+            f"(+fcall +xadd +hget +hincrby ~{own} ~{own}:* ~{prefix}:pending:{name}) "
             f"(+xread +xrange +xrevrange %R~{sessions}:events)")

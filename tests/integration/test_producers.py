@@ -282,6 +282,12 @@ def test_the_printed_acl_line_lets_a_producer_write_its_own_streams_only(r: redi
     r.xadd(KEYS.events("acme/s-1"), {"event": b"{}"})
     r.xadd(KEYS.events("globex/s-1"), {"event": b"{}"})
     assert len(web.xrange(KEYS.events("acme/s-1"))) == 1
+    # a function called with its own keys runs; with another producer's keys it is refused
+    r.function_load("#!lua name=acltest\nredis.register_function('append', function(keys, args) "
+                    "return redis.call('XADD', keys[1], '*', 'session', args[1]) end)")
+    assert web.fcall("append", 1, "parley:in:web", "acme/s-1")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        web.fcall("append", 1, "parley:in:crm", "acme/s-1")
     for attack in (
             lambda: web.xadd("parley:in:crm", fields),  # another producer's stream
             lambda: web.xadd("parley:in:web-x", fields),  # a name that merely starts like its own

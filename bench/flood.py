@@ -56,7 +56,9 @@ def flood_submitted(url: str, n: int) -> dict[str, Any]:
     submit function refuses synchronously (over the pending limit) is counted, not retried."""
     from parley.client import Client
 
-    client = Client(redis.Redis.from_url(url), producer="flood")  # type: ignore[call-arg]
+    # as producer `flood`: its inputs go through the submit function to its own stream
+    as_producer: dict[str, Any] = {"producer": "flood"}
+    client = Client(redis.Redis.from_url(url), **as_producer)
     written = refused = 0
     for i in range(n):
         try:

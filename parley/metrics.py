@@ -241,13 +241,7 @@ class RedisStateCollector(Collector):
                                     labels=["stream"])
         lag = GaugeMetricFamily("parley_stream_lag", "Entries not yet read by the dispatchers",
                                 labels=["stream"])
-        streams = [k.inputs(p, n) for p in range(n)] + [k.results(p, n) for p in range(n)]
-        try:  # and every registered producer's (a login that may not read the registry skips them)
-            names: Any = self.redis.hkeys(k.producers)
-            streams += [k.producer_inputs(_str(name), p, n) for name in sorted(names) for p in range(n)]
-        except Exception:
-            pass
-        for stream in streams:
+        for stream in [k.inputs(p, n) for p in range(n)] + [k.results(p, n) for p in range(n)]:
             try:
                 groups: Any = self.redis.xinfo_groups(stream)
             except Exception:
@@ -320,7 +314,3 @@ def timed(kind: str) -> Callable[[float, bool], None]:
         JOB_SECONDS.labels(kind).observe(seconds)
         JOBS.labels(kind, "ok" if ok else "error").inc()
     return done
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

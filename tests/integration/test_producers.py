@@ -325,21 +325,6 @@ def test_the_stale_claim_leaves_the_backlog_to_the_ticks_and_finds_what_lies_pas
     assert r.xlen(web) == 0 and pending_count(r, web) == 0
 
 
-def test_the_stream_gauges_cover_every_producers_stream(
-        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
-    from parley.metrics import RedisStateCollector
-
-    web = register(r, "web")
-    d = make_dispatcher()
-    tick(d, 1)
-    send(r, "s-1", message("unread"), stream=web)
-    send(r, "s-2", message("unread"), stream=web)
-    samples = {(m.name, s.labels.get("stream")): s.value
-               for m in RedisStateCollector(r, KEYS).collect() for s in m.samples}
-    assert samples[("parley_stream_lag", web)] == 2
-    assert samples[("parley_stream_pending", web)] == 0
-
-
 def test_claimed_entries_are_merged_into_the_backlog_in_id_order(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     from parley.dispatcher.apply import Held

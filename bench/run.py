@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, nine scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, ten scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -15,6 +15,8 @@
 8. The soak: 10,000 sessions run to their end, closed (idle) and expired: Redis memory before
    and after, and their keys left
 9. The list of sessions: a page of `parley sessions` (each filter) at 1,000 / 100,000 sessions
+10. Fairness: 20,000 inputs for one session from one producer, and another session's messages
+   from another producer: their delay (straight to the stream, and through the submit function)
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -45,6 +47,7 @@ from rq.serializers import JSONSerializer
 from bench import peer
 from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_flow
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
+from bench.flood import flood_row
 from bench.inbox import QUERIES, listing_rows
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from bench.sessions import QUERY_NAMES as SESSION_QUERIES
@@ -608,6 +611,21 @@ def scenario_9(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> 
     save(args, out)
 
 
+def scenario_10(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    rows = out.setdefault("scenario_10", [])
+    for submit in (False, True):
+        mode = "submit function" if submit else "straight to the stream"
+        why = out_of_time(args, f"scenario 10 ({mode})")
+        if why:
+            rows.append({"mode": mode, "inputs": args.flood_inputs, "skipped": why})
+            continue
+        log(f"scenario 10: {args.flood_inputs} inputs for one session ({mode}) while another "
+            "producer's sessions send messages")
+        rows.append(flood_row(workdir / f"s10-{'submit' if submit else 'straight'}", args.flood_inputs,
+                              submit, args.timeout, dist=dist, log=log))
+        save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -830,6 +848,23 @@ def report(out: dict[str, Any]) -> str:
             rows.append([r["sessions"], r["fill_s"], *(pq(r[q]["page_ms"]) for q in SESSION_QUERIES),
                          "-".join(fmt(x) for x in (per_page[0], per_page[-1]))])
         lines.append(table(hdr, rows))
+    s10 = out.get("scenario_10", [])
+    if s10:
+        lines.append("")
+        lines.append("10. Fairness: a flood of inputs for one session (producer `flood`) while another "
+                     "producer sends a message every 50 ms, each to a session of its own; that message's "
+                     "delay, entry written -> message.created, ms")
+        hdr = ["flood", "inputs", "written", "refused", "write s", "probed s", "flood left", "messages",
+               "delay p50/p99", "max"]
+        rows = []
+        for r in s10:
+            if "skipped" in r:
+                rows.append(skipped_row([r["mode"], r["inputs"]], len(hdr), r["skipped"]))
+                continue
+            rows.append([r["mode"], r["inputs"], r.get("written"), r.get("refused"), r.get("write_s"),
+                         r["probed_s"], r["flood_left"], r["delay_ms"].get("n", 0), pq(r["delay_ms"]),
+                         r["delay_ms"].get("max")])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -876,6 +911,11 @@ def goal_lines(out: dict[str, Any]) -> list[str]:
             if key in r:
                 say(f"engine/floor ({fsync}, {r[key].get('path', 'rq')} path)", f"{r[key]['ratio']:.2f}",
                     ">= 0.40", r[key]["ratio"] >= 0.40)
+    for r in out.get("scenario_10", []):
+        p99 = r.get("delay_ms", {}).get("p99")
+        if "skipped" not in r and p99 is not None:
+            say(f"another session's message delay under a flood ({r['mode']}), p99", f"{p99} ms",
+                "<= 1000 ms", p99 <= 1000)
     if s3:
         p99s = [r["resumes"]["resume_to_interrupt_resumed_ms"].get("p99") for r in s3]
         say("resume -> interrupt.resumed p99 at each P", ", ".join(f"{x} ms" for x in p99s), "<= 5 ms",
@@ -920,7 +960,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -955,6 +995,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--list-sizes", default="1000,100000", help="scenario 9 sessions listed")
     ap.add_argument("--list-pages", type=int, default=100, help="scenario 9 pages walked per filter")
     ap.add_argument("--list-limit", type=int, default=50, help="scenario 9 rows per page")
+    ap.add_argument("--flood-inputs", type=int, default=20_000,
+                    help="scenario 10 inputs of the flooded session")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -970,6 +1012,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.inbox_sizes, args.inbox_pages = "100,300", 5
         args.soak_sessions, args.soak_chunk, args.soak_idle_timeout = 200, 100, 3
         args.list_sizes, args.list_pages = "100,300", 5
+        args.flood_inputs = 500
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -1017,6 +1060,8 @@ def main(argv: list[str] | None = None) -> int:
             scenario_8(args, workdir, out)
         if "9" in args.only:
             scenario_9(args, workdir, out)
+        if "10" in args.only:
+            scenario_10(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

@@ -12,6 +12,7 @@ which the settle flushes.
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -29,11 +30,24 @@ from parley.logs import kv
 from parley.schemas.codec import session_of
 from parley.schemas.codes import InputOutcome
 from parley.schemas.keys import Keys
+from parley.schemas.producers import Producer
 from parley.schemas.state import SessionState
 
 log = logging.getLogger("parley.dispatcher")
 
 REJECTED_MAXLEN = 10_000
+# Fairness (docs/design.md, "Consuming streams"): a tick applies at most this many entries of one
+# session from one stream; the rest wait, still pending, for the next tick, so a flooded session
+# costs every other session at most this many waves a tick.
+SESSION_DEPTH = 8
+# A pending input admitted by the submit function is done: its producer's count for the session
+# goes down by one, and the field goes once it reaches zero (never below).
+PENDING_DONE = """
+for i, key in ipairs(KEYS) do
+  if redis.call('HINCRBY', key, ARGV[i], -1) <= 0 then redis.call('HDEL', key, ARGV[i]) end
+end
+return #KEYS
+"""
 # What XREADGROUP answers: [(stream, [(entry id, fields), ...]), ...]
 Replies = list[tuple[Any, list[Any]]]
 
@@ -63,9 +77,44 @@ class Batch:
     effects: list[tuple[str, list[Effect]]] = field(default_factory=list)
     # the next entries, read by the settle's MULTI
     ahead: Replies | None = None
+    # stream -> (pending-count key, session) of its acknowledged entries that the submit function
+    # admitted: decremented in the MULTI that acknowledges them, so exactly once
+    done: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     def ack(self, stream: str, entry_id: str) -> None:
         self.acks.setdefault(stream, []).append(entry_id)
+
+
+@dataclass(slots=True)
+class Held:
+    """An entry read and checked (Prepared or Refused), with the session it belongs to (None for
+    an entry that names no valid session): what fairness orders by."""
+
+    entry_id: str
+    fields: dict[Any, Any]
+    prep: Any  # Prepared | Refused
+    session: str | None
+
+
+def take_fair(held: list[Held], depth: int = SESSION_DEPTH) -> tuple[list[Held], list[Held]]:
+    """Split entries (in stream order) into those a tick applies and those left for the next:
+    at most `depth` of each session now. Once one of a session's entries waits, every later one
+    of that session waits too, so each session's order holds; an entry with no session does not
+    wait. Pure, so the rule is tested without Redis."""
+    now: list[Held] = []
+    later: list[Held] = []
+    taken: dict[str, int] = {}
+    for h in held:
+        if h.session is None:
+            now.append(h)
+            continue
+        n = taken.get(h.session, 0)
+        if n >= depth:
+            later.append(h)
+            continue
+        taken[h.session] = n + 1
+        now.append(h)
+    return now, later
 
 
 def waves(queued: list[Prepared]) -> list[list[Prepared]]:
@@ -101,6 +150,8 @@ class Applier:
         self.leases = leases
         self.decoder = decoder
         self.stats = stats
+        # the producer whose stream this is (None: the engine's own streams)
+        self.producer_of: Callable[[str], Producer | None] = lambda _stream: None
 
     def apply(self, p: Partition, stream: str, queued: list[Prepared], batch: Batch) -> None:
         """Apply entries of one stream of p, in waves; raise LeaseLost when p is no longer ours."""
@@ -148,6 +199,7 @@ class Applier:
             metrics.REPLAYS.inc()
             batch.effects.append((prep.session, self.store.pending_effects(prep.session)))
             batch.ack(stream, prep.entry_id)
+            self._done(stream, prep.fields, prep.session, batch)
             return None
         try:
             tr = prep.compute(state, ctx)
@@ -169,17 +221,33 @@ class Applier:
             self.stats.counts[key] = self.stats.counts.get(key, 0) + n
         batch.effects.append((session, tr.effects))
         batch.ack(stream, r.prep.entry_id)
+        self._done(stream, r.prep.fields, session, batch)
         metrics.record_transition(tr, time.perf_counter() - started)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("applied", extra=kv(session=session, stream=stream, entry=r.prep.entry_id,
                                           events=len(tr.events), effects=len(tr.effects)))
+
+    def pending_done(self, stream: str, fields: dict[Any, Any],
+                     session: str | None) -> tuple[str, str] | None:
+        """The pending count an entry's acknowledgement takes one off: (key, session) for an entry
+        of a producer's stream that the submit function admitted (field `admitted` = 1)."""
+        if session is None or fields.get(b"admitted", fields.get("admitted")) not in (b"1", "1"):
+            return None
+        producer = self.producer_of(stream)
+        return None if producer is None else (self.keys.pending(producer.name), session)
+
+    def _done(self, stream: str, fields: dict[Any, Any], session: str, batch: Batch) -> None:
+        if (done := self.pending_done(stream, fields, session)) is not None:
+            batch.done.setdefault(stream, []).append(done)
 
     def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
                batch: Batch) -> None:
         """Bad entries are never lost: copied with the error to the rejected stream (docs/protocol.md,
         "Rejected entries": cut to a bounded size), reported on their session (`input.refused`)
         and acknowledged, in one MULTI. A session that does not exist keeps that report only
-        for the unknown-session TTL (reject.lua)."""
+        for the unknown-session TTL (reject.lua). An entry of a producer naming a session it may
+        not write (another tenant's) is not reported there: a producer cannot write even a
+        refusal into another tenant's events."""
         exc, code = refused.error, refused.code
         self.stats.rejected += 1
         metrics.INPUTS.labels(exc.input_type or "unknown", InputOutcome.REJECTED, code).inc()
@@ -187,7 +255,8 @@ class Applier:
         pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),  # type: ignore[arg-type]
                   maxlen=REJECTED_MAXLEN, approximate=True)
         session = session_of(fields)
-        if session is not None:
+        producer = self.producer_of(stream)
+        if session is not None and (producer is None or producer.allows(session)):
             event = {"type": "input.refused", "at": int(time.time() * 1000),
                      "input": {"entry": entry_id, "type": exc.input_type, **exc.ids},
                      "code": code, "message": str(exc)}
@@ -199,6 +268,8 @@ class Applier:
                       self.keys.idempotency_keys(session), orjson.dumps(event), self.store.events_maxlen,
                       refused.uses_key or "", now + IDEMPOTENCY_WINDOW_MS, now,
                       self.store.unknown_session_ttl_ms)
+        if (done := self.pending_done(stream, fields, session)) is not None:
+            pipe.eval(PENDING_DONE, 1, done[0], done[1])
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
         pipe.execute()

@@ -25,13 +25,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
-from parley.dispatcher.apply import Applier, Batch, Replies, Stats
+from parley.dispatcher.apply import PENDING_DONE, Applier, Batch, Held, Replies, Stats, take_fair
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
-from parley.dispatcher.entries import EntryDecoder, Prepared
+from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, entry_key
 from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.limits_config import publish_limits
+from parley.dispatcher.producers import ProducerRegistry
 from parley.dispatcher.store import (
     DEFAULT_EVENTS_MAXLEN,
     DEFAULT_FEED_MAXLEN,
@@ -41,8 +42,10 @@ from parley.dispatcher.store import (
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
-from parley.schemas.codec import session_of
+from parley.schemas.codec import InputError, input_refs, session_of
+from parley.schemas.codes import RefusalCode
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.producers import Producer
 from parley.schemas.signing import Keyring
 
 log = logging.getLogger("parley.dispatcher")
@@ -53,6 +56,9 @@ class Dispatcher:
 
     # how often the owner looks for entries left pending by another consumer
     STALE_CHECK_S = 5.0
+    # entries of one stream read and waiting for a later tick (a flooded session's, beyond its
+    # share of a tick): past this many the stream is not read further until some are applied
+    BACKLOG_MAX = 10_000
 
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
@@ -84,6 +90,10 @@ class Dispatcher:
         self.limits_published = False
         self.decoder = decoder
         self.applier = Applier(redis, keys, self.store, self.leases, decoder, self.stats)
+        self.registry = ProducerRegistry(redis, keys)
+        self.applier.producer_of = self.registry.producer_of
+        # stream -> its entries read (pending, ours) but left for a later tick, in id order
+        self.backlog: dict[str, list[Held]] = {}
         self.stale_checked = time.monotonic()
         # the producers' submit function (dispatcher/functions.py): loaded now, checked each tick
         self.functions = Functions(redis)
@@ -137,19 +147,26 @@ class Dispatcher:
         self.sweeps.run()
         self.functions.maintain()
         if not self.leases.owned:
+            self.backlog.clear()
             time.sleep(self.block_ms / 1000)
             return ahead
+        self.sync_streams()
         for p in list(self.leases.owned.values()):
             if not p.recovered:
                 self.recover(p)
         self.reclaim_stale()
-        replies: Any = ahead or self.redis.xreadgroup(
-            self.keys.GROUP, self.name, self.read_streams(), count=self.batch, block=self.block_ms)
+        replies: Any = ahead
+        if not replies and (streams := self.read_streams()):
+            # entries waiting in the backlog are work already: do not block for more
+            replies = self.redis.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch,
+                                            block=None if self.backlog else self.block_ms)
+        todo: dict[str, list[Any]] = {_text(stream): entries for stream, entries in replies or []}
+        for stream in self.backlog:
+            todo.setdefault(stream, [])
         batch = Batch()
         processed = False
         try:
-            for stream, entries in replies or []:
-                name = _text(stream)
+            for name, entries in todo.items():
                 owner = self.leases.of_stream(name)
                 if owner is not None:
                     self.apply_entries(owner, name, entries, batch)
@@ -160,24 +177,58 @@ class Dispatcher:
             self.settle(batch, read_next=processed)
         return batch.ahead
 
-    def read_streams(self) -> dict[Any, Any]:
-        return {s: ">" for p in self.leases.owned.values() for s in p.streams}
+    def read_streams(self, partitions: list[Partition] | None = None) -> dict[Any, Any]:
+        """The streams to read new entries from: all of our partitions', but those whose backlog
+        is full (they are read again once it is applied)."""
+        owned = self.leases.owned.values() if partitions is None else partitions
+        return {s: ">" for p in owned for s in p.streams
+                if len(self.backlog.get(s, ())) < self.BACKLOG_MAX}
+
+    def sync_streams(self) -> None:
+        """Every couple of seconds, the producer registry read again: each partition we hold
+        reads the input stream of every registered producer (its group created with the stream,
+        its pending entries claimed at once), and no longer those of a producer removed and
+        drained. Dropped: the backlog of streams no longer ours."""
+        n = max(1, self.leases.partitions)
+        changed = self.registry.refresh(n)
+        for p in list(self.leases.owned.values()):
+            wanted = (*p.streams[:2], *self.registry.streams(p.n, n))
+            if not changed and wanted == p.streams:
+                continue
+            added = [s for s in wanted if s not in p.streams]
+            for stream in added:
+                self.leases.ensure_group(stream)
+            p.streams = wanted
+            if added:
+                log.info("reading producer streams", extra=kv(partition=p.n, streams=",".join(added)))
+            if p.recovered:
+                for stream in added:
+                    self.recover_stream(p, stream)
+        for stream in list(self.backlog):
+            if self.leases.of_stream(stream) is None:
+                del self.backlog[stream]
 
     def recover(self, p: Partition) -> None:
         """Claim and apply every entry still pending in the group, oldest first."""
         for stream in p.streams:
-            cursor = "0-0"
-            while True:
-                reply = self.redis.xautoclaim(stream, self.keys.GROUP, self.name, min_idle_time=0,
-                                              start_id=cursor, count=self.batch)
-                cursor = _text(reply[0])
-                entries = [e for e in reply[1] if e and e[1] is not None]
-                if entries:
-                    log.info("replaying pending entries", extra=kv(stream=stream, count=len(entries)))
-                    self.process(p, stream, entries)
-                if cursor == "0-0":
-                    break
+            self.recover_stream(p, stream)
         p.recovered = True
+
+    def recover_stream(self, p: Partition, stream: str) -> None:
+        """Claim and apply every entry of one stream still pending in the group (ours held back
+        for a later tick included: the backlog is read again from the group, in order)."""
+        self.backlog.pop(stream, None)
+        cursor = "0-0"
+        while True:
+            reply = self.redis.xautoclaim(stream, self.keys.GROUP, self.name, min_idle_time=0,
+                                          start_id=cursor, count=self.batch)
+            cursor = _text(reply[0])
+            entries = [e for e in reply[1] if e and e[1] is not None]
+            if entries:
+                log.info("replaying pending entries", extra=kv(stream=stream, count=len(entries)))
+                self.process(p, stream, entries)
+            if cursor == "0-0":
+                break
 
     def reclaim_stale(self) -> None:
         """Entries of our partitions pending for longer than a lease under any consumer: read
@@ -191,14 +242,29 @@ class Dispatcher:
             if not p.recovered:
                 continue
             for stream in p.streams:
-                reply: Any = self.redis.xautoclaim(stream, self.keys.GROUP, self.name,
-                                                   min_idle_time=self.leases.lease_ms, start_id="0-0",
-                                                   count=self.batch)
-                entries = [e for e in reply[1] if e and e[1] is not None]
+                entries = self._stale(stream)
                 if entries:
                     log.warning("claimed entries left pending by another consumer",
                                 extra=kv(stream=stream, count=len(entries)))
                     self.process(p, stream, entries)
+
+    def _stale(self, stream: str) -> list[Any]:
+        """Up to a batch of a stream's entries pending for longer than a lease, but those of our
+        own backlog (idle too when a flood holds them back long, and applied by the ticks): the
+        ids are claimed (JUSTID, enough of them to reach past our backlog), then the fields of
+        the others read."""
+        waiting = {h.entry_id for h in self.backlog.get(stream, ())}
+        ids: Any = self.redis.xautoclaim(stream, self.keys.GROUP, self.name,
+                                         min_idle_time=self.leases.lease_ms, start_id="0-0",
+                                         count=len(waiting) + self.batch, justid=True)
+        found = [i for raw in ids if (i := _text(raw)) not in waiting]
+        if not found:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for entry_id in found[:self.batch]:
+            pipe.xrange(stream, entry_id, entry_id)
+        # an id whose entry was deleted meanwhile reads as nothing
+        return [rows[0] for rows in pipe.execute() if rows]
 
     def process(self, p: Partition, stream: str, entries: list[Any]) -> None:
         """Apply entries claimed outside the tick's read, and settle them at once."""
@@ -208,17 +274,40 @@ class Dispatcher:
         finally:
             self.settle(batch)
 
+    def hold(self, p: Partition, stream: str, entries: list[Any]) -> list[Held]:
+        """One stream's entries read now, behind those it holds back from earlier ticks, each
+        decoded and checked once: the tenant of a producer scoped to one is checked here."""
+        inputs = stream != p.streams[1]  # every stream but the results stream holds inputs
+        producer = self.registry.producer_of(stream)
+        held = self.backlog.pop(stream, [])
+        last, first_new = (entry_key(held[-1].entry_id) if held else None), len(held)
+        for raw_id, fields in entries:
+            entry_id = _text(raw_id)
+            prep = self.decoder.prepare(stream, inputs, entry_id, fields)
+            if producer is not None and isinstance(prep, Prepared) and not producer.allows(prep.session):
+                prep = wrong_tenant(producer, prep, fields)
+            session = prep.session if isinstance(prep, Prepared) else session_of(fields)
+            held.append(Held(entry_id, fields, prep, session))
+        # entries come in id order (a read, or a claim), so the first one says whether they go
+        # after the backlog (a read always does) or must be merged into it (a stale claim's)
+        if last is not None and len(held) > first_new and entry_key(held[first_new].entry_id) < last:
+            held.sort(key=lambda h: entry_key(h.entry_id))
+        return held
+
     def apply_entries(self, p: Partition, stream: str, entries: list[Any], batch: Batch) -> None:
-        """Apply one stream's entries into `batch`. Each is decoded and checked first; a bad one
-        is rejected at once, after the entries of its session that precede it. The rest go in
-        waves (Applier). A lost lease stops here and leaves the rest pending for the next owner."""
-        inputs = stream == p.streams[0]
+        """Apply one stream's entries into `batch`: those the stream holds back from earlier
+        ticks first, then these. A tick takes at most SESSION_DEPTH entries of a session
+        (take_fair); the rest wait, pending, in the backlog. A bad entry is rejected at once,
+        after the entries of its session that precede it. The rest go in waves (Applier). A
+        lost lease stops here and leaves the rest pending for the next owner."""
+        now, later = take_fair(self.hold(p, stream, entries))
+        if later:
+            self.backlog[stream] = later
         queued: list[Prepared] = []
         sessions: set[str] = set()
         try:
-            for raw_id, fields in entries:
-                entry_id = _text(raw_id)
-                prep = self.decoder.prepare(stream, inputs, entry_id, fields)
+            for h in now:
+                entry_id, fields, prep = h.entry_id, h.fields, h.prep
                 if isinstance(prep, Prepared):
                     queued.append(prep)
                     sessions.add(prep.session)
@@ -235,6 +324,8 @@ class Dispatcher:
             log.warning("lease lost mid-batch; leaving the rest to the next owner",
                         extra=kv(partition=p.n))
             self.leases.lost(p)
+            for s in p.streams:
+                self.backlog.pop(s, None)
 
     def settle(self, batch: Batch, read_next: bool = False) -> None:
         """One MULTI for what a batch did: the effects its commits left in their outboxes, the
@@ -279,9 +370,13 @@ class Dispatcher:
             return
         n = max(1, self.leases.partitions)
         effects = [(session, fx) for session, fx in batch.effects if partition_of(session, n) in ours]
-        streams = {s: ">" for p in fresh for s in p.streams} if read_next else None
+        streams = self.read_streams(fresh) if read_next else None
+        done = [d for stream in keep for d in batch.done.get(stream, ())]
 
         def then(pipe: Any) -> None:
+            if done:
+                # the producers' pending counts, in the MULTI that acknowledges: exactly once
+                pipe.eval(PENDING_DONE, len(done), *[k for k, _ in done], *[s for _, s in done])
             for stream, ids in keep.items():
                 pipe.xack(stream, self.keys.GROUP, *ids)
                 pipe.xdel(stream, *ids)
@@ -291,6 +386,16 @@ class Dispatcher:
         replies = self.outbox.flush_many(effects, then=then, pipe=pipe)
         if streams and replies:
             batch.ahead = replies[-1]
+
+
+def wrong_tenant(producer: Producer, prep: Prepared, fields: dict[Any, Any]) -> Refused:
+    """An entry of a producer scoped to a tenant naming a session outside it: refused, and
+    reported nowhere but the rejected stream (Applier.reject). It uses up no idempotency key:
+    the session is not the producer's to write."""
+    input_type, ids = input_refs(fields)
+    return Refused(InputError(f"wrong_tenant: producer {producer.name} may write only sessions of "
+                              f"tenant {producer.tenant}, not {prep.session}", input_type, ids),
+                   code=RefusalCode.WRONG_TENANT)
 
 
 def _text(value: bytes | str) -> str:

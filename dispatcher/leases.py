@@ -33,12 +33,13 @@ class LeaseLost(Exception):
 
 @dataclass
 class Partition:
-    """A partition this dispatcher holds: its lease token and its two streams."""
+    """A partition this dispatcher holds: its lease token and the streams it reads there."""
 
     n: int
     token: str
     renewed_at: float
-    streams: tuple[str, str] = ("", "")  # (inputs, results)
+    # (inputs, results, then each registered producer's input stream of this partition)
+    streams: tuple[str, ...] = ("", "")
     # its pending entries were claimed and applied since the lease was taken (or Redis came back)
     recovered: bool = False
 
@@ -98,13 +99,17 @@ class Leases:
             return
         streams = (self.keys.inputs(n, self.partitions), self.keys.results(n, self.partitions))
         for stream in streams:
-            try:
-                self.redis.xgroup_create(stream, self.keys.GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            self.ensure_group(stream)
         self.owned[n] = Partition(n=n, token=token, renewed_at=time.monotonic(), streams=streams)
         log.info("lease acquired", extra=kv(partition=n, consumer=self.name))
+
+    def ensure_group(self, stream: str) -> None:
+        """The consumers' group on `stream`, created (with the stream) unless it exists."""
+        try:
+            self.redis.xgroup_create(stream, self.keys.GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
 
     def fair_share(self) -> int:
         """ceil(N / live dispatchers); a dispatcher counts as live while it keeps registering."""

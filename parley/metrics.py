@@ -108,7 +108,8 @@ def start_dispatcher_series() -> None:
         InputOutcome.REFUSED: list(RefusalCode),
         InputOutcome.IGNORED: list(IgnoreCode),
         # the dispatcher's own refusals, before the session is read (schemas/codes.py)
-        InputOutcome.REJECTED: [RefusalCode.INVALID_INPUT, RefusalCode.UNAUTHORIZED],
+        InputOutcome.REJECTED: [RefusalCode.INVALID_INPUT, RefusalCode.UNAUTHORIZED,
+                                RefusalCode.WRONG_TENANT],
     }
     for outcome, codes in codes_of.items():
         # an entry that does not decode has no type: it is counted as `unknown`

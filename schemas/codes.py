@@ -24,7 +24,8 @@ class RefusalCode(StrEnum):
     #: at submit only: the session already has `limit_pending` of this producer's inputs
     #: admitted and not yet applied (try again once some are)
     RATE_LIMITED = "rate_limited"
-    #: a session of another tenant than the one the producer is registered for
+    #: an entry of a producer scoped to one tenant names a session of another tenant (or of
+    #: none): copied to the rejected stream only, never reported in that session's events
     WRONG_TENANT = "wrong_tenant"
     #: what only the dispatcher writes, from anyone else: a session or a turn in a sub-agent's
     #: child id (`<S>:sub-<n>`), a `parent` link (of a session.create or a session.close)

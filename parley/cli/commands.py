@@ -759,3 +759,12 @@ def demo(ctx: click.Context, app: str, answer: str | None, message: str) -> None
 
 def main() -> None:
     cli(auto_envvar_prefix=None)
+
+
+def _add_groups() -> None:
+    from parley.cli.producers import producers
+
+    cli.add_command(producers)
+
+
+_add_groups()

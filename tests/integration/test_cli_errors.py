@@ -33,6 +33,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "sessions": ["--json"],
     "demo": ["--yes"],
     "notify": ["--webhook", "http://127.0.0.1:1/hook"],
+    "producers": ["list"],
 }
 
 

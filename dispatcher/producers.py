@@ -1,0 +1,87 @@
+"""The producers a dispatcher reads: the registry (`parley:producers`), re-read every few seconds.
+
+Each registered producer writes input streams of its own (one a partition); the dispatcher
+holding a partition reads them besides the engine's own input and results streams
+(docs/design.md, "Consuming streams"). A producer removed from the registry is still read
+until its streams are empty, so removing one never strands inputs it had written.
+"""
+
+import logging
+import time
+from typing import Any
+
+from redis import Redis
+
+from parley.logs import kv
+from parley.schemas.keys import Keys
+from parley.schemas.producers import Producer, parse_registry
+
+log = logging.getLogger("parley.dispatcher")
+
+
+class ProducerRegistry:
+    """The registered producers (and those removed but not yet drained), as last read."""
+
+    REFRESH_S = 2.0
+
+    def __init__(self, redis: Redis, keys: Keys):
+        self.redis = redis
+        self.keys = keys
+        self.registered: dict[str, Producer] = {}
+        # removed from the registry while their streams still held entries: read until empty
+        self.draining: dict[str, Producer] = {}
+        self.read_at = float("-inf")
+        self._bad: set[str] = set()
+        # stream name -> its producer, for the streams of every partition (rebuilt on change)
+        self._by_stream: dict[str, Producer] = {}
+        self._partitions = 0
+
+    def refresh(self, partitions: int, force: bool = False) -> bool:
+        """Read the registry again when due; True when the set of streams to read changed."""
+        now = time.monotonic()
+        if not force and now - self.read_at < self.REFRESH_S:
+            return False
+        self.read_at = now
+        raw: Any = self.redis.hgetall(self.keys.producers)
+        registered, errors = parse_registry(raw)
+        for error in set(errors) - self._bad:
+            log.error("producer registration ignored", extra=kv(error=error))
+        self._bad = set(errors)
+        before = set(self.registered) | set(self.draining)
+        for name, p in self.registered.items():
+            if name not in registered:
+                self.draining[name] = p
+        for name in list(self.draining):
+            if name in registered or self._drained(self.draining[name], partitions):
+                del self.draining[name]
+                if name not in registered:
+                    log.info("removed producer drained; no longer read", extra=kv(producer=name))
+        self.registered = registered
+        changed = before != set(self.registered) | set(self.draining) or partitions != self._partitions
+        self._partitions = partitions
+        # rebuilt every time: a producer removed and added again may have another tenant
+        self._by_stream = {s: p for p in self.all() for s in self._streams_of(p)}
+        return changed
+
+    def all(self) -> list[Producer]:
+        return sorted([*self.registered.values(), *self.draining.values()], key=lambda p: p.name)
+
+    def streams(self, partition: int, partitions: int) -> list[str]:
+        """The producers' input streams of one partition, in name order."""
+        return [self.keys.producer_inputs(p.name, partition, partitions) for p in self.all()]
+
+    def producer_of(self, stream: str) -> Producer | None:
+        """The producer whose stream this is; None for the engine's own streams."""
+        return self._by_stream.get(stream)
+
+    def _streams_of(self, p: Producer) -> list[str]:
+        n = max(1, self._partitions)
+        return [self.keys.producer_inputs(p.name, i, n) for i in range(n)]
+
+    def _drained(self, p: Producer, partitions: int) -> bool:
+        n = max(1, partitions)
+        pipe = self.redis.pipeline(transaction=False)
+        for i in range(n):
+            # XRANGE, not XLEN: the dispatcher's login reads streams with XRANGE already
+            pipe.xrange(self.keys.producer_inputs(p.name, i, n), count=1)
+        return not any(pipe.execute())

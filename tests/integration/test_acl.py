@@ -39,7 +39,7 @@ from parley.cli.procs import free_port, parley_command, start_parley, stop_proce
 from parley.client import Client
 from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
-from parley.dispatcher.core import AdmissionLimits, Cancel, Enqueue, IndexAdd, Lifecycle, Stat
+from parley.dispatcher.core import AdmissionLimits, AppInfo, Cancel, Enqueue, IndexAdd, Lifecycle, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import get_partitions
@@ -53,8 +53,7 @@ from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker
-from tests.integration.conftest import enqueue_tool_job
-from tests.integration.conftest import tick as tick_only
+from tests.integration.conftest import enqueue_tool_job, tick
 from tests.integration.test_notify import SECRET as NOTIFY_SECRET
 from tests.integration.test_notify import Receiver
 
@@ -149,9 +148,7 @@ def acl(tmp_path: Path) -> Iterator[AclRedis]:
     # as a dispatcher's start does (under its own login), and as an operator registers `app`
     Functions(server.connect(DISPATCHER)).ensure()
     register(server.admin)
-    _relay_admin.append(server.admin)
     yield server
-    _relay_admin.remove(server.admin)
     server.stop()
 
 
@@ -196,39 +193,6 @@ def make_dispatcher(conn: redis.Redis) -> Dispatcher:
 def as_producer(conn: redis.Redis, producer: str = APP) -> Client:
     """The client a producer uses under users.acl: it submits through the submit function."""
     return Client(conn, producer=producer)
-
-
-def relay_producer_streams(admin: redis.Redis) -> None:
-    """Interim, until dispatchers read producers' own streams (the producer registry's part of
-    this change, merged separately): a producer stream nobody has a consumer group on has its
-    entries moved to `parley:inputs[:n]`, where these tests' dispatchers read them, and counted
-    off the producer's pending hash as a dispatcher acknowledging them would. Once dispatchers
-    read the streams themselves (they make a group on each), this does nothing."""
-    streams = KEYS.producer_inputs("")  # `parley:in:`
-    for raw in admin.scan_iter(match=f"{streams}*", _type="stream"):
-        stream = text(raw)
-        producer, _sep, partition = stream.removeprefix(streams).partition(":")
-        if admin.xinfo_groups(stream):
-            continue
-        entries: Any = admin.xrange(stream)
-        for entry_id, fields in entries:
-            if fields.pop(b"admitted", None) == b"1":
-                admin.hincrby(KEYS.pending(producer), fields[b"session"], -1)
-            admin.xadd(KEYS.inputs(int(partition), 2) if partition else KEYS.inputs(), fields)
-            admin.xdel(stream, entry_id)
-
-
-_relay_admin: list[redis.Redis] = []
-
-
-def tick(d: Dispatcher, n: int = 3) -> Any:
-    """conftest's `tick`, each round after `relay_producer_streams` (see there)."""
-    ahead = None
-    for _ in range(n):
-        for admin in _relay_admin:
-            relay_producer_streams(admin)
-        ahead = tick_only(d, 1)
-    return ahead
 
 
 def run_worker(conn: redis.Redis, *queues: str, name: str = "acl-worker", **work: Any) -> None:
@@ -541,8 +505,9 @@ def test_worker_is_refused_the_rest(acl: AclRedis, worker: redis.Redis,
 def test_dispatcher_archives_closes_and_expires_sessions(acl: AclRedis, producer: redis.Redis,
                                                          dispatcher: redis.Redis) -> None:
     """The whole end of a session under the dispatcher's login: its idle close, the archive
-    entry (built with XRANGE inside the retire script), the expiry's deletes."""
-    d = Dispatcher(dispatcher, Keys(), app_info(load_app(SCENARIOS)), block_ms=5,
+    entry (built with XRANGE inside the retire script), the expiry's deletes. An app without
+    `decide`: a decision in flight (no worker runs here) would keep the session awake."""
+    d = Dispatcher(dispatcher, Keys(), AppInfo(), block_ms=5,
                    lifecycle=Lifecycle(retention_ms=0, idle_timeout_ms=1))
     d.leases.partitions = get_partitions(dispatcher, KEYS)
     as_producer(producer).send("acl-e", {"type": "session.create"}, idempotency_key="k-1")
@@ -613,11 +578,12 @@ def test_dispatcher_expires_and_keeps_the_keys_of_sessions_that_did_not_exist(
     """docs/protocol.md, "Limits" and inputs naming no session: the TTL (PEXPIRE), the keys
     kept once the session is created (PERSIST), the rejection's script (EVAL), the limits
     published in parley:config, all under the dispatcher's login."""
-    client = Client(producer)
+    client = as_producer(producer)
     d = make_dispatcher(dispatcher)
     publish_limits(dispatcher, KEYS, AdmissionLimits())
     client.send("acl-ghost", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": 1})
-    producer.xadd("parley:inputs", {"session": "acl-bad", "input": "{not json", "id": "bad-1"})
+    # a bad entry written straight to its own stream (the submit function would pass it on too)
+    producer.xadd(KEYS.producer_inputs(APP), {"session": "acl-bad", "input": "{not json", "id": "bad-1"})
     tick(d)
     assert acl.admin.pttl(KEYS.meta("acl-ghost")) > 0 and acl.admin.pttl(KEYS.events("acl-bad")) > 0
     client.send("acl-ghost", {"type": "message.create", "content": "now"})
@@ -831,14 +797,6 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
     def logs() -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in tmp_path.glob("*.log"))
 
-    relaying = threading.Event()
-
-    def relay() -> None:  # see relay_producer_streams
-        while not relaying.wait(0.05):
-            relay_producer_streams(acl.admin)
-
-    relayer = threading.Thread(target=relay, daemon=True)
-    relayer.start()
     try:
         cli(PRODUCER, "--producer", APP, "send", "acl-cli", SEED)
         watched = cli(PRODUCER, "watch", "acl-cli", "--until", "interrupt.raised", "--timeout", "30")
@@ -853,8 +811,6 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
         view = orjson.loads(cli(READER, "show", "acl-cli", "--json").stdout)
         assert view["messages"][-1]["content"] == "Done. send_email: sent"
     finally:
-        relaying.set()
-        relayer.join()
         codes = [stop_process(p) for p in started]
     assert codes == [0, 0], logs()  # a clean stop: the dispatcher released its lease (a script)
     assert acl.admin.exists(KEYS.lease(0)) == 0

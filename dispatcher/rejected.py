@@ -1,17 +1,21 @@
 """The copy of a bad entry kept in the rejected stream (docs/protocol.md, "Rejected entries").
 
-Bounded in bytes whatever the producer sent: each field's value is cut to its first
-`VALUE_BYTES`, its original size recorded next to it (`<field>_bytes`); names are cut to
-`NAME_BYTES` and at most `MAX_FIELDS` fields are kept (how many more there were:
-`fields_dropped`). So the stream's count cap is a cap in bytes too: 20 entries of 5 MB keep
-about 80 KB, not 100 MB. Pure: no Redis here.
+Bounded in bytes whatever the producer sent: the producer's fields share one budget of
+`COPY_BYTES` (names and values together, in the entry's order): a value that does not fit is
+cut to what is left, its original size recorded next to it (`<field>_bytes`); names are cut to
+`NAME_BYTES`; fields past the budget, or past `MAX_FIELDS`, are left out (how many:
+`fields_dropped`). The error is cut to `ERROR_BYTES`. So one copy holds at most about 5.5 KiB
+whatever the entry, and the stream's count cap (about 10,000 copies) is a cap of about 55 MB:
+20 entries of 5 MB keep about 80 KB, not 100 MB. Pure: no Redis here.
 """
 
 from typing import Any
 
-VALUE_BYTES = 4096
+#: the producer's fields, names and values together, in one copy
+COPY_BYTES = 4096
 NAME_BYTES = 256
 MAX_FIELDS = 8
+ERROR_BYTES = 1024
 #: the fields the dispatcher adds: a producer's own field of one of these names is not kept
 OWN_FIELDS = (b"error", b"source", b"entry", b"fields_dropped")
 
@@ -27,22 +31,23 @@ def rejected_copy(fields: dict[Any, Any], error: str, source: str, entry: str) -
     Names and values stay the producer's bytes (never decoded: they need not be UTF-8)."""
     copy: dict[bytes, Any] = {}
     sizes: dict[bytes, int] = {}
-    kept = 0
+    left = COPY_BYTES
     dropped = 0
     for key, value in fields.items():
         name = _raw(key)[:NAME_BYTES]
         if name in OWN_FIELDS:
             continue
-        if kept == MAX_FIELDS:
+        if len(copy) == MAX_FIELDS or len(name) >= left:
             dropped += 1
             continue
-        kept += 1
         raw = _raw(value)
-        copy[name] = raw[:VALUE_BYTES]
-        if len(raw) > VALUE_BYTES:
+        kept = raw[:left - len(name)]
+        left -= len(name) + len(kept)
+        copy[name] = kept
+        if len(kept) < len(raw):
             sizes[name + b"_bytes"] = len(raw)
     copy.update(sizes)  # a producer's own `<f>_bytes` gives way to the size of its cut `f`
-    copy.update({b"error": _raw(error)[:VALUE_BYTES], b"source": source.encode(), b"entry": entry.encode()})
+    copy.update({b"error": _raw(error)[:ERROR_BYTES], b"source": source.encode(), b"entry": entry.encode()})
     if dropped:
         copy[b"fields_dropped"] = dropped
     return copy

@@ -63,6 +63,13 @@ def new_producer(name: str, tenant: str | None, now_ms: int | None = None) -> Pr
                     added_at=int(time.time() * 1000) if now_ms is None else now_ms)
 
 
+def parse_registration(spec: str, now_ms: int | None = None) -> Producer:
+    """A registration from the dispatcher's `--register-producer NAME[=TENANT]` (ProducerError
+    says why not)."""
+    name, _sep, tenant = spec.partition("=")
+    return new_producer(name, tenant or None, now_ms)
+
+
 def parse_producer(name: bytes | str, raw: bytes | str) -> Producer:
     """A stored registration (a field and value of the hash); ProducerError when it is not one."""
     text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name

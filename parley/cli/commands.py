@@ -13,6 +13,7 @@ import redis
 
 from parley import logs
 from parley.cli.demo import SEED_APP
+from parley.cli.producers import register_producers
 from parley.cli.transcript import format_transcript
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
 from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
@@ -261,6 +262,11 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
               default=600, show_default=True,
               help="Seconds the keys an input naming no session leaves (its refusal, its idempotency "
                    "key) live (env PARLEY_UNKNOWN_SESSION_TTL).")
+@click.option("--register-producer", "register", multiple=True, metavar="NAME[=TENANT]",
+              envvar="PARLEY_REGISTER_PRODUCERS",
+              help="Register this producer at start (as `parley producers add NAME [--tenant "
+                   "TENANT]` does), so a deployment's producers need no separate step; repeat for "
+                   "several (env PARLEY_REGISTER_PRODUCERS, separated by spaces).")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
@@ -268,7 +274,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                require_signing: bool, feed_maxlen: int, events_maxlen: int, retention: int,
                archive_maxlen: int, no_archive: bool, idle_timeout: int | None,
                max_input_bytes: int, max_pending: int, max_messages: int, max_branches: int,
-               unknown_session_ttl: int, metrics_port: int | None) -> None:
+               unknown_session_ttl: int, register: tuple[str, ...], metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -279,6 +285,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     from parley.dispatcher.consume import Dispatcher
     from parley.dispatcher.core import AdmissionLimits, Lifecycle, Limits
     from parley.schemas.keys import Keys
+    from parley.schemas.producers import ProducerError, parse_registration
     from parley.schemas.signing import Keyring
     from parley.workers.app import AppError, load_agents, load_app
 
@@ -287,6 +294,10 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
         agents = {spec: app_info(a) for spec, a in load_agents(loaded).items()}
     except AppError as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        registrations = [parse_registration(spec) for spec in register]
+    except ProducerError as exc:
+        raise click.BadParameter(str(exc), param_hint="--register-producer") from None
     stop = _stop_on_signals()
     limits = Limits(decide_timeout_s=decide_timeout, llm_timeout_s=llm_timeout,
                     tool_timeout_s=tool_timeout, subagent_timeout_s=subagent_timeout)
@@ -304,6 +315,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                                              messages=max_messages, branches=max_branches),
                    unknown_session_ttl_ms=unknown_session_ttl * 1000)
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
+    register_producers(d.redis, d.keys, registrations)
     reloader = _reload_keys_on_sighup(keys_file)
     if reloader is not None:
         d.decoder.reload_keys = reloader.poll

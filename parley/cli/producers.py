@@ -11,7 +11,14 @@ import orjson
 import redis
 
 from parley.schemas.keys import Keys
-from parley.schemas.producers import ProducerError, acl_line, check_name, new_producer, parse_registry
+from parley.schemas.producers import (
+    Producer,
+    ProducerError,
+    acl_line,
+    check_name,
+    new_producer,
+    parse_registry,
+)
 
 
 def _registry(ctx: click.Context) -> tuple[redis.Redis, Keys]:
@@ -112,3 +119,18 @@ def _waiting(r: redis.Redis, keys: Keys, name: str, partitions: int) -> int:
     for i in range(partitions):
         pipe.xlen(keys.producer_inputs(name, i, partitions))
     return sum(int(n) for n in pipe.execute())
+
+
+def register_producers(r: redis.Redis, keys: Keys, wanted: list[Producer]) -> None:
+    """The dispatcher's `--register-producer`: each registration written unless the registry
+    holds it already with the same tenant (its first `added_at` is kept)."""
+    if not wanted:
+        return
+    registered, _errors = parse_registry(r.hgetall(keys.producers))  # type: ignore[arg-type]
+    for p in wanted:
+        known = registered.get(p.name)
+        if known is not None and known.tenant == p.tenant:
+            continue
+        r.hset(keys.producers, p.name, p.to_json())
+        scope = f"tenant {p.tenant}" if p.tenant else "any tenant"
+        click.echo(f"parley: producer {p.name} registered ({scope})", err=True)

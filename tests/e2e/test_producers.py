@@ -10,6 +10,7 @@ import orjson
 import pytest
 import redis
 
+from parley.cli.procs import parley_command
 from parley.client import Client
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, wait_for
@@ -50,3 +51,22 @@ def test_two_producers_sessions_are_served(procs: Procs, r: redis.Redis, client:
     assert r.exists(KEYS.events("globex/p-1"), KEYS.meta("globex/p-1")) == 0
     for name in ("web", "crm", "late"):
         assert r.xlen(KEYS.producer_inputs(name)) == 0
+
+
+def test_a_dispatcher_registers_the_producers_its_deployment_names(procs: Procs, r: redis.Redis,
+                                                                  client: Client) -> None:
+    """`--register-producer` (PARLEY_REGISTER_PRODUCERS in deploy/): a deployment's producers
+    are read without an operator's `parley producers add`."""
+    procs.dispatcher("examples.seed_app", env={"PARLEY_REGISTER_PRODUCERS": "app acme-app=acme"})
+    procs.worker("examples.seed_app")
+    eventually(lambda: r.hlen(KEYS.producers) == 2, timeout=20)
+    assert orjson.loads(r.hget(KEYS.producers, "acme-app") or b"{}")["tenant"] == "acme"
+    Client(r, producer="app").send("reg-1", {"type": "message.create", "content": "hello"})
+    wait_for(client, "reg-1", lambda e: e["type"] == "turn.completed")
+
+
+def test_a_bad_registration_is_a_usage_error(procs: Procs) -> None:
+    bad = subprocess.run(parley_command("--redis-url", procs.url, "dispatcher", "--app", "examples.seed_app",
+                                        "--register-producer", "Not A Name"),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--register-producer" in bad.stderr

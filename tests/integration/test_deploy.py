@@ -482,3 +482,28 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     path = tmp_path / "dashboard-rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     promtool("check", "rules", str(path))
+
+
+def acl_producers() -> set[str]:
+    """The producers deploy/redis/users.acl gives a login to, as `NAME` or `NAME=TENANT`: the
+    streams `parley:in:NAME` a login may write, scoped to the tenant of the metas it may read."""
+    out = set()
+    for line in (DEPLOY / "redis" / "users.acl").read_text().splitlines():
+        names = set(re.findall(r"~parley:in:([a-z0-9_-]+)(?:\s|\)|$)", line))
+        if not names:
+            continue
+        tenants = set(re.findall(r"parley:\{([A-Za-z0-9._-]+)/\*\}:meta", line))
+        assert len(names) == 1 and len(tenants) <= 1, line
+        out.add(names.pop() + (f"={tenants.pop()}" if tenants else ""))
+    return out
+
+
+def test_the_deployments_register_the_producers_the_acl_file_has_logins_for() -> None:
+    """A producer's inputs are read only once it is registered: compose's dispatchers and the
+    Kubernetes config register exactly the producers users.acl has logins for."""
+    wanted = acl_producers()
+    assert wanted >= {"app"}, wanted
+    compose = load(DEPLOY / "compose.yaml")["services"]["dispatcher"]["environment"]
+    assert set(str(compose["PARLEY_REGISTER_PRODUCERS"]).split()) == wanted
+    maps, _secrets = _configmaps_and_secrets(k8s_docs())
+    assert set(maps["parley-config"]["PARLEY_REGISTER_PRODUCERS"].split()) == wanted

@@ -53,16 +53,17 @@ def commands(r: redis.Redis) -> int:
     return sum(int(v["calls"]) for v in r.info("commandstats").values())
 
 
-def walk(r: redis.Redis, client: Client, where: InterruptFilter, pages: int, limit: int,
-         dist: Callable[[list[float]], dict[str, Any]]) -> dict[str, Any]:
-    """Up to `pages` pages from the first on, each timed; Redis commands per page."""
+def walk_pages(r: redis.Redis, fetch: Callable[[str | None], Any], pages: int,
+               dist: Callable[[list[float]], dict[str, Any]]) -> dict[str, Any]:
+    """Up to `pages` pages from the first on (`fetch(cursor)` reads one: anything with `items`
+    and `cursor`), each timed; Redis commands per page."""
     times: list[float] = []
     rows = 0
     cursor: str | None = None
     before = commands(r)
     for _ in range(pages):
         t = time.perf_counter()
-        page = client.interrupt_page(where, limit, cursor)
+        page = fetch(cursor)
         times.append((time.perf_counter() - t) * 1000)
         rows += len(page.items)
         cursor = page.cursor
@@ -71,6 +72,11 @@ def walk(r: redis.Redis, client: Client, where: InterruptFilter, pages: int, lim
     spent = commands(r) - before - 1  # less the first INFO
     return {"pages": len(times), "rows": rows, "page_ms": dist(times),
             "redis_commands_per_page": round(spent / len(times), 2)}
+
+
+def walk(r: redis.Redis, client: Client, where: InterruptFilter, pages: int, limit: int,
+         dist: Callable[[list[float]], dict[str, Any]]) -> dict[str, Any]:
+    return walk_pages(r, lambda cursor: client.interrupt_page(where, limit, cursor), pages, dist)
 
 
 def listing_rows(workdir: Path, sizes: list[int], pages: int, limit: int,

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from bench.inbox import commands
+from bench.inbox import walk_pages
 from parley.cli.procs import RedisServer
 from parley.client import Client
 from parley.dispatcher.core.effects import listing_move
@@ -61,22 +61,7 @@ QUERY_NAMES = list(queries(1))
 
 def walk(r: redis.Redis, client: Client, where: dict[str, Any], pages: int, limit: int,
          dist: Callable[[list[float]], dict[str, Any]]) -> dict[str, Any]:
-    """Up to `pages` pages from the first on, each timed; Redis commands per page."""
-    times: list[float] = []
-    rows = 0
-    cursor: str | None = None
-    before = commands(r)
-    for _ in range(pages):
-        t = time.perf_counter()
-        page = client.sessions(**where, limit=limit, cursor=cursor)
-        times.append((time.perf_counter() - t) * 1000)
-        rows += len(page.items)
-        cursor = page.cursor
-        if cursor is None:
-            break
-    spent = commands(r) - before - 1  # less the first INFO
-    return {"pages": len(times), "rows": rows, "page_ms": dist(times),
-            "redis_commands_per_page": round(spent / len(times), 2)}
+    return walk_pages(r, lambda cursor: client.sessions(**where, limit=limit, cursor=cursor), pages, dist)
 
 
 def fill(r: redis.Redis, outbox: Outbox, keys: Keys, start: int, stop: int) -> None:

@@ -41,13 +41,34 @@ REJECTED_MAXLEN = 10_000
 # costs every other session at most this many waves a tick.
 SESSION_DEPTH = 8
 # A pending input admitted by the submit function is done: its producer's count for the session
-# goes down by one, and the field goes once it reaches zero (never below).
+# goes down by one, and the field goes once it reaches zero (never below). The pending hash is
+# the producer's own key: whatever it did to it (another type, a count that cannot go down),
+# this must not fail, because it runs inside the MULTI that acknowledges every producer's entries
+# (the settle) and an error there is raised again at each replay. A key that is not a hash (or
+# is gone) is skipped, and so is a count HINCRBY refuses; the reply is how many were skipped
+# (counted in parley_pending_counts_skipped_total, logged).
 PENDING_DONE = """
+local skipped = 0
 for i, key in ipairs(KEYS) do
-  if redis.call('HINCRBY', key, ARGV[i], -1) <= 0 then redis.call('HDEL', key, ARGV[i]) end
+  if redis.call('TYPE', key)['ok'] == 'hash' then
+    local n = redis.pcall('HINCRBY', key, ARGV[i], -1)
+    if type(n) ~= 'number' then skipped = skipped + 1
+    elseif n <= 0 then redis.call('HDEL', key, ARGV[i]) end
+  else
+    skipped = skipped + 1
+  end
 end
-return #KEYS
+return skipped
 """
+
+
+def pending_skipped(reply: Any, keys: list[str]) -> None:
+    """Count and log what PENDING_DONE could not take off (its reply: how many it skipped)."""
+    if isinstance(reply, int) and reply > 0:
+        metrics.PENDING_SKIPPED.inc(reply)
+        log.error("pending counts not taken off: a producer's pending hash is not a hash, or a count "
+                  "not an integer (the producer may have written it); delete the key to reset it",
+                  extra=kv(skipped=reply, keys=",".join(sorted(set(keys)))))
 # What XREADGROUP answers: [(stream, [(entry id, fields), ...]), ...]
 Replies = list[tuple[Any, list[Any]]]
 
@@ -272,7 +293,9 @@ class Applier:
             pipe.eval(PENDING_DONE, 1, done[0], done[1])
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
-        pipe.execute()
+        replies = pipe.execute()
+        if done is not None:
+            pending_skipped(replies[-3], [done[0]])
         batch.ack(stream, entry_id)
         log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session,
                                             error=str(exc)[:200]))

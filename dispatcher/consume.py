@@ -20,12 +20,21 @@ import time
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import BusyLoadingError, RedisError, WatchError
+from redis.exceptions import BusyLoadingError, RedisError, ResponseError, WatchError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
-from parley.dispatcher.apply import PENDING_DONE, Applier, Batch, Held, Replies, Stats, take_fair
+from parley.dispatcher.apply import (
+    PENDING_DONE,
+    Applier,
+    Batch,
+    Held,
+    Replies,
+    Stats,
+    pending_skipped,
+    take_fair,
+)
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, entry_key
@@ -134,6 +143,9 @@ class Dispatcher:
         # whatever the last tick read stays pending: re-claim our own entries once back
         self.leases.suspect_all()
         self.functions.recheck()  # a Redis back from a restart may hold no functions
+        # a producer's stream key may have become another type (dispatcher/producers.py): the
+        # registry's check of their types runs again at once, not a refresh period later
+        self.registry.read_at = float("-inf")
         stop.wait(backoff(failures, base=0.1, cap=5.0))
 
     def tick(self, ahead: Replies | None = None) -> Replies | None:
@@ -195,9 +207,16 @@ class Dispatcher:
             wanted = (*p.streams[:2], *self.registry.streams(p.n, n))
             if not changed and wanted == p.streams:
                 continue
-            added = [s for s in wanted if s not in p.streams]
-            for stream in added:
-                self.leases.ensure_group(stream)
+            added = []
+            for stream in (s for s in wanted if s not in p.streams):
+                try:
+                    self.leases.ensure_group(stream)
+                    added.append(stream)
+                except ResponseError as exc:  # its key became another type since the check
+                    log.error("a producer's input stream cannot be read",
+                              extra=kv(stream=stream, error=str(exc)))
+                    self.registry.read_at = float("-inf")  # checked again next tick
+            wanted = tuple(s for s in wanted if s in p.streams or s in added)
             p.streams = wanted
             if added:
                 log.info("reading producer streams", extra=kv(partition=p.n, streams=",".join(added)))
@@ -372,10 +391,12 @@ class Dispatcher:
         effects = [(session, fx) for session, fx in batch.effects if partition_of(session, n) in ours]
         streams = self.read_streams(fresh) if read_next else None
         done = [d for stream in keep for d in batch.done.get(stream, ())]
+        at: list[int] = []  # where PENDING_DONE's reply is among the MULTI's
 
         def then(pipe: Any) -> None:
             if done:
                 # the producers' pending counts, in the MULTI that acknowledges: exactly once
+                at.append(len(pipe.command_stack))
                 pipe.eval(PENDING_DONE, len(done), *[k for k, _ in done], *[s for _, s in done])
             for stream, ids in keep.items():
                 pipe.xack(stream, self.keys.GROUP, *ids)
@@ -384,6 +405,8 @@ class Dispatcher:
                 pipe.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch)
 
         replies = self.outbox.flush_many(effects, then=then, pipe=pipe)
+        if at and replies:
+            pending_skipped(replies[at[0]], [k for k, _ in done])
         if streams and replies:
             batch.ahead = replies[-1]
 

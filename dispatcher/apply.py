@@ -109,12 +109,14 @@ class Batch:
 @dataclass(slots=True)
 class Held:
     """An entry read and checked (Prepared or Refused), with the session it belongs to (None for
-    an entry that names no valid session): what fairness orders by."""
+    an entry that names no valid session): what fairness orders by; and its size in bytes."""
 
     entry_id: str
     fields: dict[Any, Any]
     prep: Any  # Prepared | Refused
     session: str | None
+    # the entry's size (schemas/codec.py entry_bytes): what the backlog's byte bound counts
+    size: int = 0
 
 
 def take_fair(held: list[Held], depth: int = SESSION_DEPTH) -> tuple[list[Held], list[Held]]:

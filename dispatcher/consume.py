@@ -51,7 +51,7 @@ from parley.dispatcher.store import (
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
-from parley.schemas.codec import InputError, input_refs, session_of
+from parley.schemas.codec import InputError, entry_bytes, input_refs, session_of
 from parley.schemas.codes import RefusalCode
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.producers import Producer
@@ -66,8 +66,11 @@ class Dispatcher:
     # how often the owner looks for entries left pending by another consumer
     STALE_CHECK_S = 5.0
     # entries of one stream read and waiting for a later tick (a flooded session's, beyond its
-    # share of a tick): past this many the stream is not read further until some are applied
+    # share of a tick): past this many, or this many bytes of them (all their fields: an entry
+    # is at most the input limit and 4 KiB, schemas/codec.py), the stream is not read further
+    # until some are applied (docs/design.md, "Consuming streams")
     BACKLOG_MAX = 10_000
+    BACKLOG_BYTES = 64 * 1024 * 1024
 
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
@@ -191,10 +194,15 @@ class Dispatcher:
 
     def read_streams(self, partitions: list[Partition] | None = None) -> dict[Any, Any]:
         """The streams to read new entries from: all of our partitions', but those whose backlog
-        is full (they are read again once it is applied)."""
+        is full, in entries or in bytes (they are read again once it is applied)."""
         owned = self.leases.owned.values() if partitions is None else partitions
-        return {s: ">" for p in owned for s in p.streams
-                if len(self.backlog.get(s, ())) < self.BACKLOG_MAX}
+        return {s: ">" for p in owned for s in p.streams if not self.backlog_full(s)}
+
+    def backlog_full(self, stream: str) -> bool:
+        held = self.backlog.get(stream)
+        if not held:
+            return False
+        return len(held) >= self.BACKLOG_MAX or sum(h.size for h in held) > self.BACKLOG_BYTES
 
     def sync_streams(self) -> None:
         """Every couple of seconds, the producer registry read again: each partition we hold
@@ -306,7 +314,7 @@ class Dispatcher:
             if producer is not None and isinstance(prep, Prepared) and not producer.allows(prep.session):
                 prep = wrong_tenant(producer, prep, fields)
             session = prep.session if isinstance(prep, Prepared) else session_of(fields)
-            held.append(Held(entry_id, fields, prep, session))
+            held.append(Held(entry_id, fields, prep, session, entry_bytes(fields)))
         # entries come in id order (a read, or a claim), so the first one says whether they go
         # after the backlog (a read always does) or must be merged into it (a stale claim's)
         if last is not None and len(held) > first_new and entry_key(held[first_new].entry_id) < last:

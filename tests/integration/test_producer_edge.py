@@ -150,7 +150,7 @@ def test_the_function_called_on_keys_not_its_own_is_refused(
 def test_a_5_mb_input_is_refused_too_large_and_nothing_is_written(
         acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
     huge = {"type": "message.create", "content": "x" * (5 * 1024 * 1024)}
-    too_large = "^PARLEY too_large the entry has 5242933 bytes, over the limit of 1048576$"
+    too_large = "^PARLEY too_large `input` is 5242918 bytes, over the limit of 1048576$"
     with pytest.raises(ResponseError, match=too_large):
         producer.fcall("parley_submit", 2, KEYS.producer_inputs(APP), KEYS.pending(APP), "parley", APP,
                        *[x for kv in fields("s-1", huge).items() for x in kv])

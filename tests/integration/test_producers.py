@@ -210,6 +210,32 @@ def test_the_same_stream_a_flooded_session_leaves_room_for_the_others(
     assert r.xlen(web) == 0
 
 
+def test_a_stream_holding_back_more_bytes_than_its_bound_is_not_read_further(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """Entries held back count in bytes too (all their fields): a flood of big entries of one
+    session stops the reading of its stream at BACKLOG_BYTES, not at 10,000 entries."""
+    web = register(r, "web")
+    d = make_dispatcher()
+    d.BACKLOG_BYTES = 500_000
+    tick(d, 1)
+    big = {"session": "s-flood", "input": orjson.dumps({"type": "branch.switch", "head": "nowhere"}),
+           "pad": b"p" * 50_000}  # a field the dispatcher never reads, held all the same
+    first = [r.xadd(web, big).decode() for _ in range(40)]
+    tick(d, 1)
+    held = d.backlog[web]
+    assert len(held) == 40 - SESSION_DEPTH
+    assert web not in d.read_streams()  # full in bytes: not read further
+    assert sum(h.size for h in held) > d.BACKLOG_BYTES
+    later = send(r, "s-later", message("behind the flood"), stream=web)
+    tick(d, 1)
+    assert later not in [h.entry_id for h in d.backlog[web]]  # not read while the bytes are held
+    for _ in range(20):
+        tick(d, 1)
+    assert "message.created" in types(r, "s-later")
+    refused = [e["input"]["entry"] for e in events(r, "s-flood") if e["type"] == "input.refused"]
+    assert refused == first and r.xlen(web) == 0
+
+
 # ---- the `parley producers` commands ---------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from redis.exceptions import WatchError
 
 from parley import metrics
 from parley.dispatcher.core import Context, Effect, Transition
@@ -192,7 +193,7 @@ class Applier:
         loaded = self.store.load_many([(prep.session, prep.idem) for prep in wave])
         ctx = self.decoder.context(p.streams[1])
         ready = [r for prep, (state, version) in zip(wave, loaded, strict=True)
-                 if (r := self._compute(stream, prep, state, version, ctx, batch)) is not None]
+                 if (r := self._compute(p, stream, prep, state, version, ctx, batch)) is not None]
         if not ready:
             return []
         rcs = self.store.commit_many([(r.prep.session, r.version, r.tr) for r in ready],
@@ -213,8 +214,8 @@ class Applier:
             raise LeaseLost()
         return conflicted
 
-    def _compute(self, stream: str, prep: Prepared, state: SessionState, version: str, ctx: Context,
-                 batch: Batch) -> Ready | None:
+    def _compute(self, p: Partition, stream: str, prep: Prepared, state: SessionState, version: str,
+                 ctx: Context, batch: Batch) -> Ready | None:
         """The entry's transition, or None when there is nothing to commit: a replay (its effects
         still in the outbox go to the batch) or a poison entry (rejected; the wave goes on)."""
         if already_applied(state.applied.get(stream), prep.entry_id):
@@ -229,7 +230,7 @@ class Applier:
         except Exception as exc:  # nothing of it is committed
             refused = poisoned(stream, prep.entry_id, exc)
             refused.uses_key = prep.idem  # verified and decoded: its key counts as used
-            self.reject(stream, prep.entry_id, prep.fields, refused, batch)
+            self.reject(p, stream, prep.entry_id, prep.fields, refused, batch)
             return None
         tr.state.applied[stream] = prep.entry_id
         return Ready(prep, version, tr)
@@ -263,18 +264,41 @@ class Applier:
         if (done := self.pending_done(stream, fields, session)) is not None:
             batch.done.setdefault(stream, []).append(done)
 
-    def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
+    def reject(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
                batch: Batch) -> None:
         """Bad entries are never lost: copied with the error to the rejected stream (docs/protocol.md,
         "Rejected entries": cut to a bounded size), reported on their session (`input.refused`)
         and acknowledged, in one MULTI. A session that does not exist keeps that report only
         for the unknown-session TTL (reject.lua). An entry of a producer naming a session it may
         not write (another tenant's) is not reported there: a producer cannot write even a
-        refusal into another tenant's events."""
+        refusal into another tenant's events.
+
+        Fenced by p's lease, as the settle is: the lease key is WATCHed and its token checked,
+        so during a handover only the holder rejects an entry (once: one refusal, one pending
+        count taken off); LeaseLost otherwise, and the entry stays pending for the holder."""
         exc, code = refused.error, refused.code
+        pipe = self.redis.pipeline(transaction=True)
+        try:
+            self._reject(pipe, p, stream, entry_id, fields, refused)
+        except WatchError:
+            raise LeaseLost() from None
+        finally:
+            pipe.reset()
         self.stats.rejected += 1
         metrics.INPUTS.labels(exc.input_type or "unknown", InputOutcome.REJECTED, code).inc()
-        pipe = self.redis.pipeline(transaction=True)
+        batch.ack(stream, entry_id)
+        log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session_of(fields),
+                                            error=str(exc)[:200]))
+
+    def _reject(self, pipe: Any, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any],
+                refused: Refused) -> None:
+        exc, code = refused.error, refused.code
+        lease = self.keys.lease(p.n)
+        pipe.watch(lease)
+        token = pipe.get(lease)
+        if (token.decode() if isinstance(token, bytes) else token) != p.token:
+            raise LeaseLost()
+        pipe.multi()
         pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),  # type: ignore[arg-type]
                   maxlen=REJECTED_MAXLEN, approximate=True)
         session = session_of(fields)
@@ -298,9 +322,6 @@ class Applier:
         replies = pipe.execute()
         if done is not None:
             pending_skipped(replies[-3], [done[0]])
-        batch.ack(stream, entry_id)
-        log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session,
-                                            error=str(exc)[:200]))
 
 
 _REJECT_SCRIPT = files("parley.dispatcher").joinpath("lua/reject.lua").read_text()

@@ -345,7 +345,7 @@ class Dispatcher:
                     self.applier.apply(p, stream, queued, batch)
                     queued, sessions = [], set()
                 self.leases.check(p)
-                self.applier.reject(stream, entry_id, fields, prep, batch)
+                self.applier.reject(p, stream, entry_id, fields, prep, batch)
             self.applier.apply(p, stream, queued, batch)
         except LeaseLost:
             log.warning("lease lost mid-batch; leaving the rest to the next owner",

@@ -236,6 +236,28 @@ def test_a_stream_holding_back_more_bytes_than_its_bound_is_not_read_further(
     assert refused == first and r.xlen(web) == 0
 
 
+def test_a_dispatcher_whose_lease_changed_hands_rejects_nothing(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """The reject is fenced by the lease like the settle: during a handover only the holder
+    rejects an entry, so its pending count goes down once (docs/design.md)."""
+    web = register(r, "web")
+    d = make_dispatcher()
+    tick(d, 1)
+    r.hset(KEYS.pending("web"), "s-bad", 1)
+    bad = r.xadd(web, {"session": "s-bad", "input": "not json", "admitted": "1"}).decode()
+    r.set(KEYS.lease(0), "another-dispatcher:0000", px=10_000)  # taken over; d does not know yet
+    tick(d, 1)
+    assert r.xlen(KEYS.rejected) == 0 and r.hget(KEYS.pending("web"), "s-bad") == b"1"
+    assert [e[0].decode() for e in r.xrange(web)] == [bad]  # left pending for the holder
+    assert 0 not in d.leases.owned
+    # the holder rejects it, once
+    r.delete(KEYS.lease(0))
+    d2 = make_dispatcher(name="d2")
+    tick(d2, 2)
+    assert r.xlen(KEYS.rejected) == 1 and r.hget(KEYS.pending("web"), "s-bad") is None
+    assert r.xlen(web) == 0
+
+
 # ---- the `parley producers` commands ---------------------------------------------------------
 
 

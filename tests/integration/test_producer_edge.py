@@ -174,15 +174,20 @@ def test_200_inputs_for_one_session_the_101st_is_rate_limited_at_submit(
     intact(acl, others, dispatcher)
 
 
-def test_an_unscoped_producer_reads_any_sessions_events_and_counts_but_no_state_else(
+def test_an_unscoped_producer_reads_every_sessions_meta_and_events_but_not_its_messages_or_outbox(
         acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
-    """The file's producer is not scoped to a tenant: it reads every session's events and meta
-    (the counts the submit function reads; a tenant's producer is limited to its tenant's
-    keys), and nothing else of a session."""
+    """The file's producer is not scoped to a tenant: it reads every session's events, and any
+    field of every session's meta hash by HGET/HMGET (the counts the submit function reads, and
+    with them the session's state `core`: docs/operations.md, "Producers and their logins";
+    scope producers to tenants to keep them apart). It reads nothing else of a session."""
     intact(acl, others, dispatcher)
-    assert producer.xrange(KEYS.events("o-1")) and producer.hmget(KEYS.meta("o-1"), "ver") == [b"1"]
+    assert producer.xrange(KEYS.events("o-1"))
+    assert producer.hmget(KEYS.meta("o-1"), "ver", "n_msgs") == [b"1", b"1"]
+    assert producer.hget(KEYS.meta("o-1"), "core") == acl.admin.hget(KEYS.meta("o-1"), "core") is not None
     for attempt in (lambda: producer.hgetall(KEYS.messages("o-1")),
+                    lambda: producer.hget(KEYS.messages("o-1"), "msg-1"),
                     lambda: producer.hgetall(KEYS.meta("o-1")),
+                    lambda: producer.hset(KEYS.meta("o-1"), "ver", 9),
                     lambda: producer.hgetall(KEYS.outbox("o-1")),
                     lambda: producer.zrange(KEYS.idempotency_keys("o-1"), 0, -1)):
         refused(attempt)

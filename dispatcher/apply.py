@@ -299,7 +299,7 @@ class Applier:
         if (token.decode() if isinstance(token, bytes) else token) != p.token:
             raise LeaseLost()
         pipe.multi()
-        pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),  # type: ignore[arg-type]
+        pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),
                   maxlen=REJECTED_MAXLEN, approximate=True)
         session = session_of(fields)
         producer = self.producer_of(stream)

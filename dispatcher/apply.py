@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 from redis import Redis
+from redis.exceptions import WatchError
 
 from parley import metrics
 from parley.dispatcher.core import Context, Effect, Transition
@@ -41,13 +42,34 @@ REJECTED_MAXLEN = 10_000
 # costs every other session at most this many waves a tick.
 SESSION_DEPTH = 8
 # A pending input admitted by the submit function is done: its producer's count for the session
-# goes down by one, and the field goes once it reaches zero (never below).
+# goes down by one, and the field goes once it reaches zero (never below). The pending hash is
+# the producer's own key: whatever it did to it (another type, a count that cannot go down),
+# this must not fail, because it runs inside the MULTI that acknowledges every producer's entries
+# (the settle) and an error there is raised again at each replay. A key that is not a hash (or
+# is gone) is skipped, and so is a count HINCRBY refuses; the reply is how many were skipped
+# (counted in parley_pending_counts_skipped_total, logged).
 PENDING_DONE = """
+local skipped = 0
 for i, key in ipairs(KEYS) do
-  if redis.call('HINCRBY', key, ARGV[i], -1) <= 0 then redis.call('HDEL', key, ARGV[i]) end
+  if redis.call('TYPE', key)['ok'] == 'hash' then
+    local n = redis.pcall('HINCRBY', key, ARGV[i], -1)
+    if type(n) ~= 'number' then skipped = skipped + 1
+    elseif n <= 0 then redis.call('HDEL', key, ARGV[i]) end
+  else
+    skipped = skipped + 1
+  end
 end
-return #KEYS
+return skipped
 """
+
+
+def pending_skipped(reply: Any, keys: list[str]) -> None:
+    """Count and log what PENDING_DONE could not take off (its reply: how many it skipped)."""
+    if isinstance(reply, int) and reply > 0:
+        metrics.PENDING_SKIPPED.inc(reply)
+        log.error("pending counts not taken off: a producer's pending hash is not a hash, or a count "
+                  "not an integer (the producer may have written it); delete the key to reset it",
+                  extra=kv(skipped=reply, keys=",".join(sorted(set(keys)))))
 # What XREADGROUP answers: [(stream, [(entry id, fields), ...]), ...]
 Replies = list[tuple[Any, list[Any]]]
 
@@ -88,12 +110,14 @@ class Batch:
 @dataclass(slots=True)
 class Held:
     """An entry read and checked (Prepared or Refused), with the session it belongs to (None for
-    an entry that names no valid session): what fairness orders by."""
+    an entry that names no valid session): what fairness orders by; and its size in bytes."""
 
     entry_id: str
     fields: dict[Any, Any]
     prep: Any  # Prepared | Refused
     session: str | None
+    # the entry's size (schemas/codec.py entry_bytes): what the backlog's byte bound counts
+    size: int = 0
 
 
 def take_fair(held: list[Held], depth: int = SESSION_DEPTH) -> tuple[list[Held], list[Held]]:
@@ -169,7 +193,7 @@ class Applier:
         loaded = self.store.load_many([(prep.session, prep.idem) for prep in wave])
         ctx = self.decoder.context(p.streams[1])
         ready = [r for prep, (state, version) in zip(wave, loaded, strict=True)
-                 if (r := self._compute(stream, prep, state, version, ctx, batch)) is not None]
+                 if (r := self._compute(p, stream, prep, state, version, ctx, batch)) is not None]
         if not ready:
             return []
         rcs = self.store.commit_many([(r.prep.session, r.version, r.tr) for r in ready],
@@ -190,8 +214,8 @@ class Applier:
             raise LeaseLost()
         return conflicted
 
-    def _compute(self, stream: str, prep: Prepared, state: SessionState, version: str, ctx: Context,
-                 batch: Batch) -> Ready | None:
+    def _compute(self, p: Partition, stream: str, prep: Prepared, state: SessionState, version: str,
+                 ctx: Context, batch: Batch) -> Ready | None:
         """The entry's transition, or None when there is nothing to commit: a replay (its effects
         still in the outbox go to the batch) or a poison entry (rejected; the wave goes on)."""
         if already_applied(state.applied.get(stream), prep.entry_id):
@@ -206,7 +230,7 @@ class Applier:
         except Exception as exc:  # nothing of it is committed
             refused = poisoned(stream, prep.entry_id, exc)
             refused.uses_key = prep.idem  # verified and decoded: its key counts as used
-            self.reject(stream, prep.entry_id, prep.fields, refused, batch)
+            self.reject(p, stream, prep.entry_id, prep.fields, refused, batch)
             return None
         tr.state.applied[stream] = prep.entry_id
         return Ready(prep, version, tr)
@@ -240,19 +264,42 @@ class Applier:
         if (done := self.pending_done(stream, fields, session)) is not None:
             batch.done.setdefault(stream, []).append(done)
 
-    def reject(self, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
+    def reject(self, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any], refused: Refused,
                batch: Batch) -> None:
         """Bad entries are never lost: copied with the error to the rejected stream (docs/protocol.md,
         "Rejected entries": cut to a bounded size), reported on their session (`input.refused`)
         and acknowledged, in one MULTI. A session that does not exist keeps that report only
         for the unknown-session TTL (reject.lua). An entry of a producer naming a session it may
         not write (another tenant's) is not reported there: a producer cannot write even a
-        refusal into another tenant's events."""
+        refusal into another tenant's events.
+
+        Fenced by p's lease, as the settle is: the lease key is WATCHed and its token checked,
+        so during a handover only the holder rejects an entry (once: one refusal, one pending
+        count taken off); LeaseLost otherwise, and the entry stays pending for the holder."""
         exc, code = refused.error, refused.code
+        pipe = self.redis.pipeline(transaction=True)
+        try:
+            self._reject(pipe, p, stream, entry_id, fields, refused)
+        except WatchError:
+            raise LeaseLost() from None
+        finally:
+            pipe.reset()
         self.stats.rejected += 1
         metrics.INPUTS.labels(exc.input_type or "unknown", InputOutcome.REJECTED, code).inc()
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),  # type: ignore[arg-type]
+        batch.ack(stream, entry_id)
+        log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session_of(fields),
+                                            error=str(exc)[:200]))
+
+    def _reject(self, pipe: Any, p: Partition, stream: str, entry_id: str, fields: dict[Any, Any],
+                refused: Refused) -> None:
+        exc, code = refused.error, refused.code
+        lease = self.keys.lease(p.n)
+        pipe.watch(lease)
+        token = pipe.get(lease)
+        if (token.decode() if isinstance(token, bytes) else token) != p.token:
+            raise LeaseLost()
+        pipe.multi()
+        pipe.xadd(self.keys.rejected, rejected_copy(fields, str(exc), stream, entry_id),
                   maxlen=REJECTED_MAXLEN, approximate=True)
         session = session_of(fields)
         producer = self.producer_of(stream)
@@ -272,10 +319,9 @@ class Applier:
             pipe.eval(PENDING_DONE, 1, done[0], done[1])
         pipe.xack(stream, self.keys.GROUP, entry_id)
         pipe.xdel(stream, entry_id)
-        pipe.execute()
-        batch.ack(stream, entry_id)
-        log.info("entry rejected", extra=kv(stream=stream, entry=entry_id, session=session,
-                                            error=str(exc)[:200]))
+        replies = pipe.execute()
+        if done is not None:
+            pending_skipped(replies[-3], [done[0]])
 
 
 _REJECT_SCRIPT = files("parley.dispatcher").joinpath("lua/reject.lua").read_text()

@@ -20,12 +20,21 @@ import time
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import BusyLoadingError, RedisError, WatchError
+from redis.exceptions import BusyLoadingError, RedisError, ResponseError, WatchError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
-from parley.dispatcher.apply import PENDING_DONE, Applier, Batch, Held, Replies, Stats, take_fair
+from parley.dispatcher.apply import (
+    PENDING_DONE,
+    Applier,
+    Batch,
+    Held,
+    Replies,
+    Stats,
+    pending_skipped,
+    take_fair,
+)
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, entry_key
@@ -42,7 +51,7 @@ from parley.dispatcher.store import (
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
 from parley.retry import backoff
-from parley.schemas.codec import InputError, input_refs, session_of
+from parley.schemas.codec import InputError, entry_bytes, input_refs, session_of
 from parley.schemas.codes import RefusalCode
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.producers import Producer
@@ -57,8 +66,11 @@ class Dispatcher:
     # how often the owner looks for entries left pending by another consumer
     STALE_CHECK_S = 5.0
     # entries of one stream read and waiting for a later tick (a flooded session's, beyond its
-    # share of a tick): past this many the stream is not read further until some are applied
+    # share of a tick): past this many, or this many bytes of them (all their fields: an entry
+    # is at most the input limit and 4 KiB, schemas/codec.py), the stream is not read further
+    # until some are applied (docs/design.md, "Consuming streams")
     BACKLOG_MAX = 10_000
+    BACKLOG_BYTES = 64 * 1024 * 1024
 
     def __init__(self, redis: Redis, keys: Keys, app: AppInfo, *, limits: Limits | None = None,
                  partitions: int = 1, lease_ms: int = 10_000, block_ms: int = 500, batch: int = 100,
@@ -134,6 +146,9 @@ class Dispatcher:
         # whatever the last tick read stays pending: re-claim our own entries once back
         self.leases.suspect_all()
         self.functions.recheck()  # a Redis back from a restart may hold no functions
+        # a producer's stream key may have become another type (dispatcher/producers.py): the
+        # registry's check of their types runs again at once, not a refresh period later
+        self.registry.read_at = float("-inf")
         stop.wait(backoff(failures, base=0.1, cap=5.0))
 
     def tick(self, ahead: Replies | None = None) -> Replies | None:
@@ -179,10 +194,15 @@ class Dispatcher:
 
     def read_streams(self, partitions: list[Partition] | None = None) -> dict[Any, Any]:
         """The streams to read new entries from: all of our partitions', but those whose backlog
-        is full (they are read again once it is applied)."""
+        is full, in entries or in bytes (they are read again once it is applied)."""
         owned = self.leases.owned.values() if partitions is None else partitions
-        return {s: ">" for p in owned for s in p.streams
-                if len(self.backlog.get(s, ())) < self.BACKLOG_MAX}
+        return {s: ">" for p in owned for s in p.streams if not self.backlog_full(s)}
+
+    def backlog_full(self, stream: str) -> bool:
+        held = self.backlog.get(stream)
+        if not held:
+            return False
+        return len(held) >= self.BACKLOG_MAX or sum(h.size for h in held) > self.BACKLOG_BYTES
 
     def sync_streams(self) -> None:
         """Every couple of seconds, the producer registry read again: each partition we hold
@@ -195,9 +215,16 @@ class Dispatcher:
             wanted = (*p.streams[:2], *self.registry.streams(p.n, n))
             if not changed and wanted == p.streams:
                 continue
-            added = [s for s in wanted if s not in p.streams]
-            for stream in added:
-                self.leases.ensure_group(stream)
+            added = []
+            for stream in (s for s in wanted if s not in p.streams):
+                try:
+                    self.leases.ensure_group(stream)
+                    added.append(stream)
+                except ResponseError as exc:  # its key became another type since the check
+                    log.error("a producer's input stream cannot be read",
+                              extra=kv(stream=stream, error=str(exc)))
+                    self.registry.read_at = float("-inf")  # checked again next tick
+            wanted = tuple(s for s in wanted if s in p.streams or s in added)
             p.streams = wanted
             if added:
                 log.info("reading producer streams", extra=kv(partition=p.n, streams=",".join(added)))
@@ -287,7 +314,7 @@ class Dispatcher:
             if producer is not None and isinstance(prep, Prepared) and not producer.allows(prep.session):
                 prep = wrong_tenant(producer, prep, fields)
             session = prep.session if isinstance(prep, Prepared) else session_of(fields)
-            held.append(Held(entry_id, fields, prep, session))
+            held.append(Held(entry_id, fields, prep, session, entry_bytes(fields)))
         # entries come in id order (a read, or a claim), so the first one says whether they go
         # after the backlog (a read always does) or must be merged into it (a stale claim's)
         if last is not None and len(held) > first_new and entry_key(held[first_new].entry_id) < last:
@@ -318,7 +345,7 @@ class Dispatcher:
                     self.applier.apply(p, stream, queued, batch)
                     queued, sessions = [], set()
                 self.leases.check(p)
-                self.applier.reject(stream, entry_id, fields, prep, batch)
+                self.applier.reject(p, stream, entry_id, fields, prep, batch)
             self.applier.apply(p, stream, queued, batch)
         except LeaseLost:
             log.warning("lease lost mid-batch; leaving the rest to the next owner",
@@ -372,10 +399,12 @@ class Dispatcher:
         effects = [(session, fx) for session, fx in batch.effects if partition_of(session, n) in ours]
         streams = self.read_streams(fresh) if read_next else None
         done = [d for stream in keep for d in batch.done.get(stream, ())]
+        at: list[int] = []  # where PENDING_DONE's reply is among the MULTI's
 
         def then(pipe: Any) -> None:
             if done:
                 # the producers' pending counts, in the MULTI that acknowledges: exactly once
+                at.append(len(pipe.command_stack))
                 pipe.eval(PENDING_DONE, len(done), *[k for k, _ in done], *[s for _, s in done])
             for stream, ids in keep.items():
                 pipe.xack(stream, self.keys.GROUP, *ids)
@@ -384,6 +413,8 @@ class Dispatcher:
                 pipe.xreadgroup(self.keys.GROUP, self.name, streams, count=self.batch)
 
         replies = self.outbox.flush_many(effects, then=then, pipe=pipe)
+        if at and replies:
+            pending_skipped(replies[at[0]], [k for k, _ in done])
         if streams and replies:
             batch.ahead = replies[-1]
 

@@ -4,6 +4,14 @@ Each registered producer writes input streams of its own (one a partition); the 
 holding a partition reads them besides the engine's own input and results streams
 (docs/design.md, "Consuming streams"). A producer removed from the registry is still read
 until its streams are empty, so removing one never strands inputs it had written.
+
+A producer's stream key that exists as another type than a stream (a hash, say: made by an
+administrator, or by a producer login from before the ACL split of docs/operations.md) would
+make every command that names it fail: XGROUP CREATE, XRANGE, and the one XREADGROUP that reads
+all of a partition's streams, so every producer's inputs would stop. Such a stream is checked
+for at each refresh and left out of what is read (`unusable`: logged, counted in the gauge
+`parley_producer_streams_unusable`); its producer is not served until the key is deleted, and
+every other producer is.
 """
 
 import logging
@@ -12,6 +20,7 @@ from typing import Any
 
 from redis import Redis
 
+from parley import metrics
 from parley.logs import kv
 from parley.schemas.keys import Keys
 from parley.schemas.producers import Producer, parse_registry
@@ -35,6 +44,8 @@ class ProducerRegistry:
         # stream name -> its producer, for the streams of every partition (rebuilt on change)
         self._by_stream: dict[str, Producer] = {}
         self._partitions = 0
+        # producers' streams whose key is another type than a stream: not read
+        self.unusable: set[str] = set()
 
     def refresh(self, partitions: int, force: bool = False) -> bool:
         """Read the registry again when due; True when the set of streams to read changed."""
@@ -61,14 +72,38 @@ class ProducerRegistry:
         self._partitions = partitions
         # rebuilt every time: a producer removed and added again may have another tenant
         self._by_stream = {s: p for p in self.all() for s in self._streams_of(p)}
+        unusable = self._check_types(list(self._by_stream))
+        changed = changed or unusable != self.unusable
+        self.unusable = unusable
         return changed
+
+    def _check_types(self, streams: list[str]) -> set[str]:
+        """The streams of `streams` whose key exists as another type than a stream."""
+        if not streams:
+            bad: set[str] = set()
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream in streams:
+                pipe.type(stream)
+            bad = {stream for stream, t in zip(streams, pipe.execute(), strict=True)
+                   if _text(t) not in ("stream", "none")}
+        for stream in sorted(bad - self.unusable):
+            p = self._by_stream.get(stream)
+            log.error("a producer's input stream is not a stream: not read, its producer is not "
+                      "served until the key is deleted (DEL it once its content is saved)",
+                      extra=kv(stream=stream, producer=p.name if p else None))
+        for stream in sorted(self.unusable - bad):
+            log.info("a producer's input stream is usable again", extra=kv(stream=stream))
+        metrics.PRODUCER_STREAMS_UNUSABLE.set(len(bad))
+        return bad
 
     def all(self) -> list[Producer]:
         return sorted([*self.registered.values(), *self.draining.values()], key=lambda p: p.name)
 
     def streams(self, partition: int, partitions: int) -> list[str]:
-        """The producers' input streams of one partition, in name order."""
-        return [self.keys.producer_inputs(p.name, partition, partitions) for p in self.all()]
+        """The producers' input streams of one partition, in name order, but unusable ones."""
+        return [s for p in self.all()
+                if (s := self.keys.producer_inputs(p.name, partition, partitions)) not in self.unusable]
 
     def producer_of(self, stream: str) -> Producer | None:
         """The producer whose stream this is; None for the engine's own streams."""
@@ -80,8 +115,17 @@ class ProducerRegistry:
 
     def _drained(self, p: Producer, partitions: int) -> bool:
         n = max(1, partitions)
+        # an unusable stream (not a stream) holds nothing a dispatcher could read: drained
+        streams = [s for i in range(n) if (s := self.keys.producer_inputs(p.name, i, n)) not in self.unusable]
+        if not streams:
+            return True
         pipe = self.redis.pipeline(transaction=False)
-        for i in range(n):
+        for stream in streams:
             # XRANGE, not XLEN: the dispatcher's login reads streams with XRANGE already
-            pipe.xrange(self.keys.producer_inputs(p.name, i, n), count=1)
-        return not any(pipe.execute())
+            pipe.xrange(stream, count=1)
+        # a key that became another type since the last check holds nothing readable either
+        return not any(r for r in pipe.execute(raise_on_error=False) if not isinstance(r, Exception))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis import Redis
@@ -46,6 +53,14 @@ TRANSITIONS = Counter("parley_transitions_total", "Transitions committed (replay
                       registry=REGISTRY)
 SWEEP_ERRORS = Counter("parley_sweep_errors_total", "Sweeps Redis refused (an ACL missing a command, a "
                        "script error): the dispatcher goes on applying inputs", ["sweep"], registry=REGISTRY)
+PENDING_SKIPPED = Counter("parley_pending_counts_skipped_total", "Pending counts a dispatcher could not "
+                          "take one off: the producer's pending hash missing or not a hash, or its count "
+                          "not an integer it can decrement (skipped, never failing the acknowledgement)",
+                          registry=REGISTRY)
+PRODUCER_STREAMS_UNUSABLE = Gauge("parley_producer_streams_unusable", "Registered producers' input streams "
+                                  "that exist as another type than a stream: left out of the read (their "
+                                  "producer is not served) until an operator deletes the key",
+                                  registry=REGISTRY)
 REPLAYS = Counter("parley_replays_total", "Entries found already applied (after a crash)", registry=REGISTRY)
 TRANSITION_SECONDS = Histogram("parley_transition_seconds",
                                "Load, apply and commit of the wave an entry was in",

@@ -15,6 +15,27 @@ from parley.schemas.inputs import INPUT_ADAPTER, INPUT_TYPES, Input
 #: an entry's `input` field at most (1 MiB); the dispatcher's --max-input-bytes changes it
 DEFAULT_MAX_INPUT_BYTES = 1024 * 1024
 MAX_DEPTH = 64
+#: an entry's fields together (names and values, but the submit function's `admitted`) may be
+#: this much over the input limit, for the rest of the envelope (`session`, `id`, `principal`,
+#: `ts`, `sig`); the submit function applies the same rule (dispatcher/lua/functions.lua)
+ENVELOPE_BYTES = 4096
+
+
+def entry_bytes(fields: dict[Any, Any]) -> int:
+    """The size of a stream entry as both size checks count it: every field's name and value,
+    in bytes, but `admitted` (the submit function's mark)."""
+    size = 0
+    for name, value in fields.items():
+        if name in (b"admitted", "admitted"):
+            continue
+        size += _len(name) + _len(value)
+    return size
+
+
+def _len(value: Any) -> int:
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    return len(str(value).encode("utf-8", "surrogatepass"))
 
 
 def max_input_bytes() -> int:
@@ -24,7 +45,7 @@ def max_input_bytes() -> int:
 class InputError(ValueError):
     """A stream entry that cannot be applied. `input_type` is None when its JSON did not parse.
     `idempotency_key` is the entry's `id` when that is a valid key (the refusal uses it up).
-    `code`: `invalid_input`, or `too_large` for an `input` over the size limit."""
+    `code`: `invalid_input`, or `too_large` for an `input` (or a whole entry) over the size limit."""
 
     def __init__(self, message: str, input_type: str | None = None, ids: dict[str, Any] | None = None,
                  idempotency_key: str | None = None, code: RefusalCode = RefusalCode.INVALID_INPUT):
@@ -169,6 +190,18 @@ def decode_input_entry(fields: dict[Any, Any], limit: int | None = None) -> Inpu
 
 
 def _decode(fields: dict[Any, Any], limit: int, idem: str | None) -> InputEntry:
+    # The sizes first, in the submit function's order (`input`, then the whole entry), so both
+    # refuse an entry alike. Every field counts, not only `input`: a producer appending to its
+    # own stream directly may add fields of any size, held in a dispatcher's memory otherwise.
+    key = fields.get(b"input", fields.get("input"))
+    raw = key if key is None or isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
+    if raw is not None and len(raw) > limit:
+        raise InputError(f"`input` is {len(raw)} bytes, over the limit of {limit}",
+                         code=RefusalCode.TOO_LARGE)
+    if (size := entry_bytes(fields)) > limit + ENVELOPE_BYTES:
+        raise InputError(f"the entry has {size} bytes, over the limit of {limit + ENVELOPE_BYTES} "
+                         f"(the input limit and {ENVELOPE_BYTES} bytes for the other fields)",
+                         code=RefusalCode.TOO_LARGE)
     try:
         session = _text(fields, "session")
     except UnicodeDecodeError:
@@ -178,13 +211,8 @@ def _decode(fields: dict[Any, Any], limit: int, idem: str | None) -> InputEntry:
     if not is_session_id(session):
         raise InputError("`session` must be 1-128 characters of [A-Za-z0-9._:/-]; a tenant's id is "
                          "<tenant>/<id>, the tenant 1-64 characters of [A-Za-z0-9._-]")
-    key = fields.get(b"input", fields.get("input"))
-    if key is None:
+    if raw is None:
         raise InputError("entry has no `input` field")
-    raw = key if isinstance(key, bytes) else str(key).encode("utf-8", "surrogatepass")
-    if len(raw) > limit:
-        raise InputError(f"`input` is {len(raw)} bytes, over the limit of {limit}",
-                         code=RefusalCode.TOO_LARGE)
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -99,15 +99,19 @@ def parse_registry(raw: dict[bytes, bytes] | dict[str, str]) -> tuple[dict[str, 
 
 def acl_line(name: str, tenant: str | None, prefix: str = "parley", password: str = "change-me") -> str:
     """The users.acl line of a producer login (deploy/redis/users.acl): it may read the limits
-    and sessions' meta (its tenant's only, when scoped); call the submit function, append to its
-    own input streams and count its pending inputs, in one selector, because FCALL needs
-    read-write access to the keys it declares (those three) and Redis checks every command the
-    function runs against the caller's login; and read sessions' events (its tenant's only)."""
+    and sessions' meta (its tenant's only, when scoped); call the submit function on its own
+    three keys (FCALL needs read-write access to the keys it declares, in one selector); XADD to
+    its own input streams only, and HGET/HINCRBY its own pending hash only (Redis checks every
+    command the function runs against the caller's login). One selector per key type: with
+    XADD on the pending hash, or HINCRBY on a stream key, the producer could give one of its
+    keys the wrong type and make a dispatcher's command on it fail (docs/operations.md,
+    "Producers and their logins"). And read sessions' events (its tenant's only)."""
     check_name(name)
     check_tenant(tenant)
     sessions = f"{prefix}:{{{tenant}/*}}" if tenant is not None else f"{prefix}:{{*}}"
     own = f"{prefix}:in:{name}"
+    pending = f"~{prefix}:pending:{name}"
     return (f"user {prefix}-producer-{name} on >{password} resetkeys resetchannels -@all +ping +select "
             f"+hget +hmget %R~{prefix}:config %R~{sessions}:meta "
-            f"(+fcall +xadd +hget +hincrby ~{own} ~{own}:* ~{prefix}:pending:{name}) "
+            f"(+fcall ~{own} ~{own}:* {pending}) (+xadd ~{own} ~{own}:*) (+hget +hincrby {pending}) "
             f"(+xread +xrange +xrevrange %R~{sessions}:events)")

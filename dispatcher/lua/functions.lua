@@ -9,11 +9,15 @@
 -- admission checks. Every command it runs is ACL-checked against the CALLING login, so it
 -- gives a producer nothing its login lacks; a producer that bypasses it (plain XADD to its own
 -- stream) skips only the synchronous refusals, which dispatchers apply again.
-local VERSION = 1
+local VERSION = 2
 
 -- Defaults of the limits, used while `<prefix>:config` has none (dispatchers write theirs there).
 local DEFAULTS = {limit_input_bytes = 1048576, limit_pending = 100, limit_messages = 10000,
                   limit_branches = 1000}
+-- An entry's fields together (names and values, but `admitted`) may exceed the input limit by
+-- this much, for the rest of the envelope (`session`, `id`, `principal`, `ts`, `sig`): the same
+-- rule as the dispatcher's (schemas/codec.py ENVELOPE_BYTES; docs/protocol.md, "Limits").
+local ENVELOPE_BYTES = 4096
 local PRODUCER_MAX = 32
 local SESSION_MAX, CHILD_MAX, TENANT_MAX = 128, 256, 64
 
@@ -92,9 +96,14 @@ local function submit(keys, args)
       return refuse('invalid_input', 'the field `admitted` is set by the submit function')
     end
   end
-  if size > lim.limit_input_bytes then
-    return refuse('too_large', 'the entry has ' .. size .. ' bytes, over the limit of '
+  if input ~= nil and #input > lim.limit_input_bytes then
+    return refuse('too_large', '`input` is ' .. #input .. ' bytes, over the limit of '
                   .. lim.limit_input_bytes)
+  end
+  if size > lim.limit_input_bytes + ENVELOPE_BYTES then
+    return refuse('too_large', 'the entry has ' .. size .. ' bytes, over the limit of '
+                  .. (lim.limit_input_bytes + ENVELOPE_BYTES) .. ' (the input limit and '
+                  .. ENVELOPE_BYTES .. ' bytes for the other fields)')
   end
   if session == nil or input == nil then
     return refuse('invalid_input', 'an entry needs the fields `session` and `input`')

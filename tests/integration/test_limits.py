@@ -91,6 +91,20 @@ def test_an_input_over_the_size_limit_is_refused_too_large_and_kept_cut(
     assert "message.created" in types(r, "s-ok")  # within the limit: applied
 
 
+def test_an_entry_whose_other_fields_are_big_is_refused_too_large(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """Every field counts (docs/protocol.md, "Limits"): the input limit and 4 KiB for the rest."""
+    d = make_dispatcher(admission=AdmissionLimits(input_bytes=10_000))
+    small = orjson.dumps({"type": "message.create", "content": "hi"})
+    entry = r.xadd(INPUTS, {"session": "s-pad", "input": small, "pad": b"p" * 20_000}).decode()
+    send(r, "s-ok", {"type": "message.create", "content": "x" * 9_000}, pad="p" * 4_000)
+    tick(d)
+    no = refusal(r, "s-pad")
+    assert no["code"] == "too_large" and no["input"]["entry"] == entry
+    assert "over the limit of 14096 (the input limit and 4096 bytes for the other fields)" in no["message"]
+    assert "message.created" in types(r, "s-ok")  # within both: applied
+
+
 def test_twenty_entries_of_5_mb_keep_only_their_first_kib_in_the_rejected_stream(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher()

@@ -23,6 +23,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from parley.client import Client
+from parley.metrics import REGISTRY
 from parley.producer import SubmitRefused
 from tests.integration.test_acl import (  # noqa: F401 (fixtures)
     ACL_FILE,
@@ -77,6 +78,15 @@ def intact(acl: AclRedis, others: list[tuple[str, dict[bytes, bytes]]], dispatch
 
 def fields(session: str = "s-1", value: Any = MESSAGE) -> dict[str, Any]:
     return {"session": session, "input": orjson.dumps(value)}
+
+
+def sample(name: str) -> float:
+    """A dispatcher metric's value in this process (0 while it has none)."""
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def _served(acl: AclRedis, session: str) -> bool:
+    return acl.admin.hexists(KEYS.meta(session), "ver")
 
 
 def test_trimming_with_maxlen_reaches_only_the_producers_own_entries(
@@ -140,7 +150,7 @@ def test_the_function_called_on_keys_not_its_own_is_refused(
 def test_a_5_mb_input_is_refused_too_large_and_nothing_is_written(
         acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
     huge = {"type": "message.create", "content": "x" * (5 * 1024 * 1024)}
-    too_large = "^PARLEY too_large the entry has 5242933 bytes, over the limit of 1048576$"
+    too_large = "^PARLEY too_large `input` is 5242918 bytes, over the limit of 1048576$"
     with pytest.raises(ResponseError, match=too_large):
         producer.fcall("parley_submit", 2, KEYS.producer_inputs(APP), KEYS.pending(APP), "parley", APP,
                        *[x for kv in fields("s-1", huge).items() for x in kv])
@@ -164,15 +174,108 @@ def test_200_inputs_for_one_session_the_101st_is_rate_limited_at_submit(
     intact(acl, others, dispatcher)
 
 
-def test_an_unscoped_producer_reads_any_sessions_events_and_counts_but_no_state_else(
+def test_an_unscoped_producer_reads_every_sessions_meta_and_events_but_not_its_messages_or_outbox(
         acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
-    """The file's producer is not scoped to a tenant: it reads every session's events and meta
-    (the counts the submit function reads; a tenant's producer is limited to its tenant's
-    keys), and nothing else of a session."""
+    """The file's producer is not scoped to a tenant: it reads every session's events, and any
+    field of every session's meta hash by HGET/HMGET (the counts the submit function reads, and
+    with them the session's state `core`: docs/operations.md, "Producers and their logins";
+    scope producers to tenants to keep them apart). It reads nothing else of a session."""
     intact(acl, others, dispatcher)
-    assert producer.xrange(KEYS.events("o-1")) and producer.hmget(KEYS.meta("o-1"), "ver") == [b"1"]
+    assert producer.xrange(KEYS.events("o-1"))
+    assert producer.hmget(KEYS.meta("o-1"), "ver", "n_msgs") == [b"1", b"1"]
+    assert producer.hget(KEYS.meta("o-1"), "core") == acl.admin.hget(KEYS.meta("o-1"), "core") is not None
     for attempt in (lambda: producer.hgetall(KEYS.messages("o-1")),
+                    lambda: producer.hget(KEYS.messages("o-1"), "msg-1"),
                     lambda: producer.hgetall(KEYS.meta("o-1")),
+                    lambda: producer.hset(KEYS.meta("o-1"), "ver", 9),
                     lambda: producer.hgetall(KEYS.outbox("o-1")),
                     lambda: producer.zrange(KEYS.idempotency_keys("o-1"), 0, -1)):
         refused(attempt)
+
+
+# ---- a producer's own keys, given another type ----------------------------------------------------
+
+
+@pytest.mark.parametrize("attack", [
+    pytest.param(lambda r: r.xadd(KEYS.pending(APP), {"x": "y"}), id="pending-hash-as-stream"),
+    pytest.param(lambda r: r.hincrby(KEYS.producer_inputs(APP), "x", 1), id="stream-as-hash"),
+    pytest.param(lambda r: r.hincrby(KEYS.producer_inputs(APP, 3, 4), "x", 1), id="partition-as-hash"),
+    pytest.param(lambda r: r.hget(KEYS.producer_inputs(APP), "x"), id="hget-on-its-stream"),
+])
+def test_a_producer_cannot_give_its_own_keys_another_type(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any, attack: Any) -> None:
+    """Its XADD reaches its streams only, its HGET and HINCRBY its pending hash only: a key of
+    the wrong type would fail a dispatcher's command on it (the settle's MULTI, XREADGROUP)."""
+    refused(lambda: attack(producer))
+    assert not acl.admin.exists(KEYS.producer_inputs(APP), KEYS.producer_inputs(APP, 3, 4), KEYS.pending(APP))
+    Client(producer, producer=APP).send("a-1", MESSAGE)  # the submit function still works
+    assert acl.admin.hgetall(KEYS.pending(APP)) == {b"a-1": b"1"}
+    intact(acl, others, dispatcher)
+    assert acl.admin.hgetall(KEYS.pending(APP)) == {}
+
+
+def test_a_pending_key_of_another_type_never_stops_a_dispatcher(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    """Made by an administrator (or a producer login from before the ACL split): entries marked
+    admitted, applied and rejected, do not fail the MULTIs that acknowledge them; other
+    producers' sessions are served, and the skipped counts are counted."""
+    acl.admin.xadd(KEYS.pending(APP), {"x": "y"})
+    skipped = sample("parley_pending_counts_skipped_total")
+    producer.xadd(KEYS.producer_inputs(APP), {**fields("a-1"), "admitted": "1"})  # applied
+    producer.xadd(KEYS.producer_inputs(APP), {"session": "a-2", "input": "not json", "admitted": "1"})
+    intact(acl, others, dispatcher)
+    assert [orjson.loads(f[b"event"])["type"] for _i, f in acl.admin.xrange(KEYS.events("a-1"))] \
+        == ["session.created", "message.created"]
+    assert acl.admin.xlen(KEYS.producer_inputs(APP)) == 0  # both acknowledged and deleted
+    assert acl.admin.type(KEYS.pending(APP)) == b"stream"
+    assert sample("parley_pending_counts_skipped_total") == skipped + 2
+
+
+def test_a_pending_count_that_cannot_go_down_is_skipped(
+        acl: AclRedis, producer: redis.Redis, dispatcher: redis.Redis, others: Any) -> None:
+    """The lowest count HINCRBY allows: taking one off would overflow, an error in the MULTI."""
+    producer.hincrby(KEYS.pending(APP), "a-3", -(2**63))
+    skipped = sample("parley_pending_counts_skipped_total")
+    producer.xadd(KEYS.producer_inputs(APP), {**fields("a-3"), "admitted": "1"})
+    intact(acl, others, dispatcher)
+    assert _served(acl, "a-3") and acl.admin.xlen(KEYS.producer_inputs(APP)) == 0
+    assert sample("parley_pending_counts_skipped_total") == skipped + 1
+
+
+def test_a_producer_stream_of_another_type_is_left_out_and_the_others_served(
+        acl: AclRedis, dispatcher: redis.Redis) -> None:
+    """`parley:in:app` made a hash before `app` is read: the dispatcher leaves it out (reported
+    in parley_producer_streams_unusable), serves `other`, and reads `app` once the key is gone."""
+    acl.admin.hincrby(KEYS.producer_inputs(APP), "x", 1)
+    d = make_dispatcher(dispatcher)
+    other = Client(other_login(acl), producer=OTHER)
+    other.send("o-1", MESSAGE)
+    tick(d)
+    assert _served(acl, "o-1")
+    assert d.registry.unusable == {KEYS.producer_inputs(APP)}
+    assert sample("parley_producer_streams_unusable") == 1
+    # the key goes (an operator); the stream is read again at the next refresh
+    acl.admin.delete(KEYS.producer_inputs(APP))
+    Client(acl.connect(PRODUCER), producer=APP).send("a-1", MESSAGE)
+    d.registry.read_at = float("-inf")
+    tick(d)
+    assert _served(acl, "a-1") and d.registry.unusable == set()
+    assert sample("parley_producer_streams_unusable") == 0
+
+
+def test_a_producer_stream_made_another_type_while_read_is_left_out_after_one_failed_tick(
+        acl: AclRedis, dispatcher: redis.Redis) -> None:
+    d = make_dispatcher(dispatcher)
+    other = Client(other_login(acl), producer=OTHER)
+    tick(d)
+    assert KEYS.producer_inputs(APP) in d.leases.owned[0].streams
+    acl.admin.delete(KEYS.producer_inputs(APP))
+    acl.admin.hincrby(KEYS.producer_inputs(APP), "x", 1)
+    other.send("o-1", MESSAGE)
+    for _ in range(3):  # as the loop does: a failed tick is retried after its pause
+        try:
+            tick(d, 1)
+        except ResponseError:
+            d._pause(__import__("threading").Event(), 0)
+    assert _served(acl, "o-1")
+    assert KEYS.producer_inputs(APP) not in d.leases.owned[0].streams

@@ -210,6 +210,54 @@ def test_the_same_stream_a_flooded_session_leaves_room_for_the_others(
     assert r.xlen(web) == 0
 
 
+def test_a_stream_holding_back_more_bytes_than_its_bound_is_not_read_further(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """Entries held back count in bytes too (all their fields): a flood of big entries of one
+    session stops the reading of its stream at BACKLOG_BYTES, not at 10,000 entries."""
+    web = register(r, "web")
+    d = make_dispatcher()
+    d.BACKLOG_BYTES = 500_000
+    tick(d, 1)
+    big = {"session": "s-flood", "input": orjson.dumps({"type": "branch.switch", "head": "nowhere"}),
+           "pad": b"p" * 50_000}  # a field the dispatcher never reads, held all the same
+    first = [r.xadd(web, big).decode() for _ in range(40)]
+    tick(d, 1)
+    held = d.backlog[web]
+    assert len(held) == 40 - SESSION_DEPTH
+    assert web not in d.read_streams()  # full in bytes: not read further
+    assert sum(h.size for h in held) > d.BACKLOG_BYTES
+    later = send(r, "s-later", message("behind the flood"), stream=web)
+    tick(d, 1)
+    assert later not in [h.entry_id for h in d.backlog[web]]  # not read while the bytes are held
+    for _ in range(20):
+        tick(d, 1)
+    assert "message.created" in types(r, "s-later")
+    refused = [e["input"]["entry"] for e in events(r, "s-flood") if e["type"] == "input.refused"]
+    assert refused == first and r.xlen(web) == 0
+
+
+def test_a_dispatcher_whose_lease_changed_hands_rejects_nothing(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """The reject is fenced by the lease like the settle: during a handover only the holder
+    rejects an entry, so its pending count goes down once (docs/design.md)."""
+    web = register(r, "web")
+    d = make_dispatcher()
+    tick(d, 1)
+    r.hset(KEYS.pending("web"), "s-bad", 1)
+    bad = r.xadd(web, {"session": "s-bad", "input": "not json", "admitted": "1"}).decode()
+    r.set(KEYS.lease(0), "another-dispatcher:0000", px=10_000)  # taken over; d does not know yet
+    tick(d, 1)
+    assert r.xlen(KEYS.rejected) == 0 and r.hget(KEYS.pending("web"), "s-bad") == b"1"
+    assert [e[0].decode() for e in r.xrange(web)] == [bad]  # left pending for the holder
+    assert 0 not in d.leases.owned
+    # the holder rejects it, once
+    r.delete(KEYS.lease(0))
+    d2 = make_dispatcher(name="d2")
+    tick(d2, 2)
+    assert r.xlen(KEYS.rejected) == 1 and r.hget(KEYS.pending("web"), "s-bad") is None
+    assert r.xlen(web) == 0
+
+
 # ---- the `parley producers` commands ---------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from parley.cli.procs import RedisServer
 from parley.client import Client
 from parley.dispatcher.functions import LIBRARY, Functions, library_code
 from parley.producer import SubmitRefused, SubmitUnavailable
+from parley.schemas.codec import InputError
 from parley.schemas.keys import Keys, partition_of
 from tests.integration.conftest import MakeDispatcher, tick
 
@@ -28,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KEYS = Keys()
 STREAM, PENDING = KEYS.producer_inputs("app"), KEYS.pending("app")
 MESSAGE = {"type": "message.create", "content": "hi"}
+#: what an entry may be over the input limit (schemas/codec.py ENVELOPE_BYTES)
+ENVELOPE_BYTES = 4096
 
 
 @pytest.fixture
@@ -118,6 +121,33 @@ def test_an_entry_over_one_mib_is_too_large_by_default(r: redis.Redis, loaded: F
     big = {"type": "message.create", "content": "x" * (5 * 1024 * 1024)}
     assert "over the limit of 1048576" in refused(r, "too_large", *entry("s-1", big))
     submit(r, *entry("s-1", {"type": "message.create", "content": "x" * (1024 * 1024 - 100)}))
+
+
+def test_the_whole_entry_counts_as_the_dispatcher_counts_it(r: redis.Redis, loaded: Functions) -> None:
+    """Every field but `admitted`, names and values: at most the input limit and 4,096 bytes
+    (schemas/codec.py entry_bytes, ENVELOPE_BYTES); the dispatcher refuses the same entries."""
+    from parley.schemas.codec import decode_input_entry
+
+    def entry_bytes(fields: dict[Any, Any]) -> int:
+        def size(x: Any) -> int:
+            return len(x if isinstance(x, bytes) else x.encode())
+        return sum(size(k) + size(v) for k, v in fields.items() if k not in ("admitted", b"admitted"))
+
+    r.hset(KEYS.config, "limit_input_bytes", 1000)
+    base = {"session": "s-1", "input": orjson.dumps({"type": "message.create", "content": "x" * 900})}
+    pad = "p" * (1000 + ENVELOPE_BYTES - entry_bytes(base) - len("pad"))
+    fits = [item for pair in {**base, "pad": pad}.items() for item in pair]
+    written = submit(r, *fits)
+    [(_id, stored)] = r.xrange(STREAM, written, written)
+    assert entry_bytes(stored) == 1000 + ENVELOPE_BYTES
+    decode_input_entry(stored, 1000)  # the dispatcher: within the limit too
+    over = [*fits[:-1], fits[-1] + "p"]
+    message = refused(r, "too_large", *over)
+    assert f"the entry has {1001 + ENVELOPE_BYTES} bytes, over the limit of {1000 + ENVELOPE_BYTES}" \
+        in message
+    with pytest.raises(InputError, match=f"the entry has {1001 + ENVELOPE_BYTES} bytes") as err:
+        decode_input_entry({**stored, b"pad": stored[b"pad"] + b"p"}, 1000)
+    assert err.value.code == "too_large"
 
 
 def test_a_full_session_refuses_messages_but_not_other_inputs(r: redis.Redis, app: Client) -> None:

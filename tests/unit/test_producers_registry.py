@@ -63,7 +63,8 @@ def test_the_acl_line_names_the_producers_own_streams_only() -> None:
     line = acl_line("web", None)
     assert line == ("user parley-producer-web on >change-me resetkeys resetchannels -@all +ping +select "
                     "+hget +hmget %R~parley:config %R~parley:{*}:meta "
-                    "(+fcall +xadd +hget +hincrby ~parley:in:web ~parley:in:web:* ~parley:pending:web) "
+                    "(+fcall ~parley:in:web ~parley:in:web:* ~parley:pending:web) "
+                    "(+xadd ~parley:in:web ~parley:in:web:*) (+hget +hincrby ~parley:pending:web) "
                     "(+xread +xrange +xrevrange %R~parley:{*}:events)")
     scoped = acl_line("web", "acme", prefix="p")
     assert "%R~p:{acme/*}:events" in scoped and "%R~p:{acme/*}:meta" in scoped

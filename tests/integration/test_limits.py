@@ -121,14 +121,19 @@ def test_twenty_entries_of_5_mb_keep_only_their_first_kib_in_the_rejected_stream
 # ---- no garbage from inputs naming no session ----------------------------------------------------
 
 
-def test_ten_thousand_resumes_naming_no_session_leave_no_key_after_the_ttl(
-        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
-    d = make_dispatcher(batch=1000, unknown_session_ttl_ms=3000)
+def write_ghost_resumes(r: redis.Redis, n: int) -> None:
+    """n resumes, each naming a session that does not exist (`ghost-<i>`), written at once."""
     pipe = r.pipeline(transaction=False)
-    for i in range(10_000):
+    for i in range(n):
         pipe.xadd(INPUTS, {"session": f"ghost-{i}", "id": f"k-{i}", "input": orjson.dumps(
             {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": True})})
     pipe.execute()
+
+
+def test_ten_thousand_resumes_naming_no_session_leave_no_key_after_the_ttl(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    d = make_dispatcher(batch=1000, unknown_session_ttl_ms=3000)
+    write_ghost_resumes(r, 10_000)
     drain(r, d)
     # The answer is readable for the TTL: a client waiting on its resume sees it.
     [ignored] = events(r, "ghost-9999")
@@ -142,11 +147,7 @@ def test_ten_thousand_resumes_naming_no_session_leave_no_key_after_the_ttl(
 def test_ten_thousand_unsigned_entries_under_required_signing_leave_no_key_after_the_ttl(
         r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
     d = make_dispatcher(batch=1000, unknown_session_ttl_ms=3000, keyring=Keyring({"alice": "k"}, True))
-    pipe = r.pipeline(transaction=False)
-    for i in range(10_000):
-        pipe.xadd(INPUTS, {"session": f"ghost-{i}", "id": f"k-{i}", "input": orjson.dumps(
-            {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": True})})
-    pipe.execute()
+    write_ghost_resumes(r, 10_000)
     drain(r, d)
     assert refusal(r, "ghost-9999")["code"] == "unauthorized"
     assert 0 < r.pttl(KEYS.events("ghost-9999")) <= 3000

@@ -148,7 +148,7 @@ class Dispatcher:
         self.functions.recheck()  # a Redis back from a restart may hold no functions
         # a producer's stream key may have become another type (dispatcher/producers.py): the
         # registry's check of their types runs again at once, not a refresh period later
-        self.registry.read_at = float("-inf")
+        self.registry.expire()
         stop.wait(backoff(failures, base=0.1, cap=5.0))
 
     def tick(self, ahead: Replies | None = None) -> Replies | None:
@@ -223,7 +223,7 @@ class Dispatcher:
                 except ResponseError as exc:  # its key became another type since the check
                     log.error("a producer's input stream cannot be read",
                               extra=kv(stream=stream, error=str(exc)))
-                    self.registry.read_at = float("-inf")  # checked again next tick
+                    self.registry.expire()  # checked again next tick
             wanted = tuple(s for s in wanted if s in p.streams or s in added)
             p.streams = wanted
             if added:

@@ -245,9 +245,11 @@ class Outbox:
             "type": "session.close", "reason": fx.reason,
             "parent": {"session": session, "call_id": fx.call_id, "attempt": fx.attempt}})
 
-    def engine_input_fields(self, session: str, purpose: str, value: dict[str, Any]) -> dict[str, Any]:
-        """The stream fields of an engine input (see `_engine_input`)."""
-        secret = self.engine_key.load()
+    def engine_input_fields(self, session: str, purpose: str, value: dict[str, Any],
+                            secret: str | None = None) -> dict[str, Any]:
+        """The stream fields of an engine input (see `_engine_input`); `secret`: the engine's
+        key when the caller has just read it for several inputs."""
+        secret = secret if secret is not None else self.engine_key.load()
         key = engine_input_id(secret, session, purpose)
         raw = orjson.dumps(value)
         return {"session": session, "id": key, "input": raw,

@@ -47,10 +47,15 @@ class ProducerRegistry:
         # producers' streams whose key is another type than a stream: not read
         self.unusable: set[str] = set()
 
-    def refresh(self, partitions: int, force: bool = False) -> bool:
+    def expire(self) -> None:
+        """Read the registry (and check its streams' types) at the next refresh, not a period
+        later: after an outage, or a stream found of another type while read."""
+        self.read_at = float("-inf")
+
+    def refresh(self, partitions: int) -> bool:
         """Read the registry again when due; True when the set of streams to read changed."""
         now = time.monotonic()
-        if not force and now - self.read_at < self.REFRESH_S:
+        if now - self.read_at < self.REFRESH_S:
             return False
         self.read_at = now
         raw: Any = self.redis.hgetall(self.keys.producers)

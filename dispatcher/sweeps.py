@@ -281,13 +281,20 @@ class Sweeps:
                                             num=self.LIFECYCLE_BATCH, withscores=True)
         due = [(_text(m), int(score)) for m, score in raw or []]
         self._idle_more = len(due) == self.LIFECYCLE_BATCH
+        if not due:
+            return
+        # one read of the engine's key and one round trip for the whole step, each post atomic
+        secret = self.outbox.engine_key.load()
+        calls: list[tuple[list[str], list[Any]]] = []
         for session, at in due:
             # purpose names the idle time: a session idle again later gets a fresh idempotency key
             fields = self.outbox.engine_input_fields(
-                session, f"idle:{at}", {"type": "session.close", "reason": CloseReason.IDLE})
-            flat = [v for pair in fields.items() for v in pair]
-            if self._post_idle_close(keys=[self.keys.idle, self.outbox.input_stream(session)],
-                                     args=[session, at, *flat]):
+                session, f"idle:{at}", {"type": "session.close", "reason": CloseReason.IDLE}, secret)
+            calls.append(([self.keys.idle, self.outbox.input_stream(session)],
+                          [session, at, *(v for pair in fields.items() for v in pair)]))
+        for (session, _at), posted in zip(due, evalsha_many(self.redis, self._post_idle_close, calls),
+                                          strict=True):
+            if posted:
                 metrics.IDLE_CLOSES.inc()
                 log.info("idle session closing", extra=kv(session=session))
 

@@ -207,7 +207,8 @@ def merge(batches: Sequence[Sequence[str]], n: int, reverse: bool = False) -> tu
     return merged, all(len(b) < n for b in batches) and len(merged) == len(union)
 
 
-def _text(values: Iterable[Any]) -> list[str]:
+def texts(values: Iterable[Any]) -> list[str]:
+    """Redis replies (bytes or text) as text."""
     return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
 
 
@@ -239,7 +240,7 @@ def page_steps(keys: Keys, flt: InterruptFilter, limit: int = DEFAULT_LIMIT,
         p = plan(keys, flt, driver, after)
         ranges = yield [Call("zrange", (k, p.low, p.high), {"bylex": True, "offset": 0, "num": limit})
                         for k in p.keys]
-        members, exhausted = merge([_text(batch) for batch in ranges], limit)
+        members, exhausted = merge([texts(batch) for batch in ranges], limit)
         details: Any = (yield [Call("hmget", (keys.interrupt_info,
                                               [index_member_of(m, driver) for m in members]))])[0] \
             if members else []

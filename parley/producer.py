@@ -6,7 +6,6 @@ before anything is sent), choosing the partition, reading XREAD replies into eve
 a resume's outcome and reading a session's view live here, once.
 """
 
-import re
 import uuid
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input, InterruptResume, SessionClose
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.producers import PRODUCER_NAME_RE
 from parley.schemas.resumes import OutcomeOf, OutcomeT
 from parley.schemas.signing import signed_fields
 from parley.schemas.state import SessionState
@@ -48,9 +48,8 @@ class SubmitUnavailable(Exception):
     written; a dispatcher loads it within seconds, so send again."""
 
 
-#: a producer's name (docs/operations.md, "Producers"): no colon, so that `<prefix>:in:<name>:*`
-#: matches its own streams only
-PRODUCER_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+#: a producer's name (docs/operations.md, "Producers"): the registry's own rule
+PRODUCER_RE = PRODUCER_NAME_RE
 SUBMIT_FUNCTION = "parley_submit"
 #: how the function's refusals start: `PARLEY <code> <message>`
 REFUSAL_PREFIX = "PARLEY "

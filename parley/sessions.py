@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from redis import Redis
 
-from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, SCAN_FACTOR, decode_token, encode_token, merge
-from parley.producer import Call, Steps, run_steps
+from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, SCAN_FACTOR, decode_token, encode_token, merge, texts
+from parley.producer import Call, Steps
 from parley.schemas.keys import Keys
 from parley.schemas.listing import (
     SEP,
@@ -27,11 +26,11 @@ from parley.schemas.listing import (
     listing_status,
     metadata_pairs,
     metadata_value,
+    session_of_member,
 )
 from parley.schemas.state import Core
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SessionFilter", "SessionPage", "SessionRow", "page_steps",
-           "read_page"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SessionFilter", "SessionPage", "SessionRow", "page_steps"]
 
 
 class SessionRow(BaseModel):
@@ -217,13 +216,6 @@ def decode_cursor(text: str, flt: SessionFilter) -> tuple[str, str]:
 
 # ---- the read -----------------------------------------------------------------------------------
 
-def read_page(redis: Redis, keys: Keys, flt: SessionFilter, limit: int = DEFAULT_LIMIT,
-              cursor: str | None = None) -> SessionPage:
-    """One page, read on a synchronous Redis (the async client drives `page_steps` itself)."""
-    page: SessionPage = run_steps(redis, page_steps(keys, flt, limit, cursor))
-    return page
-
-
 def page_steps(keys: Keys, flt: SessionFilter, limit: int = DEFAULT_LIMIT,
                cursor: str | None = None) -> Steps:
     """One page, as round trips for a client to run: range reads of the driving sets after the
@@ -239,8 +231,8 @@ def page_steps(keys: Keys, flt: SessionFilter, limit: int = DEFAULT_LIMIT,
     scanned = 0
     while True:
         ranges = yield [range_call(name, flt, after, limit) for name in names]
-        members, exhausted = merge([_text(batch) for batch in ranges], limit, reverse=flt.newest_first)
-        records: list[Any] = (yield [Call("hmget", (keys.meta(m.split(SEP, 1)[1]), "core"))
+        members, exhausted = merge([texts(batch) for batch in ranges], limit, reverse=flt.newest_first)
+        records: list[Any] = (yield [Call("hmget", (keys.meta(session_of_member(m)), "core"))
                                      for m in members]) if members else []
         for n, (member, (raw,)) in enumerate(zip(members, records, strict=True), 1):
             after = member
@@ -266,7 +258,3 @@ def _core(raw: bytes | None, member: str) -> Core | None:
     core = Core.model_validate_json(raw)
     created, _, session = member.partition(SEP)
     return core if (core.session, core.created_at) == (session, int(created)) else None
-
-
-def _text(values: Iterable[Any]) -> list[str]:
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]

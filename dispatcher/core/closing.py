@@ -64,7 +64,6 @@ def close_session(tx: Tx, reason: str, by: ClosedBy | None = None, *, by_parent:
         c.reported = True
         work.post_report(tx, c.parent, ok=False, error=CallError.SUBAGENT_CLOSED, usage=dict(c.used))
     c.status = SessionStatus.CLOSED
-    c.closed_at = tx.ctx.now_ms
     told = {"input": by.input, "principal": by.principal} if by is not None else {}
     tx.emit("session.closed", reason=reason, **told)
     retire(tx)  # archived, and its keys deleted once its retention ends

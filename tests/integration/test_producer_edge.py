@@ -257,7 +257,7 @@ def test_a_producer_stream_of_another_type_is_left_out_and_the_others_served(
     # the key goes (an operator); the stream is read again at the next refresh
     acl.admin.delete(KEYS.producer_inputs(APP))
     Client(acl.connect(PRODUCER), producer=APP).send("a-1", MESSAGE)
-    d.registry.read_at = float("-inf")
+    d.registry.expire()
     tick(d)
     assert _served(acl, "a-1") and d.registry.unusable == set()
     assert sample("parley_producer_streams_unusable") == 0

@@ -57,6 +57,8 @@ class Tx:
             self.core = self.core.model_copy(deep=True)
         self.msgs = state.messages  # existing messages are immutable; new ones go to self.added
         self.added: dict[str, dict[str, Any]] = {}
+        # parent ids of every message, gathered when `has_child` is first asked (None: not yet)
+        self._parents: set[str | None] | None = None
         self.out = Transition(state=SessionState(core=None, messages={}, applied=dict(state.applied)))
         self.held_before = self.held_count()
         if self.core is not None and self.core.n_msgs != len(self.msgs):
@@ -86,12 +88,15 @@ class Tx:
         return admission.Counts(messages=self.c.n_msgs, branches=self.c.n_branches)
 
     def has_child(self, mid: str | None) -> bool:
-        """Whether a message already has a child (None, a new root's parent: no). A scan of
-        the loaded messages: the same order of work as loading them."""
+        """Whether a message already has a child (None, a new root's parent: no). The parents
+        are gathered by one scan of the loaded messages, on the first question of the
+        transition, and kept as messages are added (a turn adds several)."""
         if mid is None:
             return False
-        return any(m.get("parent_id") == mid for m in self.added.values()) or \
-            any(m.get("parent_id") == mid for m in self.msgs.values())
+        if self._parents is None:
+            self._parents = {m.get("parent_id") for m in self.msgs.values()}
+            self._parents.update(m.get("parent_id") for m in self.added.values())
+        return mid in self._parents
 
     def held_count(self) -> int:
         return sum(len(t.held) for t in self.core.turns.values()) if self.core else 0
@@ -152,6 +157,8 @@ class Tx:
         counts = admission.after(self.counts(), parent, self.has_child(parent))
         self.c.n_msgs, self.c.n_branches = counts.messages, counts.branches
         self.added[message["id"]] = message
+        if self._parents is not None:
+            self._parents.add(parent)
         self.out.new_messages.append(message)
         self.emit("message.created", message=public_message(message),
                   **({"input": source} if source is not None else {}))

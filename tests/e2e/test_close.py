@@ -6,18 +6,16 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
 from typing import Any
 
 import pytest
 import redis
 
-from parley.cli.procs import free_port
 from parley.client import Client
 from parley.schemas.jobs import job_id
 from parley.schemas.resumes import CloseStatus
 from tests.conftest import ROOT, Procs, all_events, eventually, of_type, send, wait_for
-from tests.e2e.test_metrics import scrape
+from tests.e2e.llm_calls import llm_call_ended, start_llm_worker, wait_running
 
 pytestmark = pytest.mark.e2e
 
@@ -38,17 +36,6 @@ def applied_after_close(client: Client, session: str) -> list[str]:
     return [e["type"] for e in after_close(client, session) if e["type"] in APPLIED]
 
 
-def llm_jobs_ended(port: int) -> bool:
-    """The worker counted the model call as stopped (or run to its end); False while its metrics
-    server is not up yet (a loaded machine starts it late)."""
-    try:
-        counts = scrape(port)
-    except (urllib.error.URLError, ConnectionError):
-        return False
-    return any(counts.get(("parley_jobs_total", (("kind", "llm"), ("outcome", o))), 0) >= 1
-               for o in ("stopped", "ok"))
-
-
 def parley(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_REDIS_URL": url}
     return subprocess.run([sys.executable, "-m", "parley", *args], capture_output=True, text=True,
@@ -58,17 +45,17 @@ def parley(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_close_during_a_model_call_stops_it_and_its_reply_is_never_applied(
         procs: Procs, r: redis.Redis, client: Client) -> None:
     procs.dispatcher()
-    port = free_port()
-    procs.worker("tests.apps.scenarios", "--queues", "llm", "--metrics-port", str(port))
+    port = start_llm_worker(procs)
     procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
     send(r, "c1", {"type": "message.create", "content": "[slow-llm] think hard"})
     wait_for(client, "c1", lambda e: e["type"] == "llm.started")
+    wait_running(r, "c1", "llm-1")
     outcome = client.close("c1", "runaway", wait=True)
     assert outcome.status is CloseStatus.CLOSED, outcome.describe()
     assert outcome.event is not None and outcome.event["reason"] == "runaway"
     assert outcome.event["principal"] is None
     # the worker stops the voided call (its model would take 3 s): waited for by its outcome
-    eventually(lambda: llm_jobs_ended(port), timeout=15)
+    eventually(lambda: llm_call_ended(port), timeout=15)
     assert not r.hexists("parley:running", job_id("c1", "llm-1", 1))
     time.sleep(3.2)  # past the time the model would have taken
     assert applied_after_close(client, "c1") == []

@@ -9,6 +9,7 @@ import redis
 from parley.cli.procs import RedisServer
 from parley.client import Client
 from tests.conftest import Procs, all_events, of_type, send, wait_for
+from tests.e2e.llm_calls import wait_running
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +47,7 @@ def test_worker_killed_during_an_llm_job_is_retried(procs: Procs, r: redis.Redis
     procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
     send(r, "w2", {"type": "message.create", "content": "[slow-llm] hello"})
     wait_for(client, "w2", lambda e: e["type"] == "llm.started")
-    time.sleep(0.5)
+    wait_running(r, "w2", "llm-1")  # killed while it runs the call, not before it took it
     kill(procs, llm_worker)
     procs.worker("tests.apps.scenarios", "--queues", "llm")
     events = wait_for(client, "w2", lambda e: e["type"] == "turn.completed", timeout=30)

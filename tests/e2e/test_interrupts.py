@@ -12,10 +12,10 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from parley.cli.procs import free_port
 from parley.client import Client
 from parley.schemas.jobs import job_id
 from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
+from tests.e2e.llm_calls import OK, STOPPED, llm_call_ended, start_llm_worker, wait_running
 from tests.e2e.test_metrics import scrape
 
 pytestmark = pytest.mark.e2e
@@ -59,25 +59,24 @@ def test_seed_scenario(procs: Procs, r: redis.Redis, client: Client, approved: b
 def test_I4_llm_call_in_flight_is_voided_stopped_and_its_reply_never_appears(procs: Procs, r: redis.Redis,
                                                                              client: Client) -> None:
     procs.dispatcher()
-    port = free_port()
-    procs.worker("tests.apps.scenarios", "--queues", "llm", "--metrics-port", str(port))
-    procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
+    port = start_llm_worker(procs)
+    procs.worker("tests.apps.scenarios", "--queues", "decide")
     send(r, "i4", {"type": "message.create", "content": "[parallel] [slow-llm] hi"})
+    # `lookup` completing parks the branch: its worker starts once the model call runs, so the
+    # park voids a call in flight (not one still queued, which is merely taken off its queue)
+    wait_running(r, "i4", "llm-1")
+    procs.worker("tests.apps.scenarios", "--queues", "tools")
     events = wait_for(client, "i4", lambda e: e["type"] == "llm.voided")
     assert events[-1] == {**events[-1], "call_id": "llm-1", "interrupt_id": "int-1"}
     raised = of_type(events, "interrupt.raised")[0]
     assert raised["reason"] == "review"
     # The worker stops the voided call (its model would take 3 s) and posts nothing.
-    # Waited for by its outcome, not by the clock: a call run to its end counts `ok` instead.
-    ended = ("stopped", "ok")
-    # (series start at 0 when a worker starts: wait for a count, not for the series)
-    eventually(lambda: any(scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", o))), 0) >= 1
-                           for o in ended), timeout=15)
+    eventually(lambda: llm_call_ended(port), timeout=15)
     assert not r.hexists("parley:running", job_id("i4", "llm-1", 1))
-    assert scrape(port)[("parley_jobs_total", (("kind", "llm"), ("outcome", "stopped")))] == 1
+    assert scrape(port)[STOPPED] == 1
     time.sleep(3.5)  # past the time the call would have taken: no reply of it, ever
     assert [e["type"] for e in all_events(client, "i4")][-1] == "llm.voided"
-    assert scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", "ok"))), 0) == 0
+    assert scrape(port).get(OK, 0) == 0
     resume(r, "i4", "int-1", {"ok": True})
     events = wait_for(client, "i4", lambda e: e["type"] == "turn.completed")
     completed = of_type(events, "llm.completed")

@@ -5,13 +5,11 @@ import time
 import pytest
 import redis
 
-from parley.cli.procs import free_port
 from parley.client import Client
 from parley.schemas.jobs import job_id
 from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
+from tests.e2e.llm_calls import OK, STOPPED, llm_call_ended, start_llm_worker, wait_running
 from tests.e2e.test_metrics import scrape
-
-STOPPED = ("parley_jobs_total", (("kind", "llm"), ("outcome", "stopped")))
 
 pytestmark = pytest.mark.e2e
 
@@ -19,12 +17,12 @@ pytestmark = pytest.mark.e2e
 def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher_limit(
         procs: Procs, r: redis.Redis, client: Client) -> None:
     procs.dispatcher()
-    port = free_port()
-    procs.worker("tests.apps.scenarios", "--queues", "llm", "--metrics-port", str(port))
+    port = start_llm_worker(procs)
     procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
     send(r, "b1", {"type": "session.create", "budget": {"llm_calls": 1}})
     send(r, "b1", {"type": "message.create", "content": "[slow-llm] first"})
     wait_for(client, "b1", lambda e: e["type"] == "llm.started")
+    wait_running(r, "b1", "llm-1")  # the budget stop below voids a call the worker runs
     send(r, "b1", {"type": "message.create", "content": "second", "parent_id": None})
     events = wait_for(client, "b1", lambda e: e["type"] == "llm.voided")
     raised = of_type(events, "interrupt.raised")[-1]
@@ -34,18 +32,14 @@ def test_I3_I4_budget_stop_voids_an_llm_call_in_flight_and_resumes_with_a_higher
                                  "exceeded": "llm_calls"}
     assert events[-1]["call_id"] == "llm-1"
     # the worker stops the voided call (its model would take 3 s) and posts nothing
-    # Waited for by its outcome, not by the clock: a call run to its end counts `ok` instead.
-    ended = ("stopped", "ok")
-    # (series start at 0 when a worker starts: wait for a count, not for the series)
-    eventually(lambda: any(scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", o))), 0) >= 1
-                           for o in ended), timeout=15)
+    eventually(lambda: llm_call_ended(port), timeout=15)
     assert not r.hexists("parley:running", job_id("b1", "llm-1", 1))
     assert scrape(port)[STOPPED] == 1
     send(r, "b1", {"type": "message.create", "content": "third", "parent_id": None})
     refused = wait_for(client, "b1", lambda e: e["type"] == "input.refused")[-1]
     assert refused["code"] == "branch_parked" and refused["interrupt_ids"] == [raised["interrupt_id"]]
     time.sleep(3.2)  # past the time llm-1 would have taken: no reply of it, ever
-    assert scrape(port).get(("parley_jobs_total", (("kind", "llm"), ("outcome", "ok"))), 0) == 0
+    assert scrape(port).get(OK, 0) == 0
     send(r, "b1", {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
                    "payload": {"budget": {"llm_calls": 5}}})
     events = wait_for(client, "b1", lambda e: e["type"] == "turn.completed")

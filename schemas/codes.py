@@ -24,6 +24,10 @@ class RefusalCode(StrEnum):
     #: at submit only: the session already has `limit_pending` of this producer's inputs
     #: admitted and not yet applied (try again once some are)
     RATE_LIMITED = "rate_limited"
+    #: at submit only, in a deployment of several shards: the session's partition is being
+    #: moved to another shard, or is no longer on this one (retryable: read the placement again
+    #: and submit there; the client does this by itself)
+    MOVED = "moved"
     #: an entry of a producer scoped to one tenant names a session of another tenant (or of
     #: none): copied to the rejected stream only, never reported in that session's events
     WRONG_TENANT = "wrong_tenant"

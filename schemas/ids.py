@@ -23,6 +23,16 @@ CHILD_SUFFIX_RE = re.compile(r":sub-\d+$")
 DEADLINE_SUFFIX = "/timeout"
 
 
+_CHILD_SUFFIXES_RE = re.compile(r"(?::sub-\d+)+$")
+
+
+def root_session(session: str) -> str:
+    """The root of a session id: a sub-agent's `<parent>:sub-<n>` (nested to any depth) is its
+    top parent's id. Partitions are computed from it, so a family of sessions shares a
+    partition, and a shard (schemas/shards.py)."""
+    return _CHILD_SUFFIXES_RE.sub("", session)
+
+
 def is_child_session(session: str) -> bool:
     """An id of the engine's sub-agent children (`<parent>:sub-<n>`): only the engine makes them."""
     return bool(CHILD_SUFFIX_RE.search(session))

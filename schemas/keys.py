@@ -9,6 +9,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from parley.schemas.ids import root_session
+
 # One or more names of ASCII letters, digits, `.`, `_`, `-`, joined by single colons. Outside
 # it: braces (a hash tag would put every key of every session in one cluster slot), glob
 # characters (they break ACL key patterns and SCAN patterns), whitespace and control
@@ -29,8 +31,10 @@ def check_prefix(prefix: str) -> str:
 
 
 def partition_of(session: str, partitions: int) -> int:
-    """The partition of a session: n = crc32(session id) mod N (docs/design.md)."""
-    return zlib.crc32(session.encode()) % partitions
+    """The partition of a session: n = crc32(root session id) mod N (docs/design.md). By the
+    root (schemas/ids.py `root_session`): a sub-agent `S:sub-1` is in `S`'s partition, so
+    spawning and reporting stay on one partition, and on one shard (schemas/shards.py)."""
+    return zlib.crc32(root_session(session).encode()) % partitions
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,225 @@
+"""Shards: where each partition lives when a deployment spans several Redis primaries.
+
+Pure (no I/O): the placement table and the rules every process applies to it. The shell that
+reads and writes it on each shard is parley/shards.py; docs/operations.md ("Shards") is the
+user's account.
+
+A deployment names S Redis primaries, in order (`--redis-url` repeated, or
+`PARLEY_REDIS_URLS`): shard 0, 1, ... S-1. Sessions hash to N partitions (schemas/keys.py
+`partition_of`, by the session's *root* id, so a sub-agent `S:sub-1` lands with `S`), and the
+placement table says which shard holds each partition: every key of a partition and of its
+sessions lives there. The table is written in `<prefix>:config` of every shard (field
+`placement`, JSON, plus one `route:<p>` field per partition that the submit function reads
+cheaply), beside the shard's own index (field `shard`). A process checks at start that every
+shard holds the same table, that the table names as many shards as it was given URLs, and
+that shard i says it is shard i (URLs given in another order would mix deployments).
+
+A partition being moved (`parley partitions move`) is in `moving`: no shard serves it (its
+dispatchers give its lease back, its sweeps skip its sessions, the submit function refuses
+its inputs with the retryable code `moved`) until the move flips the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from parley.schemas.keys import partition_of
+
+#: the partition count a deployment of several shards gets unless told otherwise: room to grow
+#: to 16 shards without re-partitioning (a deployment of one Redis keeps 1; docs/operations.md)
+DEFAULT_SHARDED_PARTITIONS = 16
+MAX_SHARDS = 64
+
+#: `<prefix>:config` fields: the table (JSON), this shard's index, one route per partition
+PLACEMENT_FIELD = "placement"
+SHARD_FIELD = "shard"
+ROUTE_FIELD_PREFIX = "route:"
+#: a route's value while its partition moves: `moving:<to>`
+MOVING_ROUTE_PREFIX = "moving:"
+
+def route_field(partition: int) -> str:
+    return f"{ROUTE_FIELD_PREFIX}{partition}"
+
+
+class PlacementError(ValueError):
+    """A placement that cannot be used (a table that does not fit its counts, a move to nowhere),
+    or processes and shards that disagree about it: the message says which and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """partition -> shard, for `partitions` partitions over `shards` shards.
+
+    `version` grows by one with every change (a move's freeze and its flip), so readers that
+    meet two tables take the newer; `moving` maps each partition being moved to its target."""
+
+    partitions: int
+    shards: int
+    table: tuple[int, ...]
+    version: int = 1
+    moving: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise PlacementError(f"a deployment has 1-{MAX_SHARDS} shards, not {self.shards}")
+        if self.partitions < self.shards:
+            raise PlacementError(f"{self.partitions} partitions cannot spread over {self.shards} "
+                                 "shards: give at least one partition per shard (--partitions)")
+        if len(self.table) != self.partitions:
+            raise PlacementError(f"the table has {len(self.table)} entries for {self.partitions} partitions")
+        if any(not 0 <= s < self.shards for s in self.table):
+            raise PlacementError(f"the table names a shard outside 0-{self.shards - 1}")
+        for p, to in self.moving.items():
+            if not 0 <= p < self.partitions or not 0 <= to < self.shards:
+                raise PlacementError(f"a move of partition {p} to shard {to} is outside the table")
+
+    # ---- making ----------------------------------------------------------------------------
+    @classmethod
+    def default(cls, partitions: int, shards: int) -> Placement:
+        """partition p on shard p mod S."""
+        return cls(partitions, shards, tuple(p % shards for p in range(partitions)))
+
+    @classmethod
+    def all_on_first(cls, partitions: int, shards: int) -> Placement:
+        """Every partition on shard 0: a deployment of one Redis given more shards, whose data is
+        all on its first; `parley partitions move` spreads it."""
+        return cls(partitions, shards, (0,) * partitions)
+
+    def freeze(self, partition: int, to: int) -> Placement:
+        """The table while `partition` moves to shard `to`."""
+        self._check_partition(partition)
+        if not 0 <= to < self.shards:
+            raise PlacementError(f"there is no shard {to}: shards are 0-{self.shards - 1}")
+        if partition in self.moving:
+            raise PlacementError(f"partition {partition} is already moving to shard {self.moving[partition]}")
+        if self.table[partition] == to:
+            raise PlacementError(f"partition {partition} is already on shard {to}")
+        return replace(self, version=self.version + 1, moving={**self.moving, partition: to})
+
+    def flip(self, partition: int) -> Placement:
+        """The table once `partition`'s move is done: it is on its target, served again."""
+        if partition not in self.moving:
+            raise PlacementError(f"partition {partition} is not moving")
+        table = list(self.table)
+        table[partition] = self.moving[partition]
+        moving = {p: t for p, t in self.moving.items() if p != partition}
+        return replace(self, version=self.version + 1, table=tuple(table), moving=moving)
+
+    def unfreeze(self, partition: int) -> Placement:
+        """A move given up before its flip: the partition is served where it was."""
+        if partition not in self.moving:
+            raise PlacementError(f"partition {partition} is not moving")
+        moving = {p: t for p, t in self.moving.items() if p != partition}
+        return replace(self, version=self.version + 1, moving=moving)
+
+    # ---- reading ---------------------------------------------------------------------------
+    def _check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self.partitions:
+            raise PlacementError(f"there is no partition {partition}: partitions are 0-{self.partitions - 1}")
+
+    def shard_of(self, partition: int) -> int:
+        """Where the partition's keys are (its source while it moves)."""
+        return self.table[partition]
+
+    def shard_of_session(self, session: str) -> int:
+        return self.table[partition_of(session, self.partitions)]
+
+    def serves(self, shard: int, partition: int) -> bool:
+        """True if `shard`'s processes work on `partition` now: placed there and not moving."""
+        return self.table[partition] == shard and partition not in self.moving
+
+    def partitions_of(self, shard: int) -> list[int]:
+        """The partitions `shard` serves now."""
+        return [p for p in range(self.partitions) if self.serves(shard, p)]
+
+    def route(self, partition: int) -> str:
+        """The `route:<p>` value the submit function reads: the shard's index, or `moving:<to>`."""
+        to = self.moving.get(partition)
+        return f"{MOVING_ROUTE_PREFIX}{to}" if to is not None else str(self.table[partition])
+
+    def config_fields(self, shard: int) -> dict[str, str]:
+        """What `<prefix>:config` of shard `shard` holds of the placement (one HSET)."""
+        fields = {PLACEMENT_FIELD: self.to_json(), SHARD_FIELD: str(shard),
+                  "partitions": str(self.partitions)}
+        fields.update({route_field(p): self.route(p) for p in range(self.partitions)})
+        return fields
+
+    # ---- the stored form ---------------------------------------------------------------------
+    def to_json(self) -> str:
+        return orjson.dumps({"version": self.version, "partitions": self.partitions, "shards": self.shards,
+                             "table": list(self.table),
+                             "moving": {str(p): t for p, t in sorted(self.moving.items())}}).decode()
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Placement:
+        try:
+            data: Any = orjson.loads(raw)
+            return cls(partitions=int(data["partitions"]), shards=int(data["shards"]),
+                       table=tuple(int(s) for s in data["table"]), version=int(data["version"]),
+                       moving={int(p): int(t) for p, t in data.get("moving", {}).items()})
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, PlacementError):
+                raise
+            raise PlacementError(f"the stored placement does not read: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardView:
+    """What one shard's `<prefix>:config` says (None: the field is absent)."""
+
+    index: int  # its position in the URLs this process was given
+    placement: Placement | None
+    shard: int | None  # the index the shard recorded at first start
+    partitions: int | None  # the deployment's N (`partitions` field), if published
+    has_data: bool = False  # the shard already serves a deployment (a published `partitions`)
+
+
+def agreed_placement(views: Sequence[ShardView]) -> Placement | None:
+    """The one placement every shard holds, checked against the URLs this process was given;
+    None when no shard holds one yet (a fresh deployment: see `initial_placement`).
+
+    Raises PlacementError, saying what disagrees, when: a shard recorded another index (the URLs
+    are in another order than at first start); the shards hold different tables (a move was
+    interrupted between shards: `parley partitions repair`); the table names another number of
+    shards than there are URLs; some shards hold a table and others none."""
+    for v in views:
+        if v.shard is not None and v.shard != v.index:
+            raise PlacementError(f"URL #{v.index} is shard {v.shard} of this deployment: give the URLs in "
+                                 "the order they were first given (shard 0 first)")
+    held = [v for v in views if v.placement is not None]
+    if not held:
+        return None
+    if len(held) != len(views):
+        missing = [v.index for v in views if v.placement is None]
+        raise PlacementError(f"shard(s) {missing} hold no placement while others do: a shard was added "
+                             "or emptied; see docs/operations.md, \"Shards\"")
+    first = held[0].placement
+    assert first is not None
+    for v in held[1:]:
+        if v.placement is not None and v.placement != first:
+            raise PlacementError(f"shards 0 and {v.index} hold different placements (versions "
+                                 f"{first.version} and {v.placement.version}): a move stopped half "
+                                 "way; run `parley partitions repair`")
+    if first.shards != len(views):
+        raise PlacementError(f"the deployment has {first.shards} shards and this process was given "
+                             f"{len(views)} URLs: give every shard's URL, in order")
+    return first
+
+
+def initial_placement(views: Sequence[ShardView], partitions: int) -> Placement:
+    """The placement a fresh multi-shard deployment starts with: p mod S; or, when shard 0
+    already serves a deployment of one Redis (its data is all there), every partition on shard
+    0 until moved. `partitions` is the deployment's published N when it has one."""
+    shards = len(views)
+    n = views[0].partitions or partitions
+    others = [v.index for v in views[1:] if v.has_data]
+    if others:
+        raise PlacementError(f"shard(s) {others} already hold a deployment without a placement: "
+                             "shards other than the first must start empty")
+    if views[0].has_data:
+        return Placement.all_on_first(n, shards)
+    return Placement.default(n, shards)

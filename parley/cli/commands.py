@@ -25,8 +25,27 @@ if TYPE_CHECKING:
 DEFAULT_URL = "redis://localhost:6379/0"
 
 
-def _connect(ctx: click.Context) -> redis.Redis:
-    return redis.Redis.from_url(ctx.obj["url"])
+def _connect(ctx: click.Context, shard: int | None = None) -> redis.Redis:
+    """A client of one shard (the first when not told): a plain or a redis+sentinel:// URL."""
+    from parley.shards import connect
+
+    return connect(ctx.obj["urls"][shard or 0])
+
+
+def _shards(ctx: click.Context) -> Any:
+    """Every shard of the deployment, in order (one with one URL): parley/shards.py."""
+    from parley.schemas.keys import Keys
+    from parley.shards import Shards
+
+    return Shards([_connect(ctx, i) for i in range(len(ctx.obj["urls"]))], Keys(ctx.obj["prefix"]))
+
+
+def _check_shard(ctx: click.Context, shard: int | None) -> int | None:
+    """`--shard i`: a shard the URLs name (UsageError otherwise)."""
+    if shard is not None and shard >= len(ctx.obj["urls"]):
+        raise click.UsageError(f"--shard {shard}: there are {len(ctx.obj['urls'])} Redis URLs "
+                               f"(shards 0-{len(ctx.obj['urls']) - 1})")
+    return shard
 
 
 def _client(ctx: click.Context) -> Any:
@@ -96,6 +115,11 @@ def _valid_producer(_ctx: click.Context, _param: click.Parameter, name: str | No
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
+
+SHARD = click.option(
+    "--shard", envvar="PARLEY_SHARD", type=click.IntRange(0), default=None,
+    help="Serve this shard only: its index in the Redis URLs (env PARLEY_SHARD). Without it, "
+         "a deployment of several shards is served by one process per shard, started by this one.")
 
 METRICS_PORT = click.option(
     "--metrics-port", envvar="PARLEY_METRICS_PORT", type=click.IntRange(1, 65535), default=None,
@@ -169,8 +193,12 @@ class ParleyGroup(click.Group):
 @click.group(cls=ParleyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True,
               help="Say which Redis (password masked) and key prefix the command uses, on stderr.")
-@click.option("--redis-url", envvar="PARLEY_REDIS_URL", default=DEFAULT_URL, show_default=True,
-              help="Redis to use (env PARLEY_REDIS_URL); credentials go in the URL.")
+@click.option("--redis-url", "redis_urls", multiple=True, envvar=["PARLEY_REDIS_URLS", "PARLEY_REDIS_URL"],
+              default=[DEFAULT_URL], show_default=True,
+              help="Redis to use; credentials go in the URL. Repeat it, in order, for a deployment "
+                   "of several shards (env PARLEY_REDIS_URLS, URLs separated by spaces; or "
+                   "PARLEY_REDIS_URL). A redis+sentinel://host:port[,host:port]/service[/db] URL "
+                   "follows a Sentinel-managed primary.")
 @click.option("--prefix", envvar="PARLEY_PREFIX", default="parley", show_default=True,
               callback=_valid_prefix,
               help="Key prefix of every Parley key (env PARLEY_PREFIX): names of letters, digits, "
@@ -186,7 +214,7 @@ class ParleyGroup(click.Group):
                    "through the submit function (env PARLEY_PRODUCER); needed where users.acl is "
                    "loaded. Default: write parley:inputs directly (development).")
 @click.pass_context
-def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_level: str,
+def cli(ctx: click.Context, verbose: bool, redis_urls: tuple[str, ...], prefix: str, log_level: str,
         principal: str | None, signing_key: str | None, producer: str | None) -> None:
     """Parley: agent sessions on RQ worker fleets, with durable interrupts.
 
@@ -195,10 +223,12 @@ def cli(ctx: click.Context, verbose: bool, redis_url: str, prefix: str, log_leve
     logs.setup(log_level)
     if (principal is None) != (signing_key is None):
         raise click.UsageError("--principal and --signing-key go together")
-    ctx.obj = {"url": redis_url, "prefix": prefix, "principal": principal, "key": signing_key,
+    urls = list(redis_urls) or [DEFAULT_URL]
+    ctx.obj = {"url": urls[0], "urls": urls, "prefix": prefix, "principal": principal, "key": signing_key,
                "producer": producer}
     if verbose:
-        click.echo(f"parley: redis {masked_url(redis_url)}, prefix {prefix}", err=True)
+        shown = ", ".join(masked_url(u) for u in urls)
+        click.echo(f"parley: redis {shown}, prefix {prefix}", err=True)
 
 
 @cli.command()

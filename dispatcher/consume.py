@@ -78,7 +78,8 @@ class Dispatcher:
                  agents: dict[str, AppInfo] | None = None, feed_maxlen: int = DEFAULT_FEED_MAXLEN,
                  events_maxlen: int = DEFAULT_EVENTS_MAXLEN, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN,
                  lifecycle: Lifecycle | None = None, admission: AdmissionLimits | None = None,
-                 unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000):
+                 unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000,
+                 shard: int | None = None):
         self.redis = redis
         self.keys = keys
         self.default_partitions = partitions
@@ -91,7 +92,9 @@ class Dispatcher:
         self.stats = Stats()
         self.health: metrics.Health | None = None
         metrics.start_dispatcher_series()
-        self.leases = Leases(redis, keys, self.name, lease_ms)
+        # shard: this dispatcher's shard of a deployment of several (None: of one Redis); it
+        # leases and sweeps only what its shard's placement says it serves (dispatcher/leases.py)
+        self.leases = Leases(redis, keys, self.name, lease_ms, shard=shard)
         self.sweeps = Sweeps(redis, keys, self.leases, self.outbox)
         # Every dispatcher verifies the inputs dispatchers write themselves (sub-agents),
         # whether or not producers sign theirs.

@@ -10,19 +10,27 @@ Live dispatchers register in a sorted set; each holds at most ceil(N / live) lea
 partitions spread over the fleet and a dead dispatcher's share is taken over within a
 lease period. Nothing here reads or applies entries: the consume loop asks `check()`
 before each wave and stops a partition's batch when its lease is gone.
+
+A dispatcher of one shard (`shard` set; schemas/shards.py) leases only the partitions its
+shard serves, as its shard's `placement` says: it reads that field at every rebalance (each
+tick) and gives back at once a lease whose partition stopped being served (a move froze it,
+or flipped it elsewhere), so a move waits at most one tick for it. Its share is the served
+partitions over the live dispatchers of its shard (the live set is the shard's own key).
 """
 
 import logging
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import ResponseError
 
 from parley.dispatcher.store import load_script
 from parley.logs import kv
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
+from parley.schemas.shards import PLACEMENT_FIELD, Placement, PlacementError
 
 log = logging.getLogger("parley.dispatcher")
 
@@ -54,11 +62,16 @@ def get_partitions(redis: Redis, keys: Keys, default: int = 1) -> int:
 class Leases:
     """The leases one dispatcher holds (`owned`), renewed and rebalanced by `maintain()`."""
 
-    def __init__(self, redis: Redis, keys: Keys, name: str, lease_ms: int):
+    def __init__(self, redis: Redis, keys: Keys, name: str, lease_ms: int, shard: int | None = None):
         self.redis = redis
         self.keys = keys
         self.name = name
         self.lease_ms = lease_ms
+        # this dispatcher's shard (None: a deployment of one Redis, every partition is ours)
+        self.shard = shard
+        self.placement: Placement | None = None
+        self._placement_raw: Any = None
+        self._placement_read = False
         self.owned: dict[int, Partition] = {}
         self.partitions = 0  # N, read from parley:config by the loop before its first tick
         self.maintained_at = 0.0
@@ -70,17 +83,67 @@ class Leases:
         live dispatcher holds about N / (live dispatchers) of them."""
         now = time.monotonic()
         self._renew_due(now)
-        if not rebalance or (self.owned and now - self.maintained_at < self.lease_ms / 3000):
+        if not rebalance:
+            return
+        # read every tick, not every third of a lease: a move waits for our lease to come back
+        changed = self.read_placement()
+        for p in [p for p in self.owned.values() if not self.serves_partition(p.n)]:
+            self.release(p)
+        if not changed and self.owned and now - self.maintained_at < self.lease_ms / 3000:
             return
         self.maintained_at = now
         share = self.fair_share()
         while len(self.owned) > share:
             self.release(self.owned[max(self.owned)])
-        for n in range(self.partitions):
+        for n in self.served():
             if len(self.owned) >= share:
                 break
             if n not in self.owned:
                 self._acquire(n)
+
+    # ---- the placement (a dispatcher of one shard) -------------------------------------------
+    def read_placement(self) -> bool:
+        """Read our shard's `placement` (one HGET, parsed only when it changed); True if it did.
+        A placement missing or unreadable serves nothing: guessing could let two shards' dispatchers
+        apply one session's entries."""
+        if self.shard is None:
+            return False
+        raw = self.redis.hget(self.keys.config, PLACEMENT_FIELD)
+        if self._placement_read and raw == self._placement_raw:
+            return False
+        self._placement_raw, self._placement_read = raw, True
+        try:
+            self.placement = Placement.from_json(raw) if raw is not None else None
+        except PlacementError as exc:
+            log.error("the shard's placement does not read; serving no partition",
+                      extra=kv(shard=self.shard, error=str(exc)))
+            self.placement = None
+            return True
+        if self.placement is None:
+            log.error("the shard holds no placement; serving no partition", extra=kv(shard=self.shard))
+        else:
+            log.info("placement read", extra=kv(shard=self.shard, version=self.placement.version,
+                                                partitions=",".join(map(str, self.served()))))
+        return True
+
+    def serves_partition(self, n: int) -> bool:
+        """This dispatcher's shard serves partition n now (always, unsharded)."""
+        if self.shard is None:
+            return True
+        return self.placement is not None and n < self.placement.partitions \
+            and self.placement.serves(self.shard, n)
+
+    def serves_session(self, session: str) -> bool:
+        """The session's partition is served here: what the sweeps act on."""
+        if self.shard is None:
+            return True
+        if self.placement is None:
+            return False
+        return self.placement.serves(self.shard, partition_of(session, self.placement.partitions))
+
+    def served(self) -> list[int]:
+        """The partitions this dispatcher may lease, in order."""
+        return [n for n in range(self.partitions) if self.serves_partition(n)]
 
     def _renew_due(self, now: float) -> None:
         for p in list(self.owned.values()):
@@ -112,14 +175,15 @@ class Leases:
                 raise
 
     def fair_share(self) -> int:
-        """ceil(N / live dispatchers); a dispatcher counts as live while it keeps registering."""
+        """ceil(served / live dispatchers): N, or the partitions our shard serves, over the live
+        dispatchers (of this shard: the set lives on it); live while it keeps registering."""
         now_ms = int(time.time() * 1000)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.dispatchers, {self.name: now_ms})
         pipe.zremrangebyscore(self.keys.dispatchers, "-inf", now_ms - self.lease_ms)
         pipe.zcard(self.keys.dispatchers)
         live = max(1, int(pipe.execute()[2]))
-        return -(-self.partitions // live)
+        return -(-len(self.served()) // live)
 
     def release(self, p: Partition) -> None:
         self._release(keys=[self.keys.lease(p.n)], args=[p.token])

@@ -10,10 +10,16 @@ turns what it finds into a work outcome on the session's results stream, with a 
 posts it exactly once (every dispatcher sweeps, standbys too, whoever looks first wins); the
 machine then applies it like any other outcome. Nothing here holds a lease or touches session
 state (docs/design.md, "Pauses the engine makes": deadlines; "Lost work").
+
+A dispatcher of one shard of several acts only on sessions whose partition its shard serves
+(`Leases.serves_session`): a partition being moved is nobody's until its move flips, and its
+members stay in these sets for its next owner. The sweeps that read the first due members of
+a sorted set read past the ones they skip (`due`), so skipped members never starve the rest.
 """
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -58,6 +64,10 @@ class Sweeps:
     EXPIRE_EVERY_S = 1.0
     IDLE_EVERY_S = 1.0
     LIFECYCLE_BATCH = 50
+    DEADLINES_BATCH = 100
+    #: pages of a due set a step reads past members of partitions not served here (a move's):
+    #: bounded, so a step stays bounded; a move ends, and its members go with it
+    SKIP_PAGES = 10
 
     def __init__(self, redis: Redis, keys: Keys, leases: Leases, outbox: Outbox | None = None):
         self.redis = redis
@@ -105,6 +115,22 @@ class Sweeps:
             log.error("a sweep was refused by Redis; inputs are still applied",
                       extra=kv(sweep=name, error=str(exc)))
 
+    def due(self, key: str, now_ms: int, limit: int,
+            session_of: Callable[[str], str] = str) -> list[tuple[str, float]]:
+        """Up to `limit` (member, score) of sorted set `key` due by `now_ms`, lowest first, whose
+        session (`session_of(member)`) this dispatcher serves. Members it skips stay in the set;
+        the read goes on past them, page by page, so they cannot hide the members behind them."""
+        out: list[tuple[str, float]] = []
+        start = 0
+        for _ in range(self.SKIP_PAGES):
+            raw: Any = self.redis.zrangebyscore(key, "-inf", now_ms, start=start, num=limit, withscores=True)
+            page = [(_text(m), float(score)) for m, score in raw or []]
+            out += [(m, score) for m, score in page if self.leases.serves_session(session_of(m))]
+            start += len(page)
+            if len(page) < limit or len(out) >= limit:
+                break
+        return out[:limit]
+
     def results_of(self, session: str) -> str:
         return self.keys.results_of(session, self.leases.partitions)
 
@@ -119,9 +145,8 @@ class Sweeps:
             return
         self.deadlines_checked = now
         now_ms = int(time.time() * 1000)
-        due: Any = self.redis.zrangebyscore(self.keys.deadlines, "-inf", now_ms, start=0, num=100)
-        for raw in due or []:
-            member = raw.decode() if isinstance(raw, bytes) else raw
+        for member, _score in self.due(self.keys.deadlines, now_ms, self.DEADLINES_BATCH,
+                                       lambda m: m.partition("\x1f")[0]):
             session, _, interrupt_id = member.partition("\x1f")
             outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
             if self._fire_deadline(keys=[self.keys.deadlines, self.results_of(session)],
@@ -142,7 +167,10 @@ class Sweeps:
         running: Any = self.redis.hgetall(self.keys.running)
         if not running:
             return
-        records = {job: (raw, orjson.loads(raw)) for job, raw in running.items()}
+        records = {job: (raw, rec) for job, raw in running.items()
+                   if self.leases.serves_session((rec := orjson.loads(raw))["session"])}
+        if not records:
+            return
         workers = sorted({rec["worker"] for _raw, rec in records.values()})
         alive: Any = self.redis.mget([self.keys.worker_alive(w) for w in workers])
         dead = {w for w, beat in zip(workers, alive, strict=True) if beat is None}
@@ -194,7 +222,9 @@ class Sweeps:
         now_ms = int(time.time() * 1000)
         lost = [(job, raw, rec) for job, raw in zip(found[::2], found[1::2], strict=True)
                 # a job popped a moment ago is being recorded by a live worker
-                if now_ms - (rec := orjson.loads(raw))["at"] > self.UNCLAIMED_AFTER_MS]
+                if now_ms - (rec := orjson.loads(raw))["at"] > self.UNCLAIMED_AFTER_MS
+                # a partition not served here (being moved) is left to its next owner
+                and self.leases.serves_session(rec["session"])]
         if lost:
             self._post_unclaimed(lost, order)
 
@@ -230,9 +260,7 @@ class Sweeps:
             self.expire(self.read_sessions(due))
 
     def due_expiring(self, now_ms: int) -> list[str]:
-        raw: Any = self.redis.zrangebyscore(self.keys.expiring, "-inf", now_ms, start=0,
-                                            num=self.LIFECYCLE_BATCH)
-        return [_text(m) for m in raw or []]
+        return [m for m, _ in self.due(self.keys.expiring, now_ms, self.LIFECYCLE_BATCH)]
 
     def read_sessions(self, sessions: list[str]) -> list[tuple[str, str, Core | None]]:
         """(session, version, core) of each, in one round trip."""
@@ -277,9 +305,8 @@ class Sweeps:
         if not self._idle_more and now - self.idle_checked < self.IDLE_EVERY_S:
             return
         self.idle_checked = now
-        raw: Any = self.redis.zrangebyscore(self.keys.idle, "-inf", int(time.time() * 1000), start=0,
-                                            num=self.LIFECYCLE_BATCH, withscores=True)
-        due = [(_text(m), int(score)) for m, score in raw or []]
+        due = [(m, int(score)) for m, score in self.due(self.keys.idle, int(time.time() * 1000),
+                                                         self.LIFECYCLE_BATCH)]
         self._idle_more = len(due) == self.LIFECYCLE_BATCH
         if not due:
             return

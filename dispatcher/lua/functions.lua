@@ -9,7 +9,7 @@
 -- admission checks. Every command it runs is ACL-checked against the CALLING login, so it
 -- gives a producer nothing its login lacks; a producer that bypasses it (plain XADD to its own
 -- stream) skips only the synchronous refusals, which dispatchers apply again.
-local VERSION = 2
+local VERSION = 3
 
 -- Defaults of the limits, used while `<prefix>:config` has none (dispatchers write theirs there).
 local DEFAULTS = {limit_input_bytes = 1048576, limit_pending = 100, limit_messages = 10000,
@@ -52,6 +52,22 @@ local function own_keys(keys, prefix, producer)
   return (key == stream or partitioned) and keys[2] == prefix .. ':pending:' .. producer
 end
 
+-- A deployment of several shards (schemas/shards.py): `<prefix>:config` holds this shard's
+-- index (`shard`) and a route per partition (`route:<p>`: a shard's index, or `moving:<to>`
+-- while the partition moves). An input for a partition this shard does not serve now is
+-- refused `moved` (retryable: the caller reads the placement again). p is the stream's
+-- partition suffix (0 for an unpartitioned stream). Without `shard` (one Redis): nil.
+local function moved(prefix, key)
+  local p = string.match(key, ':(%d+)$') or '0'
+  local got = redis.call('HMGET', prefix .. ':config', 'shard', 'route:' .. p)
+  local shard, route = got[1], got[2]
+  if not shard or route == shard then return nil end
+  if route and string.sub(route, 1, 7) == 'moving:' then
+    return refuse('moved', 'partition ' .. p .. ' is moving to shard ' .. string.sub(route, 8))
+  end
+  return refuse('moved', 'partition ' .. p .. ' is on shard ' .. tostring(route or '?'))
+end
+
 local function limits(prefix)
   local names = {'limit_input_bytes', 'limit_pending', 'limit_messages', 'limit_branches'}
   local got = redis.call('HMGET', prefix .. ':config', unpack(names))
@@ -69,7 +85,7 @@ end
 -- args[1] the key prefix; args[2] the producer's name
 -- args[3..] the entry's fields and values as XADD takes them: `session` and `input` required;
 --         `id`, `principal`, `ts`, `sig` as docs/protocol.md says; `admitted` is the function's.
--- Reads, besides its keys: `<prefix>:config` (the limits) and `<prefix>:{S}:meta` (the
+-- Reads, besides its keys: `<prefix>:config` (the limits, this shard's routes) and `<prefix>:{S}:meta` (the
 -- session's counts `n_msgs`, `n_branches`): the login must be allowed to read them.
 -- Returns the new entry's id; or an error `PARLEY <code> <message>` and writes nothing.
 local function submit(keys, args)
@@ -85,6 +101,8 @@ local function submit(keys, args)
     return refuse('invalid_input', 'the keys must be producer ' .. producer .. "'s own input stream "
                   .. 'and pending hash')
   end
+  local elsewhere = moved(prefix, keys[1])
+  if elsewhere then return elsewhere end
   local lim = limits(prefix)
   local size, session, input = 0, nil, nil
   for i = 3, #args, 2 do

@@ -99,6 +99,19 @@ SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work", "expir
 JOB_OUTCOMES = ("ok", "error", "stopped")
 
 
+def set_shard(shard: int) -> None:
+    """Label every series this process serves with its shard (a deployment of several shards).
+
+    A placeholder: the shard label is being added to the series elsewhere; until then the
+    shard is only remembered."""
+    global SHARD
+    SHARD = shard
+
+
+#: the shard this process serves (None: a deployment of one Redis)
+SHARD: int | None = None
+
+
 def _action_types() -> list[str]:
     """Each `Action` model's `type` (schemas/actions.py): one list, read off the union."""
     from typing import get_args

@@ -234,8 +234,9 @@ def cli(ctx: click.Context, verbose: bool, redis_urls: tuple[str, ...], prefix: 
 @cli.command()
 @click.option("--app", envvar="PARLEY_APP", required=True,
               help="The app, `module` or `module:attr` (env PARLEY_APP).")
-@click.option("--partitions", type=click.IntRange(1, 1024), default=1, show_default=True,
-              help="Partitions to publish in parley:config when none is published yet.")
+@click.option("--partitions", type=click.IntRange(1, 1024), default=None,
+              help="Partitions to publish in parley:config when none is published yet. Default: "
+                   "1 with one Redis URL, 16 with several (room for up to 16 shards).")
 @click.option("--lease-ms", type=click.IntRange(1000), default=10_000, show_default=True,
               help="How long a partition's lease lasts without renewal.")
 @click.option("--decide-timeout", type=click.FloatRange(0.1), default=30, show_default=True,
@@ -297,19 +298,24 @@ def cli(ctx: click.Context, verbose: bool, redis_urls: tuple[str, ...], prefix: 
               help="Register this producer at start (as `parley producers add NAME [--tenant "
                    "TENANT]` does), so a deployment's producers need no separate step; repeat for "
                    "several (env PARLEY_REGISTER_PRODUCERS, separated by spaces).")
+@SHARD
 @METRICS_PORT
 @click.pass_context
-def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, decide_timeout: float,
+def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
                require_signing: bool, feed_maxlen: int, events_maxlen: int, retention: int,
                archive_maxlen: int, no_archive: bool, idle_timeout: int | None,
                max_input_bytes: int, max_pending: int, max_messages: int, max_branches: int,
-               unknown_session_ttl: int, register: tuple[str, ...], metrics_port: int | None) -> None:
+               unknown_session_ttl: int, register: tuple[str, ...], shard: int | None,
+               metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
     partition read by one lease holder at a time, and take over a dead one's partitions as
     their leases lapse. SIGTERM finishes the current transition and exits 0.
+
+    With several Redis URLs (shards), `--shard i` serves shard i only: the partitions its
+    placement puts there. Without it, one dispatcher per shard is started.
     """
     from parley.cli.appinfo import app_info
     from parley.dispatcher.consume import Dispatcher
@@ -319,6 +325,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
     from parley.schemas.signing import Keyring
     from parley.workers.app import AppError, load_agents, load_app
 
+    shard = _per_shard(ctx, shard, metrics_port)
     try:
         loaded = load_app(app)
         agents = {spec: app_info(a) for spec, a in load_agents(loaded).items()}
@@ -335,7 +342,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
         keyring = Keyring.load(keys_file, require_signing)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
-    d = Dispatcher(_connect(ctx), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
+    partitions = _resolve_partitions(ctx, shard, partitions)
+    d = Dispatcher(_connect(ctx, shard), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
                    feed_maxlen=feed_maxlen, events_maxlen=events_maxlen,
                    archive_maxlen=0 if no_archive else archive_maxlen,
@@ -343,13 +351,14 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
                                        idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000),
                    admission=AdmissionLimits(input_bytes=max_input_bytes, pending=max_pending,
                                              messages=max_messages, branches=max_branches),
-                   unknown_session_ttl_ms=unknown_session_ttl * 1000)
+                   unknown_session_ttl_ms=unknown_session_ttl * 1000, shard=shard)
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     register_producers(d.redis, d.keys, registrations)
     reloader = _reload_keys_on_sighup(keys_file)
     if reloader is not None:
         d.decoder.reload_keys = reloader.poll
-    click.echo(f"parley dispatcher {d.name} started (app {app})", err=True)
+    on = "" if shard is None else f", shard {shard}"
+    click.echo(f"parley dispatcher {d.name} started (app {app}{on})", err=True)
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "
                f"replays={d.stats.replays} rejected={d.stats.rejected}", err=True)
@@ -362,19 +371,23 @@ def dispatcher(ctx: click.Context, app: str, partitions: int, lease_ms: int, dec
               help="Comma-separated queues to serve, in priority order.")
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
+@SHARD
 @METRICS_PORT
 @click.pass_context
 def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool,
-           metrics_port: int | None) -> None:
+           shard: int | None, metrics_port: int | None) -> None:
     """Run a worker: execute decide, LLM and tool jobs of the app, post their outcomes.
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
+    With several Redis URLs (shards), `--shard i` serves shard i's queues only; without it,
+    one worker per shard is started.
     """
     from parley.schemas.keys import Keys
     from parley.workers.app import AppError, load_agents, load_app
     from parley.workers.jobs import set_app, set_worker_id
     from parley.workers.worker import Heartbeat, make_worker, worker_id
 
+    shard = _per_shard(ctx, shard, metrics_port)
     try:
         main_app = load_app(app)
         set_app(main_app, load_agents(main_app))
@@ -382,7 +395,9 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
         raise click.ClickException(str(exc)) from None
     keys = Keys(ctx.obj["prefix"])
     names = [keys.queue(q.strip()) for q in queues.split(",") if q.strip()]
-    connection = _connect(ctx)
+    if shard is not None:
+        _await_placement(ctx)
+    connection = _connect(ctx, shard)
     ident = name or worker_id()
     heartbeat = Heartbeat(connection, keys.worker_alive(ident), _serve_metrics(ctx, metrics_port, connection))
     heartbeat.beat()
@@ -394,6 +409,56 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
             burst)
     finally:
         heartbeat.stop()
+
+
+#: how long a worker of one shard waits for a dispatcher to write the first placement
+WORKER_PLACEMENT_WAIT_S = 15.0
+
+
+def _per_shard(ctx: click.Context, shard: int | None, metrics_port: int | None) -> int | None:
+    """The shard this dispatcher or worker serves: None with one Redis URL (as before shards);
+    with several and no `--shard`, one child process per shard is run instead, and this process
+    exits with their outcome (parley/cli/per_shard.py)."""
+    from parley import metrics
+    from parley.cli.per_shard import run_per_shard
+
+    urls = ctx.obj["urls"]
+    _check_shard(ctx, shard)
+    if len(urls) == 1:
+        return None
+    if shard is None:
+        ctx.exit(run_per_shard(len(urls), metrics_port))
+    assert shard is not None
+    metrics.set_shard(shard)
+    return shard
+
+
+def _resolve_partitions(ctx: click.Context, shard: int | None, partitions: int | None) -> int:
+    """N to publish: as given, else 1 with one Redis (as before shards), 16 with several. A
+    dispatcher of one shard checks the placement every shard holds against its URLs, writing
+    the first one on a fresh deployment; one that disagrees refuses to start."""
+    from parley.schemas.shards import DEFAULT_SHARDED_PARTITIONS, PlacementError
+
+    if shard is None:
+        return partitions or 1
+    try:
+        placement = _shards(ctx).check(partitions or DEFAULT_SHARDED_PARTITIONS, create=True)
+    except PlacementError as exc:
+        raise click.ClickException(f"shard {shard}: {exc}") from None
+    return int(placement.partitions)
+
+
+def _await_placement(ctx: click.Context) -> None:
+    """A worker of one shard checks the shards' placement too (the same URLs, in the same
+    order), waiting a little for a dispatcher to write the first one."""
+    from parley.cli.per_shard import await_placement
+    from parley.schemas.shards import PlacementError
+
+    shards = _shards(ctx)
+    try:
+        await_placement(lambda: shards.check(create=False), WORKER_PLACEMENT_WAIT_S)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _work_until_stopped(new_worker: Any, burst: bool) -> None:

@@ -144,7 +144,7 @@ def test_agreed_placement_refuses_some_shards_without_a_table() -> None:
 
 def test_agreed_placement_refuses_different_tables() -> None:
     p = Placement.default(4, 2)
-    with pytest.raises(PlacementError, match="different placements.*partitions repair"):
+    with pytest.raises(PlacementError, match=r"different placements.*partitions repair"):
         agreed_placement([view(0, p), view(1, p.freeze(0, 1))])
 
 
@@ -220,7 +220,7 @@ def test_a_worker_waits_for_the_first_placement() -> None:
 
 
 def test_a_worker_refuses_when_no_placement_comes() -> None:
-    with pytest.raises(PlacementError, match="no shard holds a placement.*start a dispatcher"):
+    with pytest.raises(PlacementError, match=r"no shard holds a placement.*start a dispatcher"):
         await_placement(lambda: None, 0, sleep=lambda _s: None)
 
 

@@ -95,6 +95,15 @@ def test_a_shard_beyond_the_urls_is_a_usage_error(servers: list[RedisServer]) ->
     assert done.returncode == 2 and "--shard 2: there are 2 Redis URLs" in done.stderr
 
 
+def test_without_shard_a_child_per_shard_runs_and_a_failed_child_fails_the_command(
+        servers: list[RedisServer]) -> None:
+    """Both children load the app, and fail: the command says so (exit 1), not 0."""
+    urls = [servers[0].url, servers[1].url]
+    done = run(urls, "dispatcher", "--app", "tests.apps.no_such_app")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("tests.apps.no_such_app") >= 2, done.stderr  # one line per child
+
+
 def test_the_first_dispatcher_writes_the_placement_on_every_shard(conns: list[redis.Redis]) -> None:
     shards = Shards(conns[:2], KEYS)
     placement = shards.check(16, create=True)

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,6 +124,8 @@ def test_seed_scenario_and_a_deadline_on_three_shards(deploy: Deployment) -> Non
     deploy.start("dispatcher", "tests.apps.scenarios")
     deploy.start("worker", "tests.apps.scenarios")
     wait_ready(deploy)
+    placement = deploy.shards().placement
+    assert placement is not None and placement.partitions == 16 and placement.shards == 3
     sessions = sessions_on_every_shard(deploy, 1, "seed-")
     for s in sessions:
         deploy.client(s).send(s, {"type": "message.create", "content": "email bob: hi"})
@@ -138,11 +141,29 @@ def test_seed_scenario_and_a_deadline_on_three_shards(deploy: Deployment) -> Non
     assert len(resumed) == 1 and resumed[0]["timed_out"] is True
 
 
+def two_free_ports() -> int:
+    """A port P with P+1 free as well (a per-shard command's children serve P and P+1)."""
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = int(a.getsockname()[1])
+            try:
+                b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two free ports in a row")
+
+
 @pytest.mark.parametrize("deploy", [2], indirect=True)
 def test_sub_agents_live_on_their_parents_shard(deploy: Deployment) -> None:
-    deploy.start("dispatcher", "tests.apps.agents")
+    """Also: each per-shard child serves its own /metrics and health (port P+i)."""
+    port = two_free_ports()
+    deploy.start("dispatcher", "tests.apps.agents", "--metrics-port", str(port))
     deploy.start("worker", "tests.apps.agents")
     wait_ready(deploy)
+    for shard in (0, 1):
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port + shard}/healthz", timeout=5).status == 200
     for parent in sessions_on_every_shard(deploy, 1, "p-"):
         client = deploy.client(parent)
         client.send(parent, {"type": "message.create", "content": 'call research {"topic": "deep"}'})

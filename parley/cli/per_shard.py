@@ -45,16 +45,23 @@ def child_args(argv: Sequence[str], shard: int, metrics_port: int | None) -> lis
 def run_per_shard(shards: int, metrics_port: int | None, argv: Sequence[str] | None = None) -> int:
     """Start a child per shard, forward SIGTERM/SIGINT to them, wait for all; the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    children = [subprocess.Popen([sys.executable, "-m", "parley", *child_args(args, i, metrics_port)])
-                for i in range(shards)]
+    children: list[subprocess.Popen[bytes]] = []
+    stopping: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
+    # installed first: a signal while the children start must not leave any of them orphaned
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    for i in range(shards):
+        child = subprocess.Popen([sys.executable, "-m", "parley", *child_args(args, i, metrics_port)])
+        children.append(child)
+        if stopping:  # asked to stop before this one started
+            child.send_signal(stopping[0])
     codes = [child.wait() for child in children]
     return 0 if all(code == 0 for code in codes) else 1
 

@@ -71,8 +71,6 @@ class AsyncClient:
         self.redis = self.clients[0]
         self.keys = Keys(prefix)
         self.producer = None if producer is None else check_producer(producer)
-        if self.sharded and self.producer is None:
-            raise ValueError(SHARDED_NEEDS_PRODUCER)
         self.moved_timeout_s = moved_timeout_s
         self.placement: Placement | None = None
         self._partitions: dict[int, int] = {}
@@ -124,6 +122,8 @@ class AsyncClient:
         `SubmitRefused` / `SubmitUnavailable` from the submit function; `moved` is waited out."""
         fields = input_fields(session, value, idempotency_key, principal, key)
         if self.producer is None:
+            if self.sharded:
+                raise ValueError(SHARDED_NEEDS_PRODUCER)
             return text(await self.redis.xadd(await self.stream_for(session), fields))
         retry: MovedRetry | None = None
         while True:

@@ -62,8 +62,9 @@ class Client:
     `producer`: submit every input through the submit function to this producer's own
     streams (docs/protocol.md, "Writing inputs"; a deployment with ACLs must name its
     producer). None: XADD to the shared `parley:inputs` streams (development, no ACLs; one
-    Redis only). `moved_timeout_s`: how long a send waits out a partition being moved between
-    shards (refused `moved`) before it raises `SubmitUnavailable`."""
+    Redis only: with several shards a send without a producer raises ValueError).
+    `moved_timeout_s`: how long a send waits out a partition being moved between shards
+    (refused `moved`) before it raises `SubmitUnavailable`."""
 
     def __init__(self, redis: "Redis | Shards | Sequence[Redis]", prefix: str = "parley",
                  producer: str | None = None, *, moved_timeout_s: float = DEFAULT_MOVED_TIMEOUT_S):
@@ -72,8 +73,6 @@ class Client:
         #: the first shard's client (the only one with one Redis)
         self.redis: Redis = self.shards.clients[0]
         self.producer = None if producer is None else check_producer(producer)
-        if self.shards.sharded and self.producer is None:
-            raise ValueError(SHARDED_NEEDS_PRODUCER)
         self.moved_timeout_s = moved_timeout_s
         self._partitions: dict[int, int] = {}
 
@@ -109,6 +108,8 @@ class Client:
         while the session's partition stays `moved` longer than `moved_timeout_s`)."""
         fields = input_fields(session, value, idempotency_key, principal, key)
         if self.producer is None:
+            if self.shards.sharded:
+                raise ValueError(SHARDED_NEEDS_PRODUCER)
             return text(self.redis.xadd(self.stream_for(session), fields))
         retry: MovedRetry | None = None
         while True:

@@ -75,7 +75,10 @@ def test_interrupts_and_sessions_of_two_shards_merge_in_order_and_page_without_l
     assert [r["raised_at"] for r in rows] == sorted(r["raised_at"] for r in rows)
     assert sorted(r["session"] for r in rows) == sessions
     every = cli(urls, "interrupts", "--json")
-    assert [(r["session"], r["interrupt_id"]) for r in every] == [(r["session"], r["interrupt_id"]) for r in rows]
+    def ids(listed: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(r["session"], r["interrupt_id"]) for r in listed]
+
+    assert ids(every) == ids(rows)
 
     paged: list[str] = []
     cursor: str | None = None

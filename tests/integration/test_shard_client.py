@@ -52,14 +52,15 @@ def entries(r: redis.Redis, session: str) -> list[Any]:
 
 def sessions_on(shards: Shards, shard: int, count: int) -> list[str]:
     assert shards.placement is not None
-    return [s for s in (f"s-{i}" for i in range(200)) if shards.placement.shard_of_session(s) == shard][:count]
+    placed = [s for s in (f"s-{i}" for i in range(200)) if shards.placement.shard_of_session(s) == shard]
+    return placed[:count]
 
 
 def test_each_session_goes_to_its_placed_shard_only(shards: Shards) -> None:
     client = Client(shards, producer="app")
     assert client.redis is shards.clients[0]
     for shard in (0, 1):
-        for session in sessions_on(shards, shard, 3) + [f"{sessions_on(shards, shard, 1)[0]}:sub-1"]:
+        for session in [*sessions_on(shards, shard, 3), f"{sessions_on(shards, shard, 1)[0]}:sub-1"]:
             client.send(session, MESSAGE)
             assert len(entries(shards.clients[shard], session)) == 1
             assert entries(shards.clients[1 - shard], session) == []

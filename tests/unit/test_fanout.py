@@ -4,7 +4,15 @@
 import pytest
 
 from parley.fanout import ShardPart, merge_parts
-from parley.inbox import Cursor, Driver, InterruptFilter, InterruptPage, OpenInterrupt, merged_page, time_member
+from parley.inbox import (
+    Cursor,
+    Driver,
+    InterruptFilter,
+    InterruptPage,
+    OpenInterrupt,
+    merged_page,
+    time_member,
+)
 from parley.producer import MovedRetry, SubmitRefused, is_moved, newest_placement
 from parley.schemas.shards import Placement
 
@@ -52,7 +60,8 @@ def test_a_shard_that_stopped_short_bounds_the_page() -> None:
 
 
 def test_a_full_page_ends_at_its_last_row_and_a_drained_listing_has_no_cursor() -> None:
-    assert merge_parts([ShardPart(["a", "c"], None), ShardPart(["b", "d"], None)], key, 3) == (["a", "b", "c"], "c")
+    full = merge_parts([ShardPart(["a", "c"], None), ShardPart(["b", "d"], None)], key, 3)
+    assert full == (["a", "b", "c"], "c")
     assert merge_parts([ShardPart(["a"], None), ShardPart(["b"], None)], key, 3) == (["a", "b"], None)
     with pytest.raises(ValueError):
         merge_parts([], key, 0)

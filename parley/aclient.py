@@ -4,23 +4,31 @@ A thin I/O shell over parley/producer.py, like `Client`: the two differ only in 
 wait for Redis.
 """
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from parley import inbox
+from parley import sessions as listing
 from parley.export import SessionExport, export_steps
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
+    DEFAULT_MOVED_TIMEOUT_S,
+    SHARDED_NEEDS_PRODUCER,
     InputValue,
+    MovedRetry,
     OutcomeWait,
     Steps,
     check_producer,
     close_input,
     input_fields,
+    is_moved,
     last_id,
+    newest_placement,
     partitions_of,
     pipeline_of,
     resume_input,
@@ -34,6 +42,7 @@ from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
+from parley.schemas.shards import PLACEMENT_FIELD, Placement, PlacementError
 from parley.sessions import SessionFilter, SessionPage
 from parley.sessions import page_steps as session_page_steps
 
@@ -49,25 +58,60 @@ async def run_steps(redis: Redis, steps: Steps) -> Any:
 
 
 class AsyncClient:
-    """`producer`: as `Client`'s (submit through the submit function to its own streams)."""
+    """`redis`: the deployment's Redis, or its shards' clients in the deployment's order; the
+    placement is read through them, as `Client` reads it (see `Client` for the routing).
+    `producer`, `moved_timeout_s`: as `Client`'s."""
 
-    def __init__(self, redis: Redis, prefix: str = "parley", producer: str | None = None):
-        self.redis = redis
+    def __init__(self, redis: Redis | Sequence[Redis], prefix: str = "parley", producer: str | None = None,
+                 *, moved_timeout_s: float = DEFAULT_MOVED_TIMEOUT_S):
+        self.clients: list[Redis] = list(redis) if isinstance(redis, Sequence) else [redis]
+        if not self.clients:
+            raise ValueError("a deployment needs at least one Redis")
+        #: the first shard's client (the only one with one Redis)
+        self.redis = self.clients[0]
         self.keys = Keys(prefix)
         self.producer = None if producer is None else check_producer(producer)
-        self._partitions: int | None = None
+        self.moved_timeout_s = moved_timeout_s
+        self.placement: Placement | None = None
+        self._partitions: dict[int, int] = {}
 
-    async def partitions(self) -> int:
+    @property
+    def sharded(self) -> bool:
+        return len(self.clients) > 1
+
+    async def refresh(self) -> Placement | None:
+        """The newest placement any shard holds (see `Shards.refresh`)."""
+        if not self.sharded:
+            return None
+        self.placement = newest_placement([await r.hget(self.keys.config, PLACEMENT_FIELD)
+                                           for r in self.clients])
+        return self.placement
+
+    async def index_of_session(self, session: str) -> int:
+        """The shard of `session` (0 with one Redis); the placement is read once, and again
+        when a submit is refused `moved`."""
+        if not self.sharded:
+            return 0
+        if self.placement is None and await self.refresh() is None:
+            raise PlacementError("the shards hold no placement yet: start a dispatcher first")
+        assert self.placement is not None
+        return self.placement.shard_of_session(session)
+
+    async def _redis_of(self, session: str) -> Redis:
+        return self.clients[await self.index_of_session(session)]
+
+    async def partitions(self, shard: int = 0) -> int:
         """N, the published partition count (see `Client.partitions`)."""
-        if self._partitions is None:
-            self._partitions = partitions_of(await self.redis.hget(self.keys.config, "partitions"))
-            if self._partitions is None:
+        if shard not in self._partitions:
+            n = partitions_of(await self.clients[shard].hget(self.keys.config, "partitions"))
+            if n is None:
                 return 1
-        return self._partitions
+            self._partitions[shard] = n
+        return self._partitions[shard]
 
     async def stream_for(self, session: str) -> str:
         """The input stream of `session` (see `Client.stream_for`)."""
-        n = await self.partitions()
+        n = await self.partitions(await self.index_of_session(session))
         if self.producer is not None:
             return self.keys.producer_inputs(self.producer, partition_of(session, n), n)
         return self.keys.inputs_of(session, n)
@@ -75,15 +119,28 @@ class AsyncClient:
     async def send(self, session: str, value: InputValue, idempotency_key: str | None = None,
                    principal: str | None = None, key: str | None = None) -> str:
         """Send one input (see `Client.send`): `InvalidInput` before sending a bad one,
-        `SubmitRefused` / `SubmitUnavailable` from the submit function."""
+        `SubmitRefused` / `SubmitUnavailable` from the submit function; `moved` is waited out."""
         fields = input_fields(session, value, idempotency_key, principal, key)
         if self.producer is None:
+            if self.sharded:
+                raise ValueError(SHARDED_NEEDS_PRODUCER)
             return text(await self.redis.xadd(await self.stream_for(session), fields))
-        call = submit_call(self.keys, self.producer, session, await self.partitions(), fields)
-        try:
-            return text(await self.redis.fcall(*call))
-        except ResponseError as err:
-            raise submit_error(str(err)) or err from None
+        retry: MovedRetry | None = None
+        while True:
+            shard = await self.index_of_session(session)
+            call = submit_call(self.keys, self.producer, session, await self.partitions(shard), fields)
+            try:
+                return text(await self.clients[shard].fcall(*call))
+            except ResponseError as err:
+                error = submit_error(str(err)) or err
+            if not is_moved(error):
+                raise error from None
+            retry = retry or MovedRetry(time.monotonic(), self.moved_timeout_s)
+            delay = retry.delay(time.monotonic())
+            if delay is None:
+                raise retry.gave_up(session) from None
+            await asyncio.sleep(delay)
+            await self.refresh()
 
     @overload
     async def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
@@ -130,12 +187,13 @@ class AsyncClient:
                              idempotency_key: str | None, principal: str | None,
                              key: str | None) -> OutcomeT:
         """Send `value` and await what became of it (see `Client._send_and_wait`)."""
-        since = last_id(await self.redis.xrevrange(self.keys.events(session), count=1))
+        since = last_id(await (await self._redis_of(session)).xrevrange(self.keys.events(session), count=1))
         wait = OutcomeWait(await self.send(session, value, idempotency_key, principal, key), since, of)
         deadline = time.monotonic() + timeout_s
         events = self.keys.events(session)
+        redis = await self._redis_of(session)  # where the send went (a `moved` retry may have changed it)
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            outcome = wait.read(await self.redis.xread({events: wait.last}, count=100, block=left_ms))
+            outcome = wait.read(await redis.xread({events: wait.last}, count=100, block=left_ms))
             if outcome is not None:
                 return outcome
         return wait.timed_out(timeout_s)
@@ -147,7 +205,7 @@ class AsyncClient:
         last = after
         key = self.keys.events(session)
         while until is None or time.monotonic() < until:
-            reply = await self.redis.xread({key: last}, count=100, block=block_ms)
+            reply = await (await self._redis_of(session)).xread({key: last}, count=100, block=block_ms)
             for entry_id, event in xread_events(reply):
                 last = entry_id
                 yield entry_id, event
@@ -159,26 +217,35 @@ class AsyncClient:
             yield entry_id, EVENT_ADAPTER.validate_python(event)
 
     async def show(self, session: str) -> dict[str, Any] | None:
-        view: dict[str, Any] | None = await run_steps(self.redis, show_steps(self.keys, session))
+        redis = await self._redis_of(session)
+        view: dict[str, Any] | None = await run_steps(redis, show_steps(self.keys, session))
         return view
 
     async def export(self, session: str) -> SessionExport:
         """The whole session (see `Client.export`); `NoSuchSession` when it has no record."""
-        export: SessionExport = await run_steps(self.redis, export_steps(self.keys, session))
+        redis = await self._redis_of(session)
+        export: SessionExport = await run_steps(redis, export_steps(self.keys, session))
         return export
 
     async def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
                              cursor: str | None = None) -> InterruptPage:
         """One page of the open interrupts across sessions (see `Client.interrupt_page`)."""
-        page: InterruptPage = await run_steps(self.redis, page_steps(self.keys, where or InterruptFilter(),
-                                                                     limit, cursor))
-        return page
+        flt = where or InterruptFilter()
+        if not self.sharded:
+            page: InterruptPage = await run_steps(self.redis, page_steps(self.keys, flt, limit, cursor))
+            return page
+        after = inbox.merged_after(flt, cursor)
+        pages = await asyncio.gather(*(run_steps(r, inbox.shard_page_steps(self.keys, flt, limit, after))
+                                       for r in self.clients))
+        return inbox.merged_page(flt, limit, pages)
 
     async def interrupts(self, where: InterruptFilter | None = None) -> list[dict[str, Any]]:
         """Every open interrupt that `where` keeps, as JSON rows, page by page."""
-        rows: list[dict[str, Any]] = await run_steps(self.redis, every_row_steps(self.keys,
-                                                                                where or InterruptFilter()))
-        return rows
+        flt = where or InterruptFilter()
+        rows: list[dict[str, Any]] = []
+        for r in self.clients:
+            rows += await run_steps(r, every_row_steps(self.keys, flt))
+        return inbox.merged_rows(flt, rows) if self.sharded else rows
 
     async def sessions(self, status: str | Iterable[str] | None = None,
                        metadata: Mapping[str, Any] | None = None, created_after: int | None = None,
@@ -186,5 +253,11 @@ class AsyncClient:
                        cursor: str | None = None, newest_first: bool = False) -> SessionPage:
         """One page of the list of sessions (see `Client.sessions`)."""
         where = SessionFilter.of(status, metadata, created_after, created_before, newest_first)
-        page: SessionPage = await run_steps(self.redis, session_page_steps(self.keys, where, limit, cursor))
-        return page
+        if not self.sharded:
+            steps = session_page_steps(self.keys, where, limit, cursor)
+            page: SessionPage = await run_steps(self.redis, steps)
+            return page
+        after = listing.merged_after(where, cursor)
+        pages = await asyncio.gather(*(run_steps(r, listing.shard_page_steps(self.keys, where, limit, after))
+                                       for r in self.clients))
+        return listing.merged_page(where, limit, pages)

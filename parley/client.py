@@ -4,20 +4,26 @@ A thin I/O shell over parley/producer.py, which `AsyncClient` (parley/aclient.py
 """
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from parley import inbox
+from parley import sessions as listing
 from parley.export import SessionExport, export_steps
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
+    DEFAULT_MOVED_TIMEOUT_S,
+    SHARDED_NEEDS_PRODUCER,
     InputValue,
+    MovedRetry,
     OutcomeWait,
     check_producer,
     close_input,
     input_fields,
+    is_moved,
     last_id,
     partitions_of,
     resume_input,
@@ -35,32 +41,60 @@ from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
 from parley.sessions import SessionFilter, SessionPage
 from parley.sessions import page_steps as session_page_steps
+from parley.shards import Shards
+
+
+def shards_of(redis: "Redis | Shards | Sequence[Redis]", keys: Keys) -> Shards:
+    """What a client was given, as the shards of its deployment: one Redis (one shard, no
+    placement, as before shards), `Shards`, or the shards' clients in the deployment's order."""
+    if isinstance(redis, Shards):
+        return redis
+    if isinstance(redis, Sequence):
+        return Shards(list(redis), keys)
+    return Shards([redis], keys)
 
 
 class Client:
-    """`producer`: submit every input through the submit function to this producer's own
+    """`redis`: the deployment's Redis, or its shards (`parley.shards.Shards`, or their clients
+    in order): every call about one session goes to the session's shard, and listings across
+    sessions read every shard and merge (docs/operations.md, "Shards").
+
+    `producer`: submit every input through the submit function to this producer's own
     streams (docs/protocol.md, "Writing inputs"; a deployment with ACLs must name its
-    producer). None: XADD to the shared `parley:inputs` streams (development, no ACLs)."""
+    producer). None: XADD to the shared `parley:inputs` streams (development, no ACLs; one
+    Redis only: with several shards a send without a producer raises ValueError).
+    `moved_timeout_s`: how long a send waits out a partition being moved between shards
+    (refused `moved`) before it raises `SubmitUnavailable`."""
 
-    def __init__(self, redis: Redis, prefix: str = "parley", producer: str | None = None):
-        self.redis = redis
+    def __init__(self, redis: "Redis | Shards | Sequence[Redis]", prefix: str = "parley",
+                 producer: str | None = None, *, moved_timeout_s: float = DEFAULT_MOVED_TIMEOUT_S):
         self.keys = Keys(prefix)
+        self.shards = shards_of(redis, self.keys)
+        #: the first shard's client (the only one with one Redis)
+        self.redis: Redis = self.shards.clients[0]
         self.producer = None if producer is None else check_producer(producer)
-        self._partitions: int | None = None
+        self.moved_timeout_s = moved_timeout_s
+        self._partitions: dict[int, int] = {}
 
-    def partitions(self) -> int:
-        """N, the partition count a dispatcher published: read once, not per entry (it is fixed
-        once published); 1 until one is, and asked again next time."""
-        if self._partitions is None:
-            self._partitions = partitions_of(self.redis.hget(self.keys.config, "partitions"))
-            if self._partitions is None:
+    def _redis_of(self, session: str) -> Redis:
+        """The client of the shard that holds `session` (the placement is read once, and again
+        when a submit is refused `moved`)."""
+        return self.shards.for_session(session)
+
+    def partitions(self, shard: int = 0) -> int:
+        """N, the partition count a dispatcher published (on `shard`): read once, not per entry
+        (it is fixed once published); 1 until one is, and asked again next time."""
+        if shard not in self._partitions:
+            n = partitions_of(self.shards.clients[shard].hget(self.keys.config, "partitions"))
+            if n is None:
                 return 1
-        return self._partitions
+            self._partitions[shard] = n
+        return self._partitions[shard]
 
     def stream_for(self, session: str) -> str:
         """docs/protocol.md, "Inputs": the producer's `parley:in:<producer>`, else `parley:inputs`,
-        with one partition; `...:<crc32 mod N>` with N."""
-        n = self.partitions()
+        with one partition; `...:<crc32 mod N>` with N (the session's root's partition)."""
+        n = self.partitions(self.shards.index_of_session(session))
         if self.producer is not None:
             return self.keys.producer_inputs(self.producer, partition_of(session, n), n)
         return self.keys.inputs_of(session, n)
@@ -70,15 +104,30 @@ class Client:
         """Send one input (a typed model of schemas/inputs.py, or its JSON as a dict); signed
         (docs/protocol.md, "Inputs") when given a principal and its key. An input a dispatcher
         would refuse raises `InvalidInput` and nothing is sent; one the submit function refuses
-        raises `SubmitRefused` (`SubmitUnavailable` while Redis holds no submit function)."""
+        raises `SubmitRefused` (`SubmitUnavailable` while Redis holds no submit function, or
+        while the session's partition stays `moved` longer than `moved_timeout_s`)."""
         fields = input_fields(session, value, idempotency_key, principal, key)
         if self.producer is None:
+            if self.shards.sharded:
+                raise ValueError(SHARDED_NEEDS_PRODUCER)
             return text(self.redis.xadd(self.stream_for(session), fields))
-        call = submit_call(self.keys, self.producer, session, self.partitions(), fields)
-        try:
-            return text(self.redis.fcall(*call))
-        except ResponseError as err:
-            raise submit_error(str(err)) or err from None
+        retry: MovedRetry | None = None
+        while True:
+            shard = self.shards.index_of_session(session)
+            call = submit_call(self.keys, self.producer, session, self.partitions(shard), fields)
+            try:
+                return text(self.shards.clients[shard].fcall(*call))
+            except ResponseError as err:
+                error = submit_error(str(err)) or err
+            if not is_moved(error):
+                raise error from None
+            # nothing was written: wait for the move, read where the partition is, send again
+            retry = retry or MovedRetry(time.monotonic(), self.moved_timeout_s)
+            delay = retry.delay(time.monotonic())
+            if delay is None:
+                raise retry.gave_up(session) from None
+            time.sleep(delay)
+            self.shards.refresh()
 
     @overload
     def resume(self, session: str, interrupt_id: str, payload: Any = None, *,
@@ -130,12 +179,13 @@ class Client:
         """Send `value`, then block on the session's events (XREAD BLOCK, the remaining time at
         most) until one tells what became of it, or the time is up."""
         # Read the stream's last id before sending: the outcome is written after it.
-        since = last_id(self.redis.xrevrange(self.keys.events(session), count=1))
+        since = last_id(self._redis_of(session).xrevrange(self.keys.events(session), count=1))
         wait = OutcomeWait(self.send(session, value, idempotency_key, principal, key), since, of)
         deadline = time.monotonic() + timeout_s
         events = self.keys.events(session)
+        redis = self._redis_of(session)  # where the send went (a `moved` retry may have changed it)
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            outcome = wait.read(self.redis.xread({events: wait.last}, count=100, block=left_ms))
+            outcome = wait.read(redis.xread({events: wait.last}, count=100, block=left_ms))
             if outcome is not None:
                 return outcome
         return wait.timed_out(timeout_s)
@@ -147,7 +197,8 @@ class Client:
         last = after
         key = self.keys.events(session)
         while until is None or time.monotonic() < until:
-            for entry_id, event in xread_events(self.redis.xread({key: last}, count=100, block=block_ms)):
+            reply = self._redis_of(session).xread({key: last}, count=100, block=block_ms)
+            for entry_id, event in xread_events(reply):
                 last = entry_id
                 yield entry_id, event
 
@@ -157,28 +208,37 @@ class Client:
         return typed_events(self.events(session, after, block_ms, until))
 
     def show(self, session: str) -> dict[str, Any] | None:
-        view: dict[str, Any] | None = run_steps(self.redis, show_steps(self.keys, session))
+        view: dict[str, Any] | None = run_steps(self._redis_of(session), show_steps(self.keys, session))
         return view
 
     def export(self, session: str) -> SessionExport:
         """The whole session: messages as a tree, events, open interrupts (docs/protocol.md,
         "Export and archive"), read in one atomic script; `NoSuchSession` when it has no record."""
-        export: SessionExport = run_steps(self.redis, export_steps(self.keys, session))
+        export: SessionExport = run_steps(self._redis_of(session), export_steps(self.keys, session))
         return export
 
     def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
                        cursor: str | None = None) -> InterruptPage:
         """One page of the open interrupts across sessions (docs/protocol.md, "Open interrupts
-        across sessions"): O(log n + page) reads, whatever the number open."""
-        page: InterruptPage = run_steps(self.redis, page_steps(self.keys, where or InterruptFilter(),
-                                                               limit, cursor))
-        return page
+        across sessions"): O(log n + page) reads, whatever the number open; with several
+        shards, one such read of each, merged in the listing's order."""
+        flt = where or InterruptFilter()
+        if not self.shards.sharded:
+            page: InterruptPage = run_steps(self.redis, page_steps(self.keys, flt, limit, cursor))
+            return page
+        after = inbox.merged_after(flt, cursor)
+        pages = [run_steps(r, inbox.shard_page_steps(self.keys, flt, limit, after))
+                 for r in self.shards.clients]
+        return inbox.merged_page(flt, limit, pages)
 
     def interrupts(self, where: InterruptFilter | None = None) -> list[dict[str, Any]]:
-        """Every open interrupt that `where` keeps, as JSON rows, page by page."""
-        steps = every_row_steps(self.keys, where or InterruptFilter())
-        rows: list[dict[str, Any]] = run_steps(self.redis, steps)
-        return rows
+        """Every open interrupt that `where` keeps, as JSON rows, page by page (every shard's,
+        in the listing's order)."""
+        flt = where or InterruptFilter()
+        rows: list[dict[str, Any]] = []
+        for r in self.shards.clients:
+            rows += run_steps(r, every_row_steps(self.keys, flt))
+        return inbox.merged_rows(flt, rows) if self.shards.sharded else rows
 
     def sessions(self, status: str | Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None,
                  created_after: int | None = None, created_before: int | None = None, *,
@@ -187,7 +247,13 @@ class Client:
         """One page of the list of sessions (docs/operations.md, "The list of sessions"): by
         status (`active`, `parked`, `closed`; one or several; default all), by metadata pairs, by
         creation time (Unix ms, exclusive bounds), oldest first unless `newest_first`. O(log n +
-        page) reads, whatever the number of sessions. ValueError for a bad filter or cursor."""
+        page) reads, whatever the number of sessions (of each shard, merged, with several).
+        ValueError for a bad filter or cursor."""
         where = SessionFilter.of(status, metadata, created_after, created_before, newest_first)
-        page: SessionPage = run_steps(self.redis, session_page_steps(self.keys, where, limit, cursor))
-        return page
+        if not self.shards.sharded:
+            page: SessionPage = run_steps(self.redis, session_page_steps(self.keys, where, limit, cursor))
+            return page
+        after = listing.merged_after(where, cursor)
+        pages = [run_steps(r, listing.shard_page_steps(self.keys, where, limit, after))
+                 for r in self.shards.clients]
+        return listing.merged_page(where, limit, pages)

@@ -10,7 +10,7 @@ cover are checked on the rows it yields, within a bounded scan (`SCAN_FACTOR` x 
 
 import base64
 import binascii
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, field_validator
 from redis import Redis
 
+from parley.fanout import ShardPart, merge_parts
 from parley.producer import Call, Steps, run_steps
 from parley.schemas.keys import Keys
 
@@ -232,6 +233,11 @@ def page_steps(keys: Keys, flt: InterruptFilter, limit: int = DEFAULT_LIMIT,
         driver, after = at.driver, at.after
     else:
         driver, after = (yield from _first_driver(keys, flt)), None
+    page: InterruptPage = yield from _walk(keys, flt, limit, driver, after)
+    return page
+
+
+def _walk(keys: Keys, flt: InterruptFilter, limit: int, driver: Driver, after: str | None) -> Steps:
     items: list[OpenInterrupt] = []
     scanned = 0
     while True:
@@ -259,6 +265,52 @@ def page_steps(keys: Keys, flt: InterruptFilter, limit: int = DEFAULT_LIMIT,
         if len(items) == limit or scanned >= limit * SCAN_FACTOR:
             assert after is not None
             return InterruptPage(items=items, cursor=Cursor(driver, after, flt.fingerprint()).encode())
+
+
+# ---- several shards (parley/fanout.py) ----------------------------------------------------------
+
+def order_driver(flt: InterruptFilter) -> Driver:
+    """The order a merged listing runs in: by session id with a session prefix, else by raise
+    time (the reason's and the principal's sets share the by-time members, so each shard may
+    walk whichever of them is smallest there)."""
+    return Driver.SESSION if flt.session_prefix is not None else Driver.TIME
+
+
+def row_key(flt: InterruptFilter) -> Callable[[OpenInterrupt], str]:
+    """A row's member in the merged listing's order (index_lib.lua builds the same)."""
+    if order_driver(flt) is Driver.SESSION:
+        return lambda r: f"{r.session}{SEP}{r.raised_at:0{TIME_DIGITS}d}{SEP}{r.interrupt_id}"
+    return lambda r: time_member(r.raised_at, r.session, r.interrupt_id)
+
+
+def merged_after(flt: InterruptFilter, cursor: str | None) -> str | None:
+    """Where every shard's part of a merged page starts: after the cursor's member."""
+    return None if cursor is None else Cursor.decode(cursor, flt).after
+
+
+def shard_page_steps(keys: Keys, flt: InterruptFilter, limit: int, after: str | None) -> Steps:
+    """One shard's part of a merged page: its own driving set (the smallest there), from the
+    merged position `after`; its cursor says how far it read."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be 1-{MAX_LIMIT}, not {limit}")
+    driver = yield from _first_driver(keys, flt)
+    page: InterruptPage = yield from _walk(keys, flt, limit, driver, after)
+    return page
+
+
+def merged_page(flt: InterruptFilter, limit: int, pages: Sequence[InterruptPage]) -> InterruptPage:
+    """One page of the listing over every shard, from each shard's page read from the same
+    position (`shard_page_steps`)."""
+    parts = [ShardPart(p.items, merged_after(flt, p.cursor)) for p in pages]
+    items, after = merge_parts(parts, row_key(flt), limit)
+    cursor = None if after is None else Cursor(order_driver(flt), after, flt.fingerprint()).encode()
+    return InterruptPage(items=items, cursor=cursor)
+
+
+def merged_rows(flt: InterruptFilter, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every shard's rows (`every_row_steps`) as one listing, in its order."""
+    key = row_key(flt)
+    return sorted(rows, key=lambda row: key(OpenInterrupt.model_validate(row)))
 
 
 def _first_driver(keys: Keys, flt: InterruptFilter) -> Generator[list[Call], list[Any], Driver]:

@@ -14,12 +14,15 @@ from typing import Any, Generic, TypeAlias
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from parley.retry import backoff
 from parley.schemas.codec import InputError, decode_input_entry
+from parley.schemas.codes import RefusalCode
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input, InterruptResume, SessionClose
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.producers import PRODUCER_NAME_RE
 from parley.schemas.resumes import OutcomeOf, OutcomeT
+from parley.schemas.shards import Placement
 from parley.schemas.signing import signed_fields
 from parley.schemas.state import SessionState
 from parley.schemas.view import show
@@ -44,8 +47,9 @@ class SubmitRefused(Exception):
 
 
 class SubmitUnavailable(Exception):
-    """Redis holds no submit function yet (a Redis started empty or flushed): nothing was
-    written; a dispatcher loads it within seconds, so send again."""
+    """Redis holds no submit function yet (a Redis started empty or flushed), or, in a
+    deployment of several shards, the session's partition stayed `moved` longer than the
+    client waits: nothing was written; send again soon."""
 
 
 #: a producer's name (docs/operations.md, "Producers"): the registry's own rule
@@ -82,6 +86,57 @@ def submit_error(message: str) -> Exception | None:
         return SubmitUnavailable("the submit function is not loaded in Redis (a Redis started "
                                  "empty?): start a dispatcher, or retry within seconds")
     return None
+
+
+def is_moved(error: Exception) -> bool:
+    """The refusal `moved` (a deployment of several shards): the session's partition is being
+    moved, or is on another shard than the one called. Nothing was written, so sending again
+    (to the shard the placement names then) is safe."""
+    return isinstance(error, SubmitRefused) and error.code == RefusalCode.MOVED
+
+
+#: how long a client waits out `moved` before it gives up (`SubmitUnavailable`): a move holds a
+#: partition for the time it takes to copy it, seconds for most
+DEFAULT_MOVED_TIMEOUT_S = 30.0
+
+
+@dataclass(slots=True)
+class MovedRetry:
+    """When to submit again after `moved`: a jittered backoff (parley/retry.py), short at
+    first since a placement read again may already name the new shard, until `timeout_s` past
+    `started` (monotonic seconds). Pure: the caller reads the clock and sleeps."""
+
+    started: float
+    timeout_s: float = DEFAULT_MOVED_TIMEOUT_S
+    attempts: int = 0
+    base_s: float = 0.05
+    cap_s: float = 1.0
+
+    def delay(self, now: float) -> float | None:
+        """Seconds to wait before the next try, or None once the time is up."""
+        left = self.started + self.timeout_s - now
+        if left <= 0:
+            return None
+        wait = min(left, backoff(self.attempts, base=self.base_s, cap=self.cap_s, jitter=True))
+        self.attempts += 1
+        return wait
+
+    def gave_up(self, session: str) -> SubmitUnavailable:
+        return SubmitUnavailable(f"session {session!r}: its partition is being moved between shards and "
+                                 f"was not served again within {self.timeout_s:g} s (refused `moved` "
+                                 f"{self.attempts + 1} times); nothing was written, send again later")
+
+
+def newest_placement(raws: Iterable[Any]) -> Placement | None:
+    """The newest of the placements the shards hold (their `placement` config fields; a move
+    writes them one after another, so they may differ for a moment)."""
+    held = [Placement.from_json(raw) for raw in raws if raw]
+    return max(held, key=lambda p: p.version) if held else None
+
+
+SHARDED_NEEDS_PRODUCER = ("a deployment of several shards takes inputs through the submit function: "
+                          "give the client a producer (a plain XADD cannot be refused `moved` while "
+                          "its partition moves, and would be lost)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,13 @@ time prefix. Filters the driving set does not cover are checked on each row, wit
 scan (`SCAN_FACTOR` x the page), as the inbox does (parley/inbox.py).
 """
 
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
+from parley.fanout import ShardPart, merge_parts
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, SCAN_FACTOR, decode_token, encode_token, merge, texts
 from parley.producer import Call, Steps
 from parley.schemas.keys import Keys
@@ -30,7 +31,8 @@ from parley.schemas.listing import (
 )
 from parley.schemas.state import Core
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SessionFilter", "SessionPage", "SessionRow", "page_steps"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SessionFilter", "SessionPage", "SessionRow", "merged_after",
+           "merged_page", "page_steps", "shard_page_steps"]
 
 
 class SessionRow(BaseModel):
@@ -220,12 +222,16 @@ def page_steps(keys: Keys, flt: SessionFilter, limit: int = DEFAULT_LIMIT,
                cursor: str | None = None) -> Steps:
     """One page, as round trips for a client to run: range reads of the driving sets after the
     cursor, then the rows' records. Pure, so the sync and the async client share it."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be 1-{MAX_LIMIT}, not {limit!r}")
+    _check_limit(limit)
     if cursor is not None:
         driver, after = decode_cursor(cursor, flt)
     else:
         driver, after = (yield from _first_driver(keys, flt)), None
+    page: SessionPage = yield from _walk(keys, flt, limit, driver, after)
+    return page
+
+
+def _walk(keys: Keys, flt: SessionFilter, limit: int, driver: str, after: str | None) -> Steps:
     names = driver_sets(keys, flt, driver)
     items: list[SessionRow] = []
     scanned = 0
@@ -248,6 +254,42 @@ def page_steps(keys: Keys, flt: SessionFilter, limit: int = DEFAULT_LIMIT,
         if len(items) == limit or scanned >= limit * SCAN_FACTOR:
             assert after is not None
             return SessionPage(items=items, cursor=encode_cursor(driver, after, flt))
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be 1-{MAX_LIMIT}, not {limit!r}")
+
+
+# ---- several shards (parley/fanout.py) ----------------------------------------------------------
+
+def row_key(row: SessionRow) -> str:
+    """A row's member in the list's order (schemas/listing.py builds the same)."""
+    return f"{row.created_at:0{TIME_DIGITS}d}{SEP}{row.session}"
+
+
+def merged_after(flt: SessionFilter, cursor: str | None) -> str | None:
+    """Where every shard's part of a merged page starts: after the cursor's member."""
+    return None if cursor is None else decode_cursor(cursor, flt)[1]
+
+
+def shard_page_steps(keys: Keys, flt: SessionFilter, limit: int, after: str | None) -> Steps:
+    """One shard's part of a merged page: its own driving sets (the smallest there), from the
+    merged position `after`; its cursor says how far it read."""
+    _check_limit(limit)
+    driver = yield from _first_driver(keys, flt)
+    page: SessionPage = yield from _walk(keys, flt, limit, driver, after)
+    return page
+
+
+def merged_page(flt: SessionFilter, limit: int, pages: Sequence[SessionPage]) -> SessionPage:
+    """One page of the list over every shard, from each shard's page read from the same
+    position (`shard_page_steps`)."""
+    parts = [ShardPart(p.items, merged_after(flt, p.cursor)) for p in pages]
+    items, after = merge_parts(parts, row_key, limit, reverse=flt.newest_first)
+    # the merged cursor names the status sets: any driver's members read the same
+    cursor = None if after is None else encode_cursor(STATUS_DRIVER, after, flt)
+    return SessionPage(items=items, cursor=cursor)
 
 
 def _core(raw: bytes | None, member: str) -> Core | None:

@@ -18,6 +18,7 @@ from parley.cli.transcript import format_transcript
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
 from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
 from parley.retry import backoff
+from parley.schemas.shards import PlacementError
 
 if TYPE_CHECKING:
     from parley.dispatcher.keys_reload import KeysReloader
@@ -48,14 +49,18 @@ def _check_shard(ctx: click.Context, shard: int | None) -> int | None:
     return shard
 
 
-def _client(ctx: click.Context) -> Any:
+def _client(ctx: click.Context, sends: bool = False) -> Any:
+    """The client of every shard: a session's calls go to its shard, listings merge them all."""
     from parley.client import Client
 
-    return Client(_connect(ctx), ctx.obj["prefix"], ctx.obj["producer"])
+    if sends and len(ctx.obj["urls"]) > 1 and ctx.obj["producer"] is None:
+        raise click.UsageError("a deployment of several shards takes inputs through the submit "
+                               "function: name the producer (--producer or PARLEY_PRODUCER)")
+    return Client(_shards(ctx), ctx.obj["prefix"], ctx.obj["producer"])
 
 
 def _send(ctx: click.Context, session: str, value: dict[str, Any], idem: str | None = None) -> None:
-    click.echo(_client(ctx).send(session, value, idem, ctx.obj["principal"], ctx.obj["key"]))
+    click.echo(_client(ctx, sends=True).send(session, value, idem, ctx.obj["principal"], ctx.obj["key"]))
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -188,6 +193,8 @@ class ParleyGroup(click.Group):
         except SubmitUnavailable as exc:
             click.echo(f"parley: {exc}", err=True)
             raise click.exceptions.Exit(SUBMIT_UNAVAILABLE) from None
+        except PlacementError as exc:  # the shards disagree, or hold no placement yet
+            raise click.ClickException(f"placement: {exc}") from None
 
 
 @click.group(cls=ParleyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -526,7 +533,7 @@ def resume(ctx: click.Context, session: str, interrupt_id: str, payload: str | N
 
     Prints the entry id; with --wait, the outcome (docs/protocol.md, "Waiting for a resume")."""
     answer = _json_arg(payload, "PAYLOAD")
-    client = _client(ctx)
+    client = _client(ctx, sends=True)
     sign = {"idempotency_key": idem, "principal": ctx.obj["principal"], "key": ctx.obj["key"]}
     if not wait:
         click.echo(client.resume(session, interrupt_id, answer, **sign))
@@ -553,7 +560,7 @@ def close(ctx: click.Context, session: str, reason: str | None, idem: str | None
     takes no more inputs.
 
     Prints the entry id; with --wait, the outcome (docs/protocol.md, "Waiting for a close")."""
-    client = _client(ctx)
+    client = _client(ctx, sends=True)
     sign = {"idempotency_key": idem, "principal": ctx.obj["principal"], "key": ctx.obj["key"]}
     if not wait:
         click.echo(client.close(session, reason, **sign))
@@ -804,14 +811,19 @@ def _rebuild_sessions(ctx: click.Context, with_filters: Any) -> None:
 @click.option("--claim-idle", type=click.FloatRange(0.1), default=60, show_default=True,
               help="Seconds an entry may stay unacknowledged by its forwarder before another "
                    "forwarder takes it over.")
+@click.option("--shard", type=click.IntRange(0), default=None,
+              help="Forward this shard's feed only (its index in the Redis URLs). Default: every "
+                   "shard's, one forwarder each.")
 @METRICS_PORT
 @click.pass_context
 def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, name: str | None,
            types: str | None, max_attempts: int, timeout: float, retry_base: float,
-           retry_cap: float, claim_idle: float, metrics_port: int | None) -> None:
+           retry_cap: float, claim_idle: float, shard: int | None, metrics_port: int | None) -> None:
     """Forward the fleet-wide feed to a webhook: signed JSON POSTs, retried with backoff,
     dead-lettered after --max-attempts. Several may run: they share the feed through a consumer
-    group. SIGTERM stops it; an entry not yet acknowledged is taken over by another forwarder."""
+    group. With several shards, each shard's feed is forwarded (its own group and dead-letter
+    stream on that shard), or one shard's with --shard. SIGTERM stops it; an entry not yet
+    acknowledged is taken over by another forwarder."""
     import os
 
     from parley.metrics import Health, serve
@@ -834,16 +846,31 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
                               retry_cap_s=retry_cap, claim_idle_ms=int(claim_idle * 1000))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--claim-idle") from None
+    _check_shard(ctx, shard)
     stop = _stop_on_signals()
-    connection, keys = _connect(ctx), Keys(ctx.obj["prefix"])
-    connection.ping()  # a Redis unusable at start is one line and exit 69, as for every command
-    forwarder = Forwarder(connection, keys, config)
-    forwarder.health = Health(connection)
+    keys = Keys(ctx.obj["prefix"])
+    indexes = [shard] if shard is not None else list(range(len(ctx.obj["urls"])))
+    connections = [_connect(ctx, i) for i in indexes]
+    for connection in connections:
+        connection.ping()  # a Redis unusable at start is one line and exit 69, as for every command
+    # one forwarder per shard's feed; the readiness beat is shared (any loop turning), the
+    # counters are the process's (one `--shard` process per shard counts each apart)
+    health = Health(connections[0])
+    forwarders = [Forwarder(connection, keys, config) for connection in connections]
+    for forwarder in forwarders:
+        forwarder.health = health
     if metrics_port is not None:
-        serve(metrics_port, connection, keys, forwarder.health, redis_state=False)
-    click.echo(f"parley notify {forwarder.consumer} started (feed {keys.feed}, group {group})", err=True)
-    forwarder.run(stop)
-    click.echo(f"parley notify {forwarder.consumer} stopped", err=True)
+        serve(metrics_port, connections[0], keys, health, redis_state=False)
+    where = f"shard {shard}" if shard is not None else f"{len(indexes)} shard(s)"
+    click.echo(f"parley notify {forwarders[0].consumer} started (feed {keys.feed} of {where}, "
+               f"group {group})", err=True)
+    threads = [threading.Thread(target=f.run, args=(stop,), name=f"notify-shard-{i}", daemon=True)
+               for i, f in zip(indexes, forwarders, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    click.echo(f"parley notify {forwarders[0].consumer} stopped", err=True)
 
 
 @cli.command()

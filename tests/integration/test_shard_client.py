@@ -1,0 +1,148 @@
+"""The clients over several shards (docs/operations.md, "Shards"), on real redis-servers with
+the submit function loaded: each session's input lands on its placed shard only, a send refused
+`moved` waits for the move and follows it (or gives up with `SubmitUnavailable`), and a sharded
+client never writes inputs by plain XADD."""
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from parley.aclient import AsyncClient
+from parley.cli.procs import RedisServer
+from parley.client import Client
+from parley.dispatcher.functions import Functions
+from parley.producer import SubmitUnavailable
+from parley.schemas.keys import Keys, partition_of
+from parley.shards import Shards, write_placement
+
+KEYS = Keys()
+MESSAGE = {"type": "message.create", "content": "hi"}
+N = 16
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[list[RedisServer]]:
+    started = [RedisServer(tmp_path / f"redis-{i}").start() for i in range(2)]
+    yield started
+    for server in started:
+        server.stop(kill=True)
+
+
+@pytest.fixture
+def shards(servers: list[RedisServer]) -> Shards:
+    """Two shards with the submit function loaded and the first placement written (p mod 2)."""
+    clients = [redis.Redis.from_url(s.url) for s in servers]
+    for r in clients:
+        Functions(r).ensure()
+    placed = Shards(clients, KEYS)
+    placed.check(N, create=True)
+    return placed
+
+
+def entries(r: redis.Redis, session: str) -> list[Any]:
+    stream = KEYS.producer_inputs("app", partition_of(session, N), N)
+    return [f for _id, f in r.xrange(stream) if f[b"session"] == session.encode()]
+
+
+def sessions_on(shards: Shards, shard: int, count: int) -> list[str]:
+    assert shards.placement is not None
+    placed = [s for s in (f"s-{i}" for i in range(200)) if shards.placement.shard_of_session(s) == shard]
+    return placed[:count]
+
+
+def test_each_session_goes_to_its_placed_shard_only(shards: Shards) -> None:
+    client = Client(shards, producer="app")
+    assert client.redis is shards.clients[0]
+    for shard in (0, 1):
+        for session in [*sessions_on(shards, shard, 3), f"{sessions_on(shards, shard, 1)[0]}:sub-1"]:
+            client.send(session, MESSAGE)
+            assert len(entries(shards.clients[shard], session)) == 1
+            assert entries(shards.clients[1 - shard], session) == []
+
+
+def test_a_client_given_the_shards_clients_builds_its_shards(shards: Shards) -> None:
+    client = Client(shards.clients, producer="app")
+    (session,) = sessions_on(shards, 1, 1)
+    client.send(session, MESSAGE)
+    assert len(entries(shards.clients[1], session)) == 1
+
+
+def test_a_sharded_client_without_a_producer_refuses_to_send_but_reads(shards: Shards) -> None:
+    client = Client(shards)
+    with pytest.raises(ValueError, match="submit function"):
+        client.send("s-1", MESSAGE)
+    assert client.show("s-1") is None
+    assert client.interrupts() == [] and client.sessions().items == []
+
+
+def freeze(shards: Shards, session: str) -> int:
+    """Mark the session's partition as moving to the other shard, on both shards."""
+    assert shards.placement is not None
+    p = partition_of(session, N)
+    moving = shards.placement.freeze(p, 1 - shards.placement.shard_of(p))
+    for i, r in enumerate(shards.clients):
+        write_placement(r, KEYS, i, moving)
+    return p
+
+
+def test_a_send_refused_moved_waits_for_the_flip_and_goes_to_the_new_shard(shards: Shards) -> None:
+    (session,) = sessions_on(shards, 0, 1)
+    client = Client(Shards(shards.clients, KEYS), producer="app")
+    client.send(session, MESSAGE)  # reads the placement before the move
+    p = freeze(shards, session)
+    sent: list[str] = []
+    thread = threading.Thread(target=lambda: sent.append(client.send(session, MESSAGE)))
+    thread.start()
+    refreshed = Shards(shards.clients, KEYS)
+    moving = refreshed.refresh()
+    assert moving is not None and p in moving.moving
+    flipped = moving.flip(p)
+    for i, r in enumerate(shards.clients):
+        write_placement(r, KEYS, i, flipped)
+    thread.join(timeout=60)
+    assert not thread.is_alive() and len(sent) == 1
+    # the first send is on shard 0; the one sent during the move went to shard 1, once flipped
+    assert len(entries(shards.clients[0], session)) == 1
+    assert len(entries(shards.clients[1], session)) == 1
+    assert client.shards.index_of_session(session) == 1
+
+
+def test_a_move_that_outlasts_the_bound_is_submit_unavailable_and_writes_nothing(shards: Shards) -> None:
+    (session,) = sessions_on(shards, 1, 1)
+    freeze(shards, session)
+    client = Client(shards.clients, producer="app", moved_timeout_s=0.3)
+    with pytest.raises(SubmitUnavailable, match="moved"):
+        client.send(session, MESSAGE)
+    assert entries(shards.clients[0], session) == [] and entries(shards.clients[1], session) == []
+
+
+def test_the_async_client_routes_and_waits_out_moved_too(shards: Shards, servers: list[RedisServer]) -> None:
+    (on_0,) = sessions_on(shards, 0, 1)
+    (on_1,) = sessions_on(shards, 1, 1)
+
+    async def run() -> None:
+        clients = [redis.asyncio.Redis.from_url(s.url) for s in servers]
+        try:
+            client = AsyncClient(clients, producer="app", moved_timeout_s=0.3)
+            await client.send(on_0, MESSAGE)
+            await client.send(on_1, MESSAGE)
+            with pytest.raises(ValueError, match="submit function"):
+                await AsyncClient(clients).send(on_0, MESSAGE)
+            freeze(shards, on_1)
+            await client.refresh()
+            with pytest.raises(SubmitUnavailable):
+                await client.send(on_1, MESSAGE)
+            assert (await client.sessions()).items == [] and await client.interrupts() == []
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    asyncio.run(run())
+    assert len(entries(shards.clients[0], on_0)) == 1 and entries(shards.clients[1], on_0) == []
+    assert len(entries(shards.clients[1], on_1)) == 1 and entries(shards.clients[0], on_1) == []

@@ -1,0 +1,109 @@
+"""Listings over several shards (parley/fanout.py, the merge; parley/producer.py `MovedRetry`,
+`newest_placement`): pure, no Redis."""
+
+import pytest
+
+from parley.fanout import ShardPart, merge_parts
+from parley.inbox import (
+    Cursor,
+    Driver,
+    InterruptFilter,
+    InterruptPage,
+    OpenInterrupt,
+    merged_page,
+    time_member,
+)
+from parley.producer import MovedRetry, SubmitRefused, is_moved, newest_placement
+from parley.schemas.shards import Placement
+
+
+def key(row: str) -> str:
+    return row
+
+
+def page_all(shards: list[list[str]], limit: int, scan: int, reverse: bool = False) -> list[list[str]]:
+    """Page a listing spread over `shards` (each sorted) as the clients do: every shard reads at
+    most `limit` rows and at most `scan` members after the merged position; pages till done."""
+    pages: list[list[str]] = []
+    after: str | None = None
+    for _ in range(100):
+        parts = []
+        for rows in shards:
+            ordered = sorted(rows, reverse=reverse)
+            past = [r for r in ordered if after is None or (r < after if reverse else r > after)]
+            read = past[:min(limit, scan)]
+            done = len(read) == len(past)
+            parts.append(ShardPart([r for r in read if not r.endswith("-")], None if done else read[-1]))
+        items, after = merge_parts(parts, key, limit, reverse)
+        pages.append(items)
+        if after is None:
+            return pages
+    raise AssertionError("the paging never ended")
+
+
+@pytest.mark.parametrize("limit,scan", [(1, 1), (2, 2), (3, 1), (2, 5), (10, 10)])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_paging_over_shards_returns_every_row_once_in_order(limit: int, scan: int, reverse: bool) -> None:
+    # rows ending in "-" are read but filtered out (a shard's scan that stops short of a full page)
+    shards = [["a1", "a4-", "a5", "b2", "c9"], ["a2-", "a3", "b1", "b3-", "b4"], []]
+    pages = page_all(shards, limit, scan, reverse)
+    flat = [r for p in pages for r in p]
+    expected = sorted((r for s in shards for r in s if not r.endswith("-")), reverse=reverse)
+    assert flat == expected
+    assert all(len(p) <= limit for p in pages)
+
+
+def test_a_shard_that_stopped_short_bounds_the_page() -> None:
+    """Shard 1 read only up to "b": shard 0's "c" may not be taken before shard 1's rows past "b"."""
+    items, after = merge_parts([ShardPart(["a", "c"], None), ShardPart([], "b")], key, 5)
+    assert (items, after) == (["a"], "b")
+
+
+def test_a_full_page_ends_at_its_last_row_and_a_drained_listing_has_no_cursor() -> None:
+    full = merge_parts([ShardPart(["a", "c"], None), ShardPart(["b", "d"], None)], key, 3)
+    assert full == (["a", "b", "c"], "c")
+    assert merge_parts([ShardPart(["a"], None), ShardPart(["b"], None)], key, 3) == (["a", "b"], None)
+    with pytest.raises(ValueError):
+        merge_parts([], key, 0)
+
+
+def row(session: str, raised_at: int, iid: str = "int-1") -> OpenInterrupt:
+    return OpenInterrupt(session=session, interrupt_id=iid, reason="confirm", raised_at=raised_at)
+
+
+def test_merged_interrupt_page_orders_by_raise_time_and_its_cursor_resumes_every_shard() -> None:
+    flt = InterruptFilter()
+    late, early, mid = row("z", 3), row("y", 1), row("x", 2)
+    page = merged_page(flt, 2, [InterruptPage(items=[early, late]), InterruptPage(items=[mid])])
+    assert [r.session for r in page.items] == ["y", "x"]
+    assert page.cursor is not None
+    at = Cursor.decode(page.cursor, flt)
+    assert (at.driver, at.after) == (Driver.TIME, time_member(2, "x", "int-1"))
+
+
+def test_merged_interrupt_page_by_session_with_a_prefix() -> None:
+    flt = InterruptFilter(session_prefix="s")
+    page = merged_page(flt, 5, [InterruptPage(items=[row("s2", 1)]), InterruptPage(items=[row("s1", 9)])])
+    assert [r.session for r in page.items] == ["s1", "s2"] and page.cursor is None
+
+
+def test_moved_retry_backs_off_within_its_bound_then_gives_up() -> None:
+    retry = MovedRetry(started=100.0, timeout_s=2.0)
+    delays = [retry.delay(100.0 + t) for t in (0.0, 0.5, 1.9)]
+    assert all(d is not None and 0 <= d <= 1.0 for d in delays)
+    assert retry.delay(101.95) is not None and (retry.delay(101.95) or 0) <= 0.05 + 1e-9
+    assert retry.delay(102.0) is None
+    assert "moved" in str(retry.gave_up("S"))
+
+
+def test_only_the_moved_refusal_is_retried() -> None:
+    assert is_moved(SubmitRefused("moved", "partition 3 is moving"))
+    assert not is_moved(SubmitRefused("rate_limited", "slow down"))
+    assert not is_moved(ValueError("moved"))
+
+
+def test_the_newest_placement_wins() -> None:
+    old = Placement.default(4, 2)
+    new = old.freeze(1, 0)
+    assert newest_placement([old.to_json(), None, new.to_json()]) == new
+    assert newest_placement([None, b""]) is None

@@ -84,7 +84,7 @@ def test_a_partition_moved_under_load_loses_and_doubles_nothing(procs: Procs, se
     for shard in (0, 1):
         procs.dispatcher(APP, "--shard", str(shard), "--lease-ms", "2000", "--register-producer", "web",
                          env=env)
-        procs.worker(APP, "--shard", str(shard), env=env)
+        procs.start("worker", APP, "--shard", str(shard), env=env)
     shards = Shards([redis.Redis.from_url(u) for u in urls], K)
     deadline = time.monotonic() + 30
     while shards.refresh() is None or not all(c.hexists(K.producers, "web") for c in shards.clients):

@@ -17,7 +17,7 @@ What a partition P owns on its shard:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from parley.schemas.keys import Keys, partition_of
-from parley.schemas.shards import Placement, PlacementError
+from parley.schemas.shards import Placement
 
 SEP = "\x1f"  # the unit separator every shard-wide member uses between its parts
 
@@ -240,8 +240,3 @@ def partition_states(placement: Placement) -> list[tuple[int, int, str]]:
         out.append((p, placement.shard_of(p), "served" if to is None else f"moving to {to}"))
     return out
 
-
-def check_shards(placement: Placement, count: Sequence[object]) -> None:
-    """The URLs given name every shard of the table (a move needs them all)."""
-    if placement.shards != len(count):
-        raise PlacementError(f"the deployment has {placement.shards} shards and {len(count)} URLs were given")

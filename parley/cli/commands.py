@@ -896,9 +896,11 @@ def main() -> None:
 
 
 def _add_groups() -> None:
+    from parley.cli.partitions import partitions
     from parley.cli.producers import producers
 
     cli.add_command(producers)
+    cli.add_command(partitions)
 
 
 _add_groups()

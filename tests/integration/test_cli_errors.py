@@ -34,6 +34,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "demo": ["--yes"],
     "notify": ["--webhook", "http://127.0.0.1:1/hook"],
     "producers": ["list"],
+    "partitions": ["list"],
 }
 
 

@@ -1,0 +1,402 @@
+"""Moving a partition from one shard to another while the deployment runs.
+
+The shell over schemas/moves.py (which says what belongs to a partition P). A move of P from
+its source shard to a target shard goes in six steps; together they lose no input, apply none
+twice, and lose no work outcome:
+
+1. Freeze: `placement.freeze(P, to)` is written on every shard, the target first and the
+   source last. From then no shard serves P: the source's dispatchers give P's lease back
+   within one lease-maintenance tick and do not take it again, the source's sweeps skip P's
+   sessions, and the submit function refuses P's inputs with `moved` (clients read the table
+   again and retry until the flip, so an input is either on the source before the freeze or
+   on the target after the flip, never both).
+2. Fence: once the source's `lease:P` is gone, the mover SETs it itself (NX, a long PX, a
+   `mover:` token). Every commit script checks its caller's lease token, so a dispatcher that
+   stalled holding P can no longer write P's sessions: nothing changes them behind the copy.
+3. Drain: wait (`--drain-timeout`, default 60 s) until no job of a P session is queued,
+   running or in flight on the source: the outcomes are then in P's results stream, which
+   travels. Jobs still there at the timeout are taken off their queue and recorded lost on
+   P's results stream, as the lost-work sweeps would: the target's dispatcher retries them by
+   the engine's rules (decide, LLM and idempotent tool jobs again; other tools settle as
+   `worker_lost`); a late outcome of one still running is dropped (it is of an old attempt).
+4. Copy: every key of P's sessions, P's streams (inputs, results, every registered producer's
+   input stream of P) by DUMP/RESTORE REPLACE, which keeps consumer groups, pending entries and
+   TTLs; P's sessions' members of the shard-wide sets (interrupt index and its listing sets,
+   deadlines, expiring, idle, the list of sessions, pending counts); and their share of the
+   `stats` counters, added on the target in one MULTI with the `copied:P` mark.
+5. Flip: `placement.flip(P)` is written on every shard, the target first. The target's
+   dispatchers take P's lease and carry on where the source stopped: pending stream entries
+   are claimed (the applied marks in each session make replays no-ops), outboxes flushed.
+6. Clean: P's keys and members are deleted on the source (its counters lowered), then the
+   mover's lease and the `copied:P` mark.
+
+A mover that stops half way leaves tables that say so; `repair` finishes the move when the
+target holds the `copied:P` mark (flip, clean) and undoes it otherwise (unfreeze, and delete
+the partial copy on the target). Inputs XADDed straight to a stream (the development path
+without the submit function) are not checked against the table: a sharded deployment's
+clients always use the submit function.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+from rq import Queue
+from rq.job import Job
+
+from parley.dispatcher.sweeps import lost_outcome
+from parley.schemas.jobs import JOBS
+from parley.schemas.keys import Keys
+from parley.schemas.moves import (
+    COPIED_FIELD_PREFIX,
+    DEFAULT_DRAIN_TIMEOUT_S,
+    MOVER_LEASE_MS,
+    MOVER_TOKEN_PREFIX,
+    Holds,
+    MovePlan,
+    MoveStep,
+    Repair,
+    RepairStep,
+    copied_field,
+    held_of,
+    in_partition,
+    parked_of,
+    partition_streams,
+    plan_move,
+    plan_repair,
+    session_key_pattern,
+    session_of_job,
+    session_of_key,
+    session_of_member,
+    shared_sets,
+)
+from parley.schemas.shards import Placement, PlacementError
+from parley.shards import Shards, write_placement
+
+#: how long the fence waits, by default, for the source's dispatchers to give P's lease back
+DEFAULT_FENCE_TIMEOUT_S = 120.0
+SCAN_COUNT = 1000
+
+
+class MoveError(PlacementError):
+    """A move that could not be done: the message says why and what state it left."""
+
+
+@dataclass
+class MoveReport:
+    """What a move did, for the CLI to print."""
+
+    partition: int
+    source: int
+    target: int
+    sessions: int = 0
+    keys: int = 0
+    members: int = 0
+    drained_lost: int = 0
+
+
+Say = Callable[[MoveStep, str], None]
+
+
+def _quiet(_step: MoveStep, _text: str) -> None:
+    pass
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Mover:
+    """Moves and repairs partitions of the deployment `shards` names (all of its shards)."""
+
+    def __init__(self, shards: Shards, say: Say = _quiet, poll_s: float = 0.1):
+        if not shards.sharded:
+            raise MoveError("a deployment of one Redis has nowhere to move a partition: give every "
+                            "shard's URL (--redis-url, repeated)")
+        self.shards = shards
+        self.keys: Keys = shards.keys
+        self.say = say
+        self.poll_s = poll_s
+
+    # ---- the move ------------------------------------------------------------------------
+    def move(self, partition: int, to: int, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+             fence_timeout_s: float = DEFAULT_FENCE_TIMEOUT_S) -> MoveReport:
+        placement = self.shards.check()
+        assert placement is not None  # sharded: check() raises rather than find none
+        plan = plan_move(placement, partition, to)
+        report = MoveReport(partition, plan.source, plan.target)
+        self.write_everywhere(plan, plan.frozen)
+        self.say(MoveStep.FREEZE, f"partition {partition} frozen (table version {plan.frozen.version})")
+        try:
+            token = self.fence(plan, fence_timeout_s)
+        except MoveError:
+            self.write_everywhere(plan, plan.frozen.unfreeze(partition))
+            raise
+        self.say(MoveStep.FENCE, f"lease of partition {partition} on shard {plan.source} taken")
+        report.drained_lost = self.drain(plan, drain_timeout_s)
+        self.say(MoveStep.DRAIN, f"jobs drained ({report.drained_lost} recorded lost at the timeout)")
+        report.sessions, report.keys, report.members = self.copy(plan)
+        self.say(MoveStep.COPY, f"{report.sessions} sessions, {report.keys} keys and {report.members} "
+                                f"members copied to shard {plan.target}")
+        self.write_everywhere(plan, plan.flipped)
+        self.say(MoveStep.FLIP, f"partition {partition} is on shard {plan.target} "
+                                f"(table version {plan.flipped.version})")
+        self.clean(plan.source, partition, plan.flipped.partitions, lower_stats=True)
+        self.release_fence(plan.source, partition, token)
+        self.shards.clients[plan.target].hdel(self.keys.config, copied_field(partition))
+        self.say(MoveStep.CLEAN, f"shard {plan.source} cleaned of partition {partition}")
+        return report
+
+    def write_everywhere(self, plan: MovePlan, placement: Placement) -> None:
+        for s in plan.write_order():
+            write_placement(self.shards.clients[s], self.keys, s, placement)
+        self.shards.placement = placement
+
+    def fence(self, plan: MovePlan, timeout_s: float) -> str:
+        """Take P's lease on the source once its dispatcher has given it back."""
+        src = self.shards.clients[plan.source]
+        token = f"{MOVER_TOKEN_PREFIX}{secrets.token_hex(8)}"
+        deadline = time.monotonic() + timeout_s
+        while not src.set(self.keys.lease(plan.partition), token, nx=True, px=MOVER_LEASE_MS):
+            if time.monotonic() >= deadline:
+                raise MoveError(f"a dispatcher of shard {plan.source} still holds partition "
+                                f"{plan.partition}'s lease after {timeout_s:g} s (one of a version "
+                                "without shards?): the move is undone, nothing was copied")
+            time.sleep(self.poll_s)
+        return token
+
+    def release_fence(self, shard: int, partition: int, token: str | None = None) -> None:
+        """Delete the mover's lease (any mover's when `token` is None: repair)."""
+        r = self.shards.clients[shard]
+        raw = r.get(self.keys.lease(partition))
+        held = None if raw is None else _text(raw)
+        if held is not None and (held == token if token else held.startswith(MOVER_TOKEN_PREFIX)):
+            r.delete(self.keys.lease(partition))
+
+    # ---- drain ---------------------------------------------------------------------------
+    def jobs_of(self, r: redis.Redis, partition: int, partitions: int) -> dict[str, dict[str, Any]]:
+        """P's jobs in flight or running: job id -> its record."""
+        found: dict[str, dict[str, Any]] = {}
+        for where in (self.keys.inflight, self.keys.running):
+            raw: Any = r.hgetall(where)
+            for job, rec in (raw or {}).items():
+                session = session_of_job(rec)
+                if session is not None and in_partition(session, partition, partitions):
+                    found.setdefault(_text(job), orjson.loads(rec))
+        return found
+
+    def drain(self, plan: MovePlan, timeout_s: float) -> int:
+        """Wait for P's jobs to finish; record the rest lost at the timeout. Returns how many."""
+        src = self.shards.clients[plan.source]
+        n = plan.frozen.partitions
+        deadline = time.monotonic() + timeout_s
+        while True:
+            jobs = self.jobs_of(src, plan.partition, n)
+            if not jobs:
+                return 0
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(self.poll_s)
+        names = sorted({self.keys.queue(spec.queue) for spec in JOBS.values()})
+        queue_keys = [Queue.redis_queue_namespace_prefix + name for name in names]
+        orders = [self.keys.inflight_order(name) for name in names]
+        running: Any = src.hgetall(self.keys.running)
+        running_ids = {_text(j) for j in (running or {})}
+        for job, rec in jobs.items():
+            pipe = src.pipeline(transaction=True)
+            for q in queue_keys:
+                pipe.lrem(q, 0, job)
+            if job not in running_ids:
+                pipe.delete(Job.key_for(job))  # queued or never started: RQ may not run it later
+            pipe.hdel(self.keys.inflight, job)
+            pipe.hdel(self.keys.running, job)
+            for order in orders:
+                pipe.zrem(order, job)
+            # P's results stream of the source, which the copy takes to the target
+            outcome = lost_outcome(rec).model_dump_json()
+            pipe.xadd(self.keys.results_of(rec["session"], n), {"outcome": outcome})
+            pipe.execute()
+        return len(jobs)
+
+    # ---- copy ----------------------------------------------------------------------------
+    def scan(self, r: redis.Redis, match: str) -> Iterator[str]:
+        for key in r.scan_iter(match=match, count=SCAN_COUNT):
+            yield _text(key)
+
+    def session_keys_of(self, r: redis.Redis, partition: int, partitions: int) -> list[tuple[str, str]]:
+        """(session, key) of every key of P's sessions on `r`."""
+        out = []
+        for key in self.scan(r, session_key_pattern(self.keys)):
+            session = session_of_key(self.keys, key)
+            if session is not None and in_partition(session, partition, partitions):
+                out.append((session, key))
+        return out
+
+    def streams_of(self, r: redis.Redis, partition: int, partitions: int) -> list[str]:
+        producers: Any = r.hkeys(self.keys.producers)
+        return partition_streams(self.keys, partition, partitions, [_text(p) for p in producers or []])
+
+    def members_of(self, r: redis.Redis, partition: int,
+                   partitions: int) -> list[tuple[str, Holds, list[tuple[str, Any]]]]:
+        """P's members of each shard-wide set on `r`: (key, kind, [(member, score or value)])."""
+        out = []
+        for shared in shared_sets(self.keys):
+            names = list(self.scan(r, shared.name)) if shared.pattern else [shared.name]
+            for name in names:
+                if shared.holds is Holds.ZSET:
+                    items: Iterator[tuple[Any, Any]] = r.zscan_iter(name, count=SCAN_COUNT)
+                else:
+                    items = r.hscan_iter(name, count=SCAN_COUNT)
+                mine = []
+                for member, value in items:
+                    session = session_of_member(shared.form, _text(member))
+                    if session is not None and in_partition(session, partition, partitions):
+                        mine.append((_text(member), value))
+                if mine:
+                    out.append((name, shared.holds, mine))
+        return out
+
+    def stats_of(self, r: redis.Redis, sessions: set[str], anchors: list[Any]) -> tuple[int, int]:
+        """P's share of the `held` and `parked` counters on `r`."""
+        held = 0
+        for session in sorted(sessions):
+            core_raw = r.hget(self.keys.meta(session), "core")
+            outbox: Any = r.hvals(self.keys.outbox(session))
+            core = orjson.loads(core_raw) if core_raw else None
+            held += held_of(core, [orjson.loads(v) for v in outbox or []])
+        return held, parked_of(int(v) for v in anchors)
+
+    def copy(self, plan: MovePlan) -> tuple[int, int, int]:
+        src, dst = self.shards.clients[plan.source], self.shards.clients[plan.target]
+        n = plan.frozen.partitions
+        session_keys = self.session_keys_of(src, plan.partition, n)
+        keys = [k for _s, k in session_keys] + self.streams_of(src, plan.partition, n)
+        copied = 0
+        for key in keys:
+            dumped = src.dump(key)
+            if dumped is None:
+                continue
+            ttl: Any = src.pttl(key)
+            dst.restore(key, max(int(ttl), 0), dumped, replace=True)
+            copied += 1
+        members = self.members_of(src, plan.partition, n)
+        pipe = dst.pipeline(transaction=False)
+        anchors: list[Any] = []
+        count = 0
+        for name, holds, items in members:
+            count += len(items)
+            if holds is Holds.ZSET:
+                pipe.zadd(name, {m: float(score) for m, score in items})
+            else:
+                pipe.hset(name, mapping={m: v for m, v in items})
+                if name == self.keys.interrupt_anchors:
+                    anchors = [v for _m, v in items]
+        pipe.execute()
+        sessions = {s for s, _k in session_keys}
+        held, parked = self.stats_of(src, sessions, anchors)
+        # the counters and the mark in one MULTI: `repair` flips only a copy that counted
+        tx = dst.pipeline(transaction=True)
+        if held:
+            tx.hincrby(self.keys.stats, "held", held)
+        if parked:
+            tx.hincrby(self.keys.stats, "parked", parked)
+        tx.hset(self.keys.config, copied_field(plan.partition), str(plan.target))
+        tx.execute()
+        return len(sessions), copied, count
+
+    # ---- clean ---------------------------------------------------------------------------
+    def clean(self, shard: int, partition: int, partitions: int, lower_stats: bool) -> int:
+        """Delete P's keys and members on `shard`; lower its counters by their share when they
+        were counted there (the source; a partial copy on a target was never counted). The
+        counters go in one MULTI with the metas and anchors that feed them, so a clean stopped
+        half way and run again lowers them once. Returns how many keys and members it deleted."""
+        r = self.shards.clients[shard]
+        session_keys = self.session_keys_of(r, partition, partitions)
+        members = self.members_of(r, partition, partitions)
+        anchors = next((items for name, _h, items in members if name == self.keys.interrupt_anchors), [])
+        sessions = {s for s, _k in session_keys}
+        tx = r.pipeline(transaction=True)
+        if lower_stats:
+            held, parked = self.stats_of(r, sessions, [v for _m, v in anchors])
+            if held:
+                tx.hincrby(self.keys.stats, "held", -held)
+            if parked:
+                tx.hincrby(self.keys.stats, "parked", -parked)
+        metas = [self.keys.meta(s) for s in sorted(sessions)]
+        if metas:
+            tx.delete(*metas)
+        if anchors:
+            tx.hdel(self.keys.interrupt_anchors, *[m for m, _v in anchors])
+        tx.execute()
+        deleted = len(metas) + len(anchors)
+        rest = [k for _s, k in session_keys if k not in metas] + self.streams_of(r, partition, partitions)
+        pipe = r.pipeline(transaction=False)
+        for key in rest:
+            pipe.delete(key)
+        for name, holds, items in members:
+            if name == self.keys.interrupt_anchors:
+                continue
+            if holds is Holds.ZSET:
+                pipe.zrem(name, *[m for m, _v in items])
+            else:
+                pipe.hdel(name, *[m for m, _v in items])
+            deleted += len(items)
+        pipe.execute()
+        return deleted + len(rest)
+
+    # ---- repair --------------------------------------------------------------------------
+    def newest(self) -> Placement:
+        newest = self.shards.refresh()
+        if newest is None:
+            raise MoveError("the shards hold no placement: there is nothing to repair")
+        if newest.shards != len(self.shards.clients):
+            raise MoveError(f"the deployment has {newest.shards} shards and {len(self.shards.clients)} "
+                            "URLs were given: give every shard's URL, in order")
+        return newest
+
+    def copied_marks(self) -> dict[int, int]:
+        marks: dict[int, int] = {}
+        for r in self.shards.clients:
+            fields: Any = r.hgetall(self.keys.config)
+            for name, value in (fields or {}).items():
+                text = _text(name)
+                if text.startswith(COPIED_FIELD_PREFIX):
+                    marks[int(text.removeprefix(COPIED_FIELD_PREFIX))] = int(_text(value))
+        return marks
+
+    def repair(self) -> list[RepairStep]:
+        """Finish or undo what a stopped move left: the newest table written on every shard,
+        then each step of `plan_repair` done. Run it only while no move is running."""
+        placement = self.newest()
+        order = list(range(len(self.shards.clients)))
+        for s in order:  # a table written on some shards only: the newest everywhere
+            write_placement(self.shards.clients[s], self.keys, s, placement)
+        steps = plan_repair(placement, self.copied_marks())
+        for step in steps:
+            p, n = step.partition, placement.partitions
+            if step.action is Repair.FLIP:
+                plan = MovePlan(p, step.source, step.target, placement, placement.flip(p))
+                self.write_everywhere(plan, plan.flipped)
+                placement = plan.flipped
+                self.clean(step.source, p, n, lower_stats=True)
+                self.release_fence(step.source, p)
+                self.shards.clients[step.target].hdel(self.keys.config, copied_field(p))
+            elif step.action is Repair.UNFREEZE:
+                plan = MovePlan(p, step.source, step.target, placement, placement)
+                placement = placement.unfreeze(p)
+                self.write_everywhere(plan, placement)
+                self.clean(step.target, p, n, lower_stats=False)
+                self.release_fence(step.source, p)
+            else:
+                for s in order:
+                    if s != step.target:
+                        self.clean(s, p, n, lower_stats=True)
+                        self.release_fence(s, p)
+                self.shards.clients[step.target].hdel(self.keys.config, copied_field(p))
+        return steps

@@ -1,0 +1,312 @@
+"""Moving a partition between two real redis-servers (parley/partitions.py), without dispatchers
+running during the move: the state is made by a real dispatcher driven by hand on shard 0, then
+moved; what the target holds is compared with what the source held, and a dispatcher on the
+target carries on. Also `repair` after a mover stopped at each step, and the refusals."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from click.testing import CliRunner
+
+from parley.cli import cli
+from parley.cli.procs import RedisServer
+from parley.dispatcher.consume import Dispatcher
+from parley.partitions import MoveError, Mover
+from parley.schemas.jobs import job_id
+from parley.schemas.keys import Keys, partition_of
+from parley.schemas.listing import listing_member
+from parley.schemas.moves import MoveStep, copied_field, plan_move
+from parley.schemas.results import WorkOutcome
+from parley.schemas.shards import Placement, PlacementError
+from parley.shards import Shards, read_view, write_placement
+from tests.integration.conftest import tick
+from tests.integration.sessions import APP, core_of
+
+K = Keys()
+N = 4
+P = 1
+
+
+def named_in(partition: int, count: int, stem: str) -> list[str]:
+    out = [f"{stem}{i}" for i in range(200) if partition_of(f"{stem}{i}", N) == partition]
+    return out[:count]
+
+
+A, B = named_in(P, 2, "moved-")  # A parked on an interrupt, B with a model call queued
+C = named_in(0, 1, "stays-")[0]  # another partition's session, parked too
+
+
+@pytest.fixture
+def second(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis-1").start()
+    yield server
+    server.stop(kill=True)
+
+
+@pytest.fixture
+def r1(second: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(second.url)
+    yield client
+    client.close()
+
+
+def dispatcher(r: redis.Redis) -> Dispatcher:
+    r.hset(K.config, "partitions", N)
+    d = Dispatcher(r, K, APP, block_ms=5)
+    d.leases.partitions = N
+    return d
+
+
+def send(r: redis.Redis, session: str, value: dict[str, Any]) -> None:
+    r.xadd(K.inputs_of(session, N), {"session": session, "input": orjson.dumps(value)})
+
+
+def post(r: redis.Redis, **fields: Any) -> None:
+    """An outcome posted as a worker posts it: its job off the queue and out of the records."""
+    job = job_id(fields["session"], fields["work"], fields["attempt"])
+    r.lrem(f"rq:queue:{fields['kind']}", 0, job)
+    r.hdel(K.inflight, job)
+    r.xadd(K.results_of(fields["session"], N), {"outcome": WorkOutcome(**fields).model_dump_json()})
+
+
+def llm_work(r: redis.Redis, session: str) -> str:
+    [call] = [w.id for w in core_of(r, session).work.values() if w.kind == "llm"]
+    return call
+
+
+def park(r: redis.Redis, d: Dispatcher, session: str) -> None:
+    """A session whose model asked for a tool, and whose decide raised an interrupt on it (with a
+    deadline: the index, its listing sets, the deadlines and the parked gauge all hold it)."""
+    send(r, session, {"type": "session.create", "metadata": {"team": "red"}})
+    send(r, session, {"type": "message.create", "content": "Email bob"})
+    tick(d)
+    post(r, session=session, work=llm_work(r, session), attempt=1, kind="llm", ok=True,
+         value={"content": "", "tool_calls": [{"id": "m-1", "name": "send_email", "arguments": {}}]})
+    tick(d)
+    deciding = core_of(r, session).deciding
+    assert deciding is not None
+    post(r, session=session, work=deciding.work, attempt=deciding.attempt, kind="decide", ok=True,
+         value={"actions": [{"type": "interrupt", "reason": "confirm", "payload": {},
+                             "timeout_s": 3600, "default": {"approved": False}}]})
+    tick(d)
+    assert core_of(r, session).interrupts
+
+
+def build(r0: redis.Redis, r1: redis.Redis) -> Dispatcher:
+    """A, C parked and B's model call queued, on shard 0, which holds every partition; then the
+    dispatcher gives its leases back (as a shard's dispatchers do when their partition freezes)."""
+    d = dispatcher(r0)
+    park(r0, d, A)
+    park(r0, d, C)
+    send(r0, B, {"type": "session.create"})
+    send(r0, B, {"type": "message.create", "content": "hello"})
+    tick(d)
+    placement = Placement.all_on_first(N, 2)
+    write_placement(r1, K, 1, placement)
+    write_placement(r0, K, 0, placement)
+    d.leases.release_all()
+    return d
+
+
+def shards(*clients: redis.Redis) -> Shards:
+    s = Shards(list(clients), K)
+    s.check()
+    return s
+
+
+def contents(r: redis.Redis, keys: list[str]) -> dict[str, Any]:
+    """Each key's type and value, and whether it expires (DUMP's bytes may order a hash otherwise)."""
+    read = {"hash": r.hgetall, "zset": lambda k: r.zrange(k, 0, -1, withscores=True),
+            "stream": r.xrange, "string": r.get, "list": lambda k: r.lrange(k, 0, -1), "none": r.exists}
+    return {k: (kind, read[kind](k), int(r.pttl(k)) > 0)  # type: ignore[operator]
+            for k in keys for kind in [r.type(k).decode()]}  # type: ignore[union-attr]
+
+
+def members(r: redis.Redis, session: str) -> set[str]:
+    """Every shard-wide set or hash naming the session."""
+    found = set()
+    for key in r.scan_iter(count=1000):
+        name = key.decode()
+        kind = r.type(name).decode()
+        if kind == "zset":
+            items = [m.decode() for m in r.zrange(name, 0, -1)]
+        elif kind == "hash" and "{" not in name:
+            items = [f.decode() for f in r.hkeys(name)]
+        else:
+            continue
+        if any(session in item.split("\x1f") for item in items):
+            found.add(name)
+    return found
+
+
+def stat(r: redis.Redis, field: str) -> int:
+    return int(r.hget(K.stats, field) or 0)
+
+
+def test_a_move_copies_every_key_and_member_of_the_partition_and_cleans_the_source(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    own = [k for s in (A, B) for k in K.session_keys(s) if r.exists(k)]
+    before = contents(r, own)
+    a_members, c_members = members(r, A), members(r, C)
+    assert {K.interrupt_index, K.deadlines, K.interrupts_by_time, K.sessions_of_status("parked"),
+            K.sessions_of_metadata("team", "red"), K.interrupt_anchors} <= a_members
+    [b_job] = [j.decode() for j, rec in r.hgetall(K.inflight).items() if orjson.loads(rec)["session"] == B]
+    assert stat(r, "parked") == 2
+    inputs_group = r.xinfo_groups(K.inputs(P, N))
+
+    steps: list[MoveStep] = []
+    report = Mover(shards(r, r1), lambda step, _text: steps.append(step)).move(P, 1, drain_timeout_s=0.3)
+
+    assert steps == list(MoveStep)
+    assert (report.sessions, report.drained_lost) == (2, 1)
+    # every key of the partition's sessions, byte for byte; none left on the source
+    assert contents(r1, own) == before
+    assert not any(r.exists(k) for k in own)
+    # the members, on the target only; the other partition's session untouched
+    assert members(r1, A) == a_members and not members(r, A)
+    assert members(r, C) == c_members and not members(r1, C)
+    assert r1.zscore(K.sessions_of_status("parked"), listing_member(core_of(r1, A).created_at, A)) == 0
+    # the parked gauge follows its anchors
+    assert (stat(r, "parked"), stat(r1, "parked")) == (1, 1)
+    # the streams travel with their group (its last delivered id and pending entries)
+    assert r1.xinfo_groups(K.inputs(P, N)) == inputs_group and not r.exists(K.inputs(P, N))
+    # B's queued model call, still there at the drain's timeout: off the source's queue, and lost
+    assert b_job.encode() not in r.lrange("rq:queue:llm", 0, -1) and not r.hexists(K.inflight, b_job)
+    [lost] = [orjson.loads(f[b"outcome"]) for _i, f in r1.xrange(K.results(P, N))
+              if orjson.loads(f[b"outcome"]).get("lost")]
+    assert (lost["session"], lost["error"]) == (B, "worker_lost")
+    # the table flipped everywhere; the mover's lease and mark are gone
+    for i, client in enumerate((r, r1)):
+        placement = read_view(client, K, i).placement
+        assert placement is not None and placement.serves(1, P) and not placement.moving
+        assert client.hget(K.config, f"route:{P}") == b"1"
+    assert not r.exists(K.lease(P)) and not r1.hexists(K.config, copied_field(P))
+
+    # the target's dispatcher carries on: B's lost call retried, A's interrupt resumed
+    d1 = dispatcher(r1)
+    tick(d1)
+    assert core_of(r1, B).work[llm_work(r1, B)].attempt == 2
+    [interrupt] = core_of(r1, A).interrupts
+    send(r1, A, {"type": "interrupt.resume", "interrupt_id": interrupt, "payload": {"approved": True}})
+    tick(d1)
+    assert not core_of(r1, A).interrupts and not r1.exists(K.interrupt_index)
+    assert stat(r1, "parked") == 0
+
+
+def test_the_drain_waits_for_jobs_that_finish(r: redis.Redis, r1: redis.Redis) -> None:
+    """B's model call answered while the move drains: no loss is posted, its outcome travels."""
+    build(r, r1)
+    [raw] = [rec for j, rec in r.hgetall(K.inflight).items() if orjson.loads(rec)["session"] == B]
+    seen: list[MoveStep] = []
+
+    def say(step: MoveStep, _text: str) -> None:
+        seen.append(step)
+        if step is MoveStep.FENCE:  # a worker answers, as it does, while the mover waits
+            rec = orjson.loads(raw)
+            post(r, session=B, work=rec["work"], attempt=rec["attempt"], kind="llm", ok=True,
+                 value={"content": "hi"})
+
+    report = Mover(shards(r, r1), say).move(P, 1, drain_timeout_s=30)
+    assert report.drained_lost == 0
+    outcomes = [orjson.loads(f[b"outcome"]) for _i, f in r1.xrange(K.results(P, N))]
+    assert [o["session"] for o in outcomes if o.get("value") == {"content": "hi"}] == [B]
+    assert not any(o.get("lost") for o in outcomes)
+
+
+def test_a_move_waits_for_the_lease_and_is_undone_when_it_is_not_given_back(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    r.set(K.lease(P), "old-dispatcher:1", px=60_000)  # a dispatcher that does not know shards
+    with pytest.raises(MoveError, match="still holds partition 1's lease"):
+        Mover(shards(r, r1)).move(P, 1, fence_timeout_s=0.3)
+    placement = shards(r, r1).check()
+    assert placement is not None and placement.serves(0, P) and placement.version == 3
+    assert r.exists(K.meta(A)) and not r1.exists(K.meta(A))
+
+
+def test_a_move_on_one_redis_or_to_where_it_is_is_refused(r: redis.Redis, r1: redis.Redis) -> None:
+    with pytest.raises(MoveError, match="one Redis"):
+        Mover(Shards([r], K))
+    build(r, r1)
+    with pytest.raises(PlacementError, match="already on shard 0"):
+        Mover(shards(r, r1)).move(P, 0)
+
+
+def stopped_after(r: redis.Redis, r1: redis.Redis, last: MoveStep) -> Mover:
+    """A mover that did the steps up to `last` and died."""
+    mover = Mover(shards(r, r1))
+    placement = mover.shards.placement
+    assert placement is not None
+    plan = plan_move(placement, P, 1)
+    mover.write_everywhere(plan, plan.frozen)
+    token = mover.fence(plan, 1)
+    mover.drain(plan, 0.1)
+    if last in (MoveStep.COPY, MoveStep.FLIP):
+        mover.copy(plan)
+    if last is MoveStep.FLIP:
+        mover.write_everywhere(plan, plan.flipped)
+    assert r.get(K.lease(P)) == token.encode()
+    return Mover(shards(r, r1))
+
+
+@pytest.mark.parametrize("last", [MoveStep.DRAIN, MoveStep.COPY, MoveStep.FLIP])
+def test_repair_finishes_a_copied_move_and_undoes_any_other(r: redis.Redis, r1: redis.Redis,
+                                                            last: MoveStep) -> None:
+    build(r, r1)
+    mover = stopped_after(r, r1, last)
+    if last is MoveStep.DRAIN:  # a partial copy on the target, without the mark
+        r1.restore(K.meta(A), 0, r.dump(K.meta(A)))  # type: ignore[arg-type]
+    [step] = mover.repair()
+    finished = last is not MoveStep.DRAIN
+    assert step.action == {MoveStep.DRAIN: "unfreeze", MoveStep.COPY: "flip", MoveStep.FLIP: "clean"}[last]
+    placement = shards(r, r1).check()
+    assert placement is not None and not placement.moving
+    home, away = (r1, r) if finished else (r, r1)
+    assert placement.serves(1 if finished else 0, P)
+    assert home.exists(K.meta(A)) and home.exists(K.inputs(P, N)) and K.interrupt_index in members(home, A)
+    assert not away.exists(K.meta(A)) and not away.exists(K.inputs(P, N)) and not members(away, A)
+    assert (stat(home, "parked"), stat(away, "parked")) == ((1, 1) if finished else (2, 0))
+    assert not r.exists(K.lease(P)) and not r1.hexists(K.config, copied_field(P))
+    assert mover.repair() == []
+
+
+def test_repair_writes_a_table_written_on_some_shards_only_everywhere(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    placement = shards(r, r1).check()
+    assert placement is not None
+    write_placement(r1, K, 1, placement.freeze(P, 1))  # the mover died after its first write
+    [step] = Mover(Shards([r, r1], K)).repair()
+    assert step.action == "unfreeze"
+    after = shards(r, r1).check()
+    assert after is not None and after.serves(0, P) and after.version == placement.version + 2
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_the_cli_lists_moves_and_repairs(r: redis.Redis, r1: redis.Redis, redis_server: RedisServer,
+                                         second: RedisServer) -> None:
+    urls = ["--redis-url", redis_server.url, "--redis-url", second.url]
+    out = run("--redis-url", redis_server.url, "partitions", "list")
+    assert out.exit_code == 0 and "one Redis" in out.output
+    build(r, r1)
+    out = run(*urls, "partitions", "list")
+    assert out.exit_code == 0, out.output
+    assert "placement version 1: 4 partitions over 2 shards" in out.output
+    assert "   1  shard 0  served" in out.output
+    out = run(*urls, "partitions", "move", "1", "--to", "1", "--drain-timeout", "0.2")
+    assert out.exit_code == 0, out.output
+    assert "partition 1 moved from shard 0 to shard 1" in out.output and "clean:" in out.output
+    assert "   1  shard 1  served" in run(*urls, "partitions", "list").output
+    out = run(*urls, "partitions", "move", "1", "--to", "5")
+    assert out.exit_code == 1 and "there is no shard 5" in out.output
+    assert "nothing to repair" in run(*urls, "partitions", "repair").output
+    out = run(*urls[:2], "partitions", "repair")
+    assert out.exit_code == 1 and "one Redis" in out.output

@@ -8,12 +8,15 @@ it afresh for every input it signs (these are rare: one per spawn and per close)
 that meets an engine signature its copy rejects reads it again before refusing the entry.
 """
 
+import logging
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
 
+from parley.logs import kv
 from parley.schemas.keys import Keys
 
 
@@ -51,3 +54,25 @@ class EngineKey:
         if time.monotonic() - self._loaded_at < self.RELOAD_EVERY_S:
             return None
         return self.load()
+
+
+def share_engine_key(shards: Sequence[Redis], keys: Keys, own: int) -> bool:
+    """In a deployment of several shards, every shard holds the same engine key: shard 0's,
+    made there first if needed, copied (SET NX) to shard `own` before its dispatcher signs
+    anything. A partition moved to another shard (parley/partitions.py) carries inputs the
+    engine signed on its source, which the target must verify. False (logged) when `own`
+    already holds another key (it made its own before it joined): kept, as entries signed
+    with it may be pending there, and the move refuses to move a partition between shards
+    whose keys differ."""
+    first = EngineKey(shards[0], keys).load()
+    mine = shards[own]
+    mine.set(keys.engine_key, first, nx=True)
+    raw: Any = mine.get(keys.engine_key)
+    held = raw.decode() if isinstance(raw, bytes) else raw
+    if held != first:
+        logging.getLogger("parley.dispatcher").warning(
+            "this shard's engine key differs from shard 0's: partitions cannot be moved to or "
+            "from it until they are the same (docs/operations.md, \"Moving a partition\")",
+            extra=kv(shard=own))
+        return False
+    return True

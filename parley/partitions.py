@@ -130,6 +130,7 @@ class Mover:
         placement = self.shards.check()
         assert placement is not None  # sharded: check() raises rather than find none
         plan = plan_move(placement, partition, to)
+        self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
         self.write_everywhere(plan, plan.frozen)
         self.say(MoveStep.FREEZE, f"partition {partition} frozen (table version {plan.frozen.version})")
@@ -152,6 +153,16 @@ class Mover:
         self.shards.clients[plan.target].hdel(self.keys.config, copied_field(partition))
         self.say(MoveStep.CLEAN, f"shard {plan.source} cleaned of partition {partition}")
         return report
+
+    def check_engine_keys(self, plan: MovePlan) -> None:
+        """The moved streams may hold inputs the engine signed on the source (a sub-agent's
+        spawn or close): the target verifies them with its own engine key, which must be the
+        same (dispatchers of several shards share shard 0's: dispatcher/engine_key.py)."""
+        src, dst = (self.shards.clients[s].get(self.keys.engine_key) for s in (plan.source, plan.target))
+        if src is not None and dst is not None and src != dst:
+            raise MoveError(f"shards {plan.source} and {plan.target} hold different engine keys, so "
+                            "inputs the engine signed on one would be refused on the other: nothing "
+                            "was changed (see \"Moving a partition\" in the operations guide)")
 
     def write_everywhere(self, plan: MovePlan, placement: Placement) -> None:
         for s in plan.write_order():

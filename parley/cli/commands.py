@@ -448,10 +448,14 @@ def _resolve_partitions(ctx: click.Context, shard: int | None, partitions: int |
 
     if shard is None:
         return partitions or 1
+    from parley.dispatcher.engine_key import share_engine_key
+
+    shards = _shards(ctx)
     try:
-        placement = _shards(ctx).check(partitions or DEFAULT_SHARDED_PARTITIONS, create=True)
+        placement = shards.check(partitions or DEFAULT_SHARDED_PARTITIONS, create=True)
     except PlacementError as exc:
         raise click.ClickException(f"shard {shard}: {exc}") from None
+    share_engine_key(shards.clients, shards.keys, shard)
     return int(placement.partitions)
 
 

@@ -310,3 +310,19 @@ def test_the_cli_lists_moves_and_repairs(r: redis.Redis, r1: redis.Redis, redis_
     assert "nothing to repair" in run(*urls, "partitions", "repair").output
     out = run(*urls[:2], "partitions", "repair")
     assert out.exit_code == 1 and "one Redis" in out.output
+
+
+def test_shards_share_the_engine_key_and_a_move_between_different_keys_is_refused(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    from parley.dispatcher.engine_key import share_engine_key
+
+    assert share_engine_key([r, r1], K, 1) is True  # made on shard 0, copied to shard 1
+    assert r.get(K.engine_key) is not None and r1.get(K.engine_key) == r.get(K.engine_key)
+    r1.set(K.engine_key, "another")  # a shard that made its own before it joined
+    assert share_engine_key([r, r1], K, 1) is False and r1.get(K.engine_key) == b"another"
+    build(r, r1)
+    before = read_view(r, K, 0).placement
+    with pytest.raises(MoveError, match="different engine keys"):
+        Mover(shards(r, r1)).move(P, 1)
+    # refused before the freeze: nothing changed on either shard
+    assert read_view(r, K, 0).placement == before == read_view(r1, K, 1).placement

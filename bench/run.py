@@ -900,8 +900,8 @@ def report(out: dict[str, Any]) -> str:
         lines.append("11. Shards: per shard a redis-server, 1 dispatcher and workers; the seed cycle, all "
                      "sessions at once, then sessions parked and left open (per shard: sessions, sess/s, "
                      "parked, Redis bytes per parked session)")
-        hdr = ["shards", "partitions", "procs", "sessions", "wall s", "sess/s", "cores busy", "problems",
-               "parks/s", "per shard"]
+        hdr = ["shards", "partitions", "procs", "sessions", "wall s", "sess/s", "cpu ms/sess", "other load",
+               "problems", "parks/s", "per shard"]
         rows = []
         for r in s11:
             if "skipped" in r:
@@ -911,7 +911,8 @@ def report(out: dict[str, Any]) -> str:
                              f"{x['parked']} parked {fmt(x['used_memory_per_parked_session'])} B"
                              for x in r["per_shard"])
             rows.append([r["shards"], r["partitions"], r["dispatchers"] + r["workers"], r["sessions"],
-                         r["wall_s"], r["sessions_per_s"], r["usage"]["cores_busy"], r["problems"],
+                         r["wall_s"], r["sessions_per_s"], r["usage"]["cpu_ms_per_session"],
+                         r["usage"]["other_load_cores"], r["problems"],
                          r["parks_per_s"], each])
         lines.append(table(hdr, rows))
     goals = goal_lines(out)

@@ -209,6 +209,8 @@ def shards_row(workdir: Path, shards: int, sessions: int, parked: int, workers: 
             own_s = max(0.001, (row.pop("last_completed_ms") - first_ms) / 1000)
             row["sessions_per_s"] = round(row["sessions"] / own_s, 1) if row["sessions"] else 0.0
         used = {k: round(cpu1[k] - cpu0.get(k, 0.0), 2) for k in cpu1}
+        # what else ran meanwhile (the machine is shared): its busy time less ours, in cores
+        other = max(0.0, (busy1 - busy0) - sum(used.values())) / wall if wall > 0 else 0.0
         problems = [f"{t.session}: {t.problem}" for t in tracks if t.problem]
 
         # parked sessions: sent, parked, left open; how they spread and what each shard holds
@@ -238,7 +240,9 @@ def shards_row(workdir: Path, shards: int, sessions: int, parked: int, workers: 
             "parks_per_s": round(parked / park_wall, 1) if park_wall > 0 else None,
             "per_shard": per_shard,
             "usage": {"cpu_s": used, "machine_busy_s": round(busy1 - busy0, 2),
-                      "cores_busy": round((busy1 - busy0) / wall, 2) if wall > 0 else None},
+                      "cores_busy": round((busy1 - busy0) / wall, 2) if wall > 0 else None,
+                      "other_load_cores": round(other, 2),
+                      "cpu_ms_per_session": round(sum(used.values()) * 1000 / sessions, 2)},
             "rss_kib": fleet.rss(),
         }
     finally:

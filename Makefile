@@ -43,7 +43,7 @@ chaos: $(STAMP)
 chaos-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos --sessions 40 --spread 25 --timeout 120
 
-# The benchmark (bench/README.md): nine scenarios on real processes, a table, and
+# The benchmark (bench/README.md): eleven scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.
 bench: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'

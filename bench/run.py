@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, ten scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, eleven scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -17,6 +17,8 @@
 9. The list of sessions: a page of `parley sessions` (each filter) at 1,000 / 100,000 sessions
 10. Fairness: 20,000 inputs for one session from one producer, and another session's messages
    from another producer: their delay (straight to the stream, and through the submit function)
+11. Shards: the seed cycle on 1 shard and on 2 (each shard its own redis-server, dispatcher and
+   workers), sessions/s in all and per shard, then sessions parked and left open, per shard
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -52,6 +54,7 @@ from bench.inbox import QUERIES, listing_rows
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from bench.sessions import QUERY_NAMES as SESSION_QUERIES
 from bench.sessions import listing_rows as session_rows
+from bench.shards import cli_has_shard, shards_row
 from bench.soak import soak_row
 from bench.sweep import backlog_row
 from parley.dispatcher.enqueue import RECORD_INFLIGHT
@@ -626,6 +629,32 @@ def scenario_10(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) ->
         save(args, out)
 
 
+# ---- scenario 11 ---------------------------------------------------------------------------------
+
+def scenario_11(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    rows = out.setdefault("scenario_11", [])
+    if not args.shards_standalone and not cli_has_shard():
+        # said in the row's `mode` and here: the figures then come from standalone deployments
+        log("scenario 11: this checkout's dispatcher has no --shard: standalone deployments instead")
+        args.shards_standalone = True
+    for shards in args.shard_counts:
+        why = out_of_time(args, f"scenario 11 ({shards} shard(s))")
+        if why:
+            rows.append({"shards": shards, "skipped": why})
+            continue
+        log(f"scenario 11: {shards} shard(s), each 1 dispatcher and {args.workers} worker(s), "
+            f"{args.shards_partitions} partitions: {args.shards_sessions} seed sessions, then "
+            f"{args.shards_parked} parked" + (" (standalone deployments)" if args.shards_standalone else ""))
+        row = shards_row(workdir / f"s11-{shards}", shards, args.shards_sessions, args.shards_parked,
+                         args.workers, args.shards_partitions, args.timeout, args.idempotency_keys,
+                         standalone=args.shards_standalone)
+        rows.append(row)
+        log(f"  {row['sessions_per_s']} sessions/s; per shard: " + ", ".join(
+            f"#{x['shard']} {x['sessions']} at {x['sessions_per_s']}/s, {x['parked']} parked"
+            for x in row["per_shard"]))
+        save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -865,6 +894,27 @@ def report(out: dict[str, Any]) -> str:
                          r["probed_s"], r["flood_left"], r["delay_ms"].get("n", 0), pq(r["delay_ms"]),
                          r["delay_ms"].get("max")])
         lines.append(table(hdr, rows))
+    s11 = out.get("scenario_11", [])
+    if s11:
+        lines.append("")
+        lines.append("11. Shards: per shard a redis-server, 1 dispatcher and workers; the seed cycle, all "
+                     "sessions at once, then sessions parked and left open (per shard: sessions, sess/s, "
+                     "parked, Redis bytes per parked session)")
+        hdr = ["shards", "partitions", "procs", "sessions", "wall s", "sess/s", "cpu ms/sess", "other load",
+               "problems", "parks/s", "per shard"]
+        rows = []
+        for r in s11:
+            if "skipped" in r:
+                rows.append(skipped_row([r["shards"]], len(hdr), r["skipped"]))
+                continue
+            each = "; ".join(f"#{x['shard']}: {x['sessions']} {fmt(x['sessions_per_s'])}/s "
+                             f"{x['parked']} parked {fmt(x['used_memory_per_parked_session'])} B"
+                             for x in r["per_shard"])
+            rows.append([r["shards"], r["partitions"], r["dispatchers"] + r["workers"], r["sessions"],
+                         r["wall_s"], r["sessions_per_s"], r["usage"]["cpu_ms_per_session"],
+                         r["usage"]["other_load_cores"], r["problems"],
+                         r["parks_per_s"], each])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -960,7 +1010,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -997,6 +1047,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--list-limit", type=int, default=50, help="scenario 9 rows per page")
     ap.add_argument("--flood-inputs", type=int, default=20_000,
                     help="scenario 10 inputs of the flooded session")
+    ap.add_argument("--shard-counts", default="1,2", help="scenario 11 rows: shards in each")
+    ap.add_argument("--shards-sessions", type=int, default=1000, help="scenario 11 seed sessions per row")
+    ap.add_argument("--shards-parked", type=int, default=2000,
+                    help="scenario 11 sessions parked and left open per row")
+    ap.add_argument("--shards-partitions", type=int, default=16,
+                    help="scenario 11 partitions, the same in every row (16: the default of shards)")
+    ap.add_argument("--shards-standalone", action="store_true",
+                    help="scenario 11: one deployment of one URL per shard (no --shard), the driver routing")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -1013,6 +1071,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.soak_sessions, args.soak_chunk, args.soak_idle_timeout = 200, 100, 3
         args.list_sizes, args.list_pages = "100,300", 5
         args.flood_inputs = 500
+        args.shards_sessions, args.shards_parked, args.shards_partitions = 20, 20, 4
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -1021,6 +1080,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.scaling_workers = parse_ints(args.scaling_workers)
     args.inbox_sizes = parse_ints(args.inbox_sizes)
     args.list_sizes = parse_ints(args.list_sizes)
+    args.shard_counts = parse_ints(args.shard_counts)
     args.only = set(args.only.split(","))
     return args
 
@@ -1062,6 +1122,8 @@ def main(argv: list[str] | None = None) -> int:
             scenario_9(args, workdir, out)
         if "10" in args.only:
             scenario_10(args, workdir, out)
+        if "11" in args.only:
+            scenario_11(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

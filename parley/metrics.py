@@ -26,6 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from redis import Redis
 
@@ -97,19 +98,6 @@ SWEEP_NAMES = ("fire_deadlines", "find_lost_work", "find_unclaimed_work", "expir
                "close_idle_sessions")
 #: outcomes of `parley_jobs_total` (workers/jobs.py)
 JOB_OUTCOMES = ("ok", "error", "stopped")
-
-
-def set_shard(shard: int) -> None:
-    """Label every series this process serves with its shard (a deployment of several shards).
-
-    A placeholder: the shard label is being added to the series elsewhere; until then the
-    shard is only remembered."""
-    global SHARD
-    SHARD = shard
-
-
-#: the shard this process serves (None: a deployment of one Redis)
-SHARD: int | None = None
 
 
 def _action_types() -> list[str]:
@@ -291,6 +279,46 @@ class RedisStateCollector(Collector):
         yield lag
 
 
+SHARD_LABEL = "shard"
+
+
+class ShardLabelled(Collector):
+    """Every metric of `inner`, each sample with `shard="<i>"` added: the series of a process
+    that serves one shard of a deployment, told apart from the other shards' without every
+    metric declaring the label (and every `.labels()` call passing it)."""
+
+    def __init__(self, inner: CollectorRegistry, shard: int):
+        self.inner = inner
+        self.shard = str(shard)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.inner.collect():
+            labelled = Metric(family.name, family.documentation, family.type, family.unit)
+            labelled.samples = [s._replace(labels={**s.labels, SHARD_LABEL: self.shard})
+                                for s in family.samples]
+            yield labelled
+
+
+#: what /metrics serves: REGISTRY itself, or (after `set_shard`) a registry of REGISTRY labelled
+_served: CollectorRegistry = REGISTRY
+
+
+def set_shard(shard: int) -> None:
+    """From now on every series this process serves on /metrics carries `shard="<shard>"`
+    (a process of one shard of several: `--shard i`). The metrics themselves are unchanged;
+    the label is added as they are served, so the Redis-state gauges read from this process's
+    shard carry it too. Calling it again replaces the label."""
+    global _served
+    served = CollectorRegistry()
+    served.register(ShardLabelled(REGISTRY, shard))
+    _served = served
+
+
+def served() -> CollectorRegistry:
+    """The registry /metrics serves (see `set_shard`)."""
+    return _served
+
+
 class Health:
     """Liveness: the process answers. Readiness: Redis answers and the main loop is turning."""
 
@@ -323,7 +351,7 @@ def serve(port: int, redis: Redis, keys: Keys, health: Health,
         def do_GET(self) -> None:
             status, body, ctype = 404, b"not found\n", "text/plain"
             if self.path == "/metrics":
-                status, body, ctype = 200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+                status, body, ctype = 200, generate_latest(served()), CONTENT_TYPE_LATEST
             elif self.path == "/healthz":
                 status, body = 200, b"ok\n"
             elif self.path == "/readyz":

@@ -1,6 +1,10 @@
 """The deployment files under deploy/: compose, Kubernetes manifests, Prometheus, Grafana.
 
 - every YAML file parses (Kubernetes files are multi-document), the dashboard is JSON;
+- the example deployments run two shards: two Redis primaries, per shard two dispatchers and a
+  worker fleet per queue, each with `--shard i` of its name and every shard's URL in order;
+  KEDA scales each fleet on its own shard's queue; Prometheus labels each target with its
+  shard; every dashboard query is narrowed by the `shard` variable;
 - every container of the project's image runs a `parley` subcommand that exists, with
   options click itself accepts (parsed with the container's environment), and sets only
   environment variables the code reads; images are the project's own (deploy/Dockerfile)
@@ -50,6 +54,11 @@ OFFICIAL_IMAGES = {"redis", "prom/prometheus", "grafana/grafana"}
 QUEUES = ("decide", "llm", "tools")
 METRIC_TOKEN = re.compile(r"\bparley_[a-z0-9_]+")
 ENV_READ = re.compile(r"""(?:envvar=|environ\.get\(|environ\[|getenv\()\s*["']([A-Z][A-Z0-9_]*)["']""")
+#: `envvar=["A", "B"]`: an option read from the first of several variables
+ENV_LIST = re.compile(r"envvar=\[([^\]]*)\]")
+ENV_NAME = re.compile(r"""["']([A-Z][A-Z0-9_]*)["']""")
+#: a per-shard service or Deployment is named <role>-<i>
+SHARD_SUFFIX = re.compile(r"-([0-9]+)$")
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -83,7 +92,10 @@ def code_env_names() -> set[str]:
     names: set[str] = set()
     for package in ("parley", "dispatcher", "workers", "schemas"):
         for path in (ROOT / package).rglob("*.py"):
-            names |= set(ENV_READ.findall(path.read_text()))
+            text = path.read_text()
+            names |= set(ENV_READ.findall(text))
+            for names_list in ENV_LIST.findall(text):
+                names |= set(ENV_NAME.findall(names_list))
     return names
 
 
@@ -179,13 +191,31 @@ def test_dockerfile_builds_the_project_with_parley_as_entrypoint() -> None:
 # ---- compose ------------------------------------------------------------------------------
 
 
+def redis_urls(env: dict[str, str]) -> list[str]:
+    """The shards' URLs a process is given, in order (PARLEY_REDIS_URLS, or one PARLEY_REDIS_URL)."""
+    return str(env.get("PARLEY_REDIS_URLS") or env.get("PARLEY_REDIS_URL") or "").split()
+
+
+def url_host(url: str) -> str:
+    return re.sub(r"^redis://[^@]*@", "", url).split(":", 1)[0].split("/", 1)[0]
+
+
+def compose_shards(services: dict[str, dict[str, Any]]) -> list[str]:
+    """The Redis services of compose, in shard order (redis-0, redis-1, ...)."""
+    names = sorted((n for n in services if re.fullmatch(r"redis-[0-9]+", n)), key=lambda n: int(n[6:]))
+    assert names == [f"redis-{i}" for i in range(len(names))], names
+    return names
+
+
 def test_compose_services() -> None:
     compose = load(DEPLOY / "compose.yaml")
     services: dict[str, dict[str, Any]] = compose["services"]
     allowed_env = code_env_names()
     version = project_version()
-    subcommands: dict[str, int] = {}
-    worker_queues: list[str] = []
+    shards = compose_shards(services)
+    assert len(shards) == 2, "the example deployment runs two shards"
+    dispatchers: dict[int, int] = {}
+    worker_queues: list[tuple[str, int]] = []
     for name, svc in services.items():
         repo, tag = split_image(svc["image"])
         for source in [v.split(":", 1)[0] for v in svc.get("volumes", []) if v.startswith(".")]:
@@ -194,39 +224,63 @@ def test_compose_services() -> None:
             assert repo in OFFICIAL_IMAGES, f"{name}: image {svc['image']} is neither ours nor official"
             continue
         assert tag == version, f"{name}: image tag {tag} is not the project's version {version}"
-        build = svc["build"]
-        assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile")
         env = {k: compose_value(v) for k, v in svc["environment"].items()}
         assert set(env) <= allowed_env, f"{name}: env the code never reads: {set(env) - allowed_env}"
-        assert env["PARLEY_METRICS_PORT"] == str(METRICS_PORT)
-        assert env["PARLEY_REDIS_URL"].startswith("redis://")
+        # every process names every shard, in order
+        urls = redis_urls(env)
+        assert [url_host(u) for u in urls] == shards, f"{name}: URLs {urls} are not the shards in order"
+        assert all(u.startswith("redis://") for u in urls)
         sub = check_parley_args(svc["command"], env, f"compose {name}")
+        if sub not in ("dispatcher", "worker", "notify"):
+            # the producer: a one-shot command, not a long-running process to scrape
+            assert svc.get("profiles"), f"{name}: an example producer is started only when asked"
+            assert env.get("PARLEY_PRODUCER"), f"{name}: a producer submits as a registered producer"
+            continue
+        build = svc["build"]
+        assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile")
+        assert env["PARLEY_METRICS_PORT"] == str(METRICS_PORT)
+        suffix = SHARD_SUFFIX.search(name)
+        shard = option_value(svc["command"], "--shard")
+        if sub in ("dispatcher", "worker"):
+            # a dispatcher or worker serves one shard, the one its service is named for
+            assert suffix is not None and shard == suffix.group(1), \
+                f"{name}: a per-shard service runs `--shard {suffix and suffix.group(1)}`, not {shard}"
+            assert int(shard) < len(shards), f"{name}: --shard {shard} names no Redis service"
         replicas = int(svc.get("deploy", {}).get("replicas", 1))
-        subcommands[sub] = subcommands.get(sub, 0) + replicas
+        if sub == "dispatcher":
+            dispatchers[int(str(shard))] = dispatchers.get(int(str(shard)), 0) + replicas
         if sub == "worker":
             queues = option_value(svc["command"], "--queues")
             assert queues in QUEUES, f"{name}: a fleet serves one queue, not {queues}"
-            worker_queues.append(queues)
+            worker_queues.append((str(queues), int(str(shard))))
         assert [str(p) for p in svc["expose"]] == [str(METRICS_PORT)]
         assert f":{METRICS_PORT}/readyz" in " ".join(svc["healthcheck"]["test"])
         assert "ports" not in svc, f"{name}: fleets are scraped inside the network, not published"
-    assert subcommands.get("dispatcher", 0) >= 2, "two dispatchers"
-    assert sorted(worker_queues) == sorted(QUEUES), "one worker fleet per queue"
+    assert dispatchers == {i: 2 for i in range(len(shards))}, "two dispatchers per shard"
+    assert sorted(worker_queues) == sorted((q, i) for q in QUEUES for i in range(len(shards))), \
+        "per shard, one worker fleet per queue"
+    producers = [n for n, svc in services.items() if is_project_image(svc["image"])
+                 and svc["command"][0] not in ("dispatcher", "worker", "notify")]
+    assert producers, "an app (producer) service, given every shard's URL"
 
-    redis_svc = services["redis"]
-    command = redis_svc["command"]
-    conf = next(v.split(":")[0] for v in redis_svc["volumes"] if v.split(":")[1] == command[1])
-    conf_text = (DEPLOY / conf).read_text()
-    assert re.search(r"^appendonly yes", conf_text, re.M)
-    assert re.search(r"^appendfsync always", conf_text, re.M)
-    acl_target = option_value(command, "--aclfile")
-    acl = next(v.split(":")[0] for v in redis_svc["volumes"] if v.split(":")[1] == acl_target)
-    acl_text = (DEPLOY / acl).read_text()
-    for role in ("producer", "worker", "dispatcher"):
-        assert f"user parley-{role} " in acl_text
+    data_volumes = set()
+    for shard in shards:
+        redis_svc = services[shard]
+        command = redis_svc["command"]
+        conf = next(v.split(":")[0] for v in redis_svc["volumes"] if v.split(":")[1] == command[1])
+        conf_text = (DEPLOY / conf).read_text()
+        assert re.search(r"^appendonly yes", conf_text, re.M)
+        assert re.search(r"^appendfsync always", conf_text, re.M)
+        acl_target = option_value(command, "--aclfile")
+        acl = next(v.split(":")[0] for v in redis_svc["volumes"] if v.split(":")[1] == acl_target)
+        acl_text = (DEPLOY / acl).read_text()
+        for role in ("producer", "worker", "dispatcher"):
+            assert f"user parley-{role} " in acl_text
+        data_volumes |= {v.split(":")[0] for v in redis_svc["volumes"] if v.split(":")[1] == "/data"}
+    assert len(data_volumes) == len(shards), "each shard keeps its AOF in a volume of its own"
+    assert data_volumes <= set(compose["volumes"])
     for name, svc in services.items():
-        url = svc.get("environment", {}).get("PARLEY_REDIS_URL")
-        if url:
+        for url in redis_urls(svc.get("environment", {})):
             user, password = re.match(r"redis://([^:]+):([^@]+)@", url).groups()  # type: ignore[union-attr]
             assert f"user {user} on >{password} " in acl_text, f"{name}: {user}'s password is not the ACL's"
 
@@ -262,8 +316,10 @@ def test_kubernetes_workloads() -> None:
     maps, secrets = _configmaps_and_secrets(docs)
     allowed_env = code_env_names()
     version = project_version()
-    workers: dict[str, str] = {}
-    dispatchers = 0
+    workers: dict[str, tuple[str, int]] = {}
+    dispatchers: dict[int, int] = {}
+    shard_count = len(redis_urls({"PARLEY_REDIS_URLS": secrets["parley-redis"]["dispatcher-urls"]}))
+    assert shard_count == 2, "the example deployment runs two shards"
     for d in docs:
         if d["kind"] not in ("Deployment", "StatefulSet"):
             continue
@@ -279,7 +335,7 @@ def test_kubernetes_workloads() -> None:
                 ref = e.get("valueFrom", {}).get("secretKeyRef")
                 if ref:
                     assert ref["key"] in secrets[ref["name"]], f"{where}: no secret key {ref}"
-                    env[e["name"]] = "redis://ref:ref@redis:6379/0"
+                    env[e["name"]] = str(secrets[ref["name"]][ref["key"]])
                 else:
                     env[e["name"]] = str(e["value"])
             for source in c.get("envFrom", []):
@@ -314,30 +370,48 @@ def test_kubernetes_workloads() -> None:
             for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
                 http = c[probe]["httpGet"]
                 assert http["path"] == path and http["port"] in ("metrics", port), f"{where}: {probe}"
+            urls = redis_urls(env)
+            hosts = [f"redis-{i}.redis.parley.svc" for i in range(shard_count)]
+            assert [url_host(u) for u in urls] == hosts, f"{where}: every shard's URL, in order"
+            # a Deployment serves one shard: the one it is named and labelled for
+            shard = option_value(c["args"], "--shard")
+            suffix = SHARD_SUFFIX.search(name)
+            assert suffix is not None and shard == suffix.group(1), f"{where}: `--shard` of its name"
+            assert pod["metadata"]["labels"]["parley/shard"] == shard, f"{where}: the pod's shard label"
+            assert d["spec"]["selector"]["matchLabels"]["parley/shard"] == shard, where
+            assert int(shard) < shard_count, f"{where}: --shard {shard} names no URL"
             if sub == "dispatcher":
-                dispatchers += d["spec"]["replicas"]
+                dispatchers[int(shard)] = dispatchers.get(int(shard), 0) + d["spec"]["replicas"]
             else:
                 assert sub == "worker", where
                 queue = option_value(c["args"], "--queues")
                 assert queue in QUEUES, f"{where}: a Deployment serves one queue, not {queue}"
-                workers[name] = queue
-    assert dispatchers >= 2
-    assert sorted(workers.values()) == sorted(QUEUES), "one worker Deployment per queue"
+                workers[name] = (str(queue), int(shard))
+    assert dispatchers == {i: 2 for i in range(shard_count)}, "two dispatchers per shard"
+    assert sorted(workers.values()) == sorted((q, i) for q in QUEUES for i in range(shard_count)), \
+        "per shard, one worker Deployment per queue"
+    pdbs = {d["spec"]["selector"]["matchLabels"].get("parley/shard") for d in docs
+            if d["kind"] == "PodDisruptionBudget"}
+    assert pdbs == {str(i) for i in range(shard_count)}, "a PodDisruptionBudget per shard's dispatchers"
 
     redis_sts = next(d for d in docs if d["kind"] == "StatefulSet")
     assert redis_sts["spec"]["volumeClaimTemplates"], "Redis needs a PersistentVolume for its AOF"
     redis_c = redis_sts["spec"]["template"]["spec"]["containers"][0]
     assert "/data" in {m["mountPath"] for m in redis_c["volumeMounts"]}
     assert "--aclfile" in redis_c["args"]
+    # one pod per shard (redis-0, redis-1: independent primaries, each with its own volume)
+    assert redis_sts["metadata"]["name"] == "redis" and redis_sts["spec"]["replicas"] == shard_count
 
     # KEDA: each worker Deployment scaled on its own RQ queue's list.
     scaled = {d["spec"]["scaleTargetRef"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}
     assert set(scaled) == set(workers)
     auths = {d["metadata"]["name"]: d for d in docs if d["kind"] == "TriggerAuthentication"}
     prefix = maps["parley-config"]["PARLEY_PREFIX"]
-    for deployment, queue in workers.items():
+    for deployment, (queue, shard_index) in workers.items():
         (trigger,) = scaled[deployment]["spec"]["triggers"]
         assert trigger["type"] == "redis"
+        # each fleet scales on its own shard's queue
+        assert trigger["metadata"]["address"] == f"redis-{shard_index}.redis.parley.svc:6379", deployment
         assert trigger["metadata"]["listName"] == f"rq:queue:{Keys(prefix).queue(queue)}"
         assert int(trigger["metadata"]["listLength"]) > 0
         auth = auths[trigger["authenticationRef"]["name"]]
@@ -350,7 +424,8 @@ def test_kustomize_renders() -> None:
     out = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
-    assert kinds.count("Deployment") == 4 and kinds.count("ScaledObject") == 3 and "StatefulSet" in kinds
+    # per shard (two): a dispatcher Deployment, three worker Deployments and their ScaledObjects
+    assert kinds.count("Deployment") == 8 and kinds.count("ScaledObject") == 6 and "StatefulSet" in kinds
 
 
 # ---- Prometheus and Grafana ---------------------------------------------------------------
@@ -359,12 +434,23 @@ def test_kustomize_renders() -> None:
 def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
     config = load(DEPLOY / "prometheus" / "prometheus.yml")
     services = load(DEPLOY / "compose.yaml")["services"]
-    parley_services = {n for n, s in services.items() if is_project_image(s["image"])}
+    parley_services = {n for n, s in services.items() if is_project_image(s["image"])
+                       and s["command"][0] in ("dispatcher", "worker", "notify")}
     scraped: set[str] = set()
     for job in config["scrape_configs"]:
         for sd in job.get("dns_sd_configs", []):
             assert sd["port"] == METRICS_PORT, job["job_name"]
             scraped |= set(sd["names"])
+        if any(SHARD_SUFFIX.search(n) for sd in job.get("dns_sd_configs", []) for n in sd["names"]):
+            # per-shard targets get shard="<i>" from their name, the label their series carry
+            # (honor_labels: kept as the process serves it, not renamed exported_shard)
+            assert job.get("honor_labels") is True, job["job_name"]
+            (rule,) = [r for r in job["relabel_configs"] if r.get("target_label") == "shard"]
+            assert rule["source_labels"] == ["__meta_dns_name"]
+            for sd in job["dns_sd_configs"]:
+                for n in sd["names"]:
+                    assert re.fullmatch(rule["regex"], n) and re.sub(f"^{rule['regex']}$", r"\1", n) \
+                        == SHARD_SUFFIX.search(n).group(1), n  # type: ignore[union-attr]
     assert scraped == parley_services
     for rule_file in config["rule_files"]:
         assert (DEPLOY / "prometheus" / rule_file).is_file()
@@ -372,6 +458,9 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
     relabels = k8s["scrape_configs"][0]["relabel_configs"]
     port_name = ["__meta_kubernetes_pod_container_port_name"]
     assert any(r.get("regex") == "metrics" and r["source_labels"] == port_name for r in relabels)
+    assert k8s["scrape_configs"][0].get("honor_labels") is True
+    assert any(r.get("target_label") == "shard" and r["source_labels"]
+               == ["__meta_kubernetes_pod_label_parley_shard"] for r in relabels)
 
 
 def test_alert_rules() -> None:
@@ -381,6 +470,35 @@ def test_alert_rules() -> None:
     assert "parley_oldest_open_interrupt_age_seconds" in rules["ParleyInterruptOpenTooLong"]["expr"]
     assert "parley_decisions_failed_total" in rules["ParleyDecisionsFailing"]["expr"]
     assert all(r.get("for") for r in rules.values())
+
+
+SHARD_MATCHER = 'shard=~"$shard"'
+
+
+def test_the_dashboard_has_a_shard_variable_every_query_uses() -> None:
+    """Every series of a process of one shard carries shard="<i>": the dashboard's `shard`
+    variable (several, or All, which also matches a deployment of one Redis: no label) narrows
+    every panel, and the gauges read from Redis are taken per shard, then summed."""
+    dash = json.loads(DASHBOARD.read_text())
+    (var,) = [v for v in dash["templating"]["list"] if v["name"] == "shard"]
+    assert var["type"] == "query" and var["includeAll"] and var["multi"]
+    assert var["allValue"] == ".*", "All must match series without a shard label too"
+    assert "label_values(" in var["definition"] and ", shard)" in var["definition"]
+    queries = dashboard_exprs()
+    assert queries
+    for where, expr in queries:
+        selectors = re.findall(r"\b(?:parley_[a-z0-9_]+|up)(\{[^}]*\})?", expr)
+        assert selectors, where
+        for sel in selectors:
+            assert SHARD_MATCHER in sel, f"{where}: {expr!r} is not narrowed by $shard"
+    for gauge in ("parley_open_interrupts", "parley_parked_branches", "parley_held_decisions"):
+        for where, expr in queries:
+            if gauge in expr:
+                assert f"sum(max by (shard) ({gauge}" in expr, f"{where}: {expr!r} (one value per shard)"
+    for where, expr in queries:
+        for per in ("stream", "queue"):
+            if f"max by ({per})" in expr or f"max by (shard, {per})" in expr:
+                assert f"max by (shard, {per})" in expr, f"{where}: each shard has its own {per}s"
 
 
 def test_grafana_provisioning_finds_the_dashboard() -> None:
@@ -503,7 +621,10 @@ def test_the_deployments_register_the_producers_the_acl_file_has_logins_for() ->
     Kubernetes config register exactly the producers users.acl has logins for."""
     wanted = acl_producers()
     assert wanted >= {"app"}, wanted
-    compose = load(DEPLOY / "compose.yaml")["services"]["dispatcher"]["environment"]
-    assert set(str(compose["PARLEY_REGISTER_PRODUCERS"]).split()) == wanted
+    services = load(DEPLOY / "compose.yaml")["services"]
+    dispatchers = [svc for svc in services.values() if svc.get("command", [""])[0] == "dispatcher"]
+    assert len(dispatchers) == 2
+    for svc in dispatchers:
+        assert set(str(svc["environment"]["PARLEY_REGISTER_PRODUCERS"]).split()) == wanted
     maps, _secrets = _configmaps_and_secrets(k8s_docs())
     assert set(maps["parley-config"]["PARLEY_REGISTER_PRODUCERS"].split()) == wanted

@@ -108,4 +108,5 @@ def test_a_batch_the_replica_lacks_is_not_acknowledged_then_replayed_once(
     assert pending_count(primary, INPUTS) == 0
     assert primary.hlen(KEYS.outbox("s-1")) == 0
     assert len(queue_ids(primary, "llm")) == 1
-    assert [e["type"] for e in events(primary, "s-1")] == ["session.created", "message.created", "llm.started"]
+    assert [e["type"] for e in events(primary, "s-1")] == [
+        "session.created", "message.created", "llm.started"]

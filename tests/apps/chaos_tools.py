@@ -31,9 +31,10 @@ def ran_key(tool: str, key: str) -> str:
 def _record(tool: str, key: str) -> str:
     global _redis
     if _redis is None:
-        # the records live on the first Redis (shard 0) of the deployment, a Sentinel URL too
-        urls = os.environ.get("PARLEY_REDIS_URL") or os.environ["PARLEY_REDIS_URLS"]
-        _redis = connect(urls.split()[0], socket_timeout=5)
+        # the deployment's Redis (a Sentinel URL too), or the one the driver names for them
+        # (CHAOS_RECORDS_URL: with several shards, all records are on one)
+        url = os.environ.get("CHAOS_RECORDS_URL") or os.environ["PARLEY_REDIS_URL"]
+        _redis = connect(url, socket_timeout=5)
     token = secrets.token_hex(8)
     # with a failover in the run, a record counts once a replica holds it (WAIT on the same
     # connection: one pipeline), else a promoted replica could lack it; 0: no WAIT at all

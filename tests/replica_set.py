@@ -1,7 +1,7 @@
 """A Sentinel-managed Redis for failover tests: one primary, one replica, three sentinels.
 
 All on loopback, free ports, one temporary folder. The sentinels are `redis-server <conf>
---sentinel`: the same program as Debian's `redis-sentinel` (a link to it there), so nothing
+--sentinel`: Debian's `redis-sentinel` is the same program under another name, so nothing
 beyond redis-server needs installing. Failover is quick on purpose (`down-after-milliseconds`
 1000): a killed primary is replaced within a few seconds.
 """

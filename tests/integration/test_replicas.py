@@ -102,6 +102,8 @@ def test_a_batch_the_replica_lacks_is_not_acknowledged_then_replayed_once(
     assert queue_ids(primary, "llm") == []
 
     thaw(pair[1])
+    # the replica back: a WAIT long enough for it to catch up and answer (a bound, not a measure)
+    d.replicas.policy = ReplicaPolicy(acks=1, timeout_ms=10_000)
     d.leases.suspect_all()  # what the run loop does after an outage: claim our pending entries
     tick(d, 2)
     assert d.stats.applied == 1 and d.stats.replays == 1  # applied once; the replay a no-op

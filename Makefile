@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration test-e2e lint chaos chaos-smoke bench bench-smoke clean
+.PHONY: install demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server"; exit 1; }
@@ -42,6 +42,15 @@ chaos: $(STAMP)
 # The bounded version CI runs (under a minute).
 chaos-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos --sessions 40 --spread 25 --timeout 120
+
+# Two shards, one of them Sentinel-managed: kills, shard 0's Redis restarted, and a failover of
+# shard 1's primary (killed -9) mid-run; 0 violations (a few minutes).
+chaos-shards: $(STAMP)
+	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 120 --spread 45
+
+# The bounded version CI runs (under two minutes).
+chaos-shards-smoke: $(STAMP)
+	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 24 --spread 20 --timeout 100
 
 # The benchmark (bench/README.md): eleven scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.

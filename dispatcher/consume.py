@@ -42,6 +42,7 @@ from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.producers import ProducerRegistry
+from parley.dispatcher.replicas import ReplicaPolicy, Replicas
 from parley.dispatcher.store import (
     DEFAULT_EVENTS_MAXLEN,
     DEFAULT_FEED_MAXLEN,
@@ -79,7 +80,7 @@ class Dispatcher:
                  events_maxlen: int = DEFAULT_EVENTS_MAXLEN, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN,
                  lifecycle: Lifecycle | None = None, admission: AdmissionLimits | None = None,
                  unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000,
-                 shard: int | None = None):
+                 shard: int | None = None, replicas: ReplicaPolicy | None = None):
         self.redis = redis
         self.keys = keys
         self.default_partitions = partitions
@@ -89,6 +90,8 @@ class Dispatcher:
         self.store = Store(redis, keys, events_maxlen=events_maxlen, feed_maxlen=feed_maxlen,
                            unknown_session_ttl_ms=unknown_session_ttl_ms)
         self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen)
+        # --replica-acks: the WAIT between a batch's commits and its settle (dispatcher/replicas.py)
+        self.replicas = Replicas(redis, keys, replicas or ReplicaPolicy())
         self.stats = Stats()
         self.health: metrics.Health | None = None
         metrics.start_dispatcher_series()
@@ -369,6 +372,9 @@ class Dispatcher:
         replays those entries and flushes their effects once."""
         if not batch.acks:
             return
+        # Replicas first (--replica-acks): entries are acknowledged and effects flushed only
+        # once the commits survive a failover; ReplicasBehind leaves them all pending.
+        self.replicas.confirm()
         for attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=True)
             try:

@@ -63,6 +63,9 @@ PRODUCER_STREAMS_UNUSABLE = Gauge("parley_producer_streams_unusable", "Registere
                                   "producer is not served) until an operator deletes the key",
                                   registry=REGISTRY)
 REPLAYS = Counter("parley_replays_total", "Entries found already applied (after a crash)", registry=REGISTRY)
+REPLICA_ACK_TIMEOUTS = Counter("parley_replica_ack_timeouts_total", "Batches left unacknowledged because "
+                               "fewer replicas than --replica-acks held them in time (replayed later)",
+                               registry=REGISTRY)
 TRANSITION_SECONDS = Histogram("parley_transition_seconds",
                                "Load, apply and commit of the wave an entry was in",
                                buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1),

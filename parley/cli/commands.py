@@ -306,6 +306,15 @@ def cli(ctx: click.Context, verbose: bool, redis_urls: tuple[str, ...], prefix: 
                    "TENANT]` does), so a deployment's producers need no separate step; repeat for "
                    "several (env PARLEY_REGISTER_PRODUCERS, separated by spaces).")
 @SHARD
+@click.option("--replica-acks", envvar="PARLEY_REPLICA_ACKS", type=click.IntRange(0), default=0,
+              show_default=True,
+              help="Replicas that must hold a batch's transitions (Redis WAIT) before its entries "
+                   "are acknowledged and its jobs enqueued, so a failover loses none; 0: off "
+                   "(env PARLEY_REPLICA_ACKS).")
+@click.option("--replica-ack-timeout-ms", envvar="PARLEY_REPLICA_ACK_TIMEOUT_MS", type=click.IntRange(1),
+              default=1000, show_default=True,
+              help="How long one WAIT for --replica-acks may take; fewer replicas by then: the batch "
+                   "is replayed after a back-off (env PARLEY_REPLICA_ACK_TIMEOUT_MS).")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: int, decide_timeout: float,
@@ -314,7 +323,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                archive_maxlen: int, no_archive: bool, idle_timeout: int | None,
                max_input_bytes: int, max_pending: int, max_messages: int, max_branches: int,
                unknown_session_ttl: int, register: tuple[str, ...], shard: int | None,
-               metrics_port: int | None) -> None:
+               replica_acks: int, replica_ack_timeout_ms: int, metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -327,6 +336,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     from parley.cli.appinfo import app_info
     from parley.dispatcher.consume import Dispatcher
     from parley.dispatcher.core import AdmissionLimits, Lifecycle, Limits
+    from parley.dispatcher.replicas import ReplicaPolicy
     from parley.schemas.keys import Keys
     from parley.schemas.producers import ProducerError, parse_registration
     from parley.schemas.signing import Keyring
@@ -358,7 +368,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                                        idle_timeout_ms=None if idle_timeout is None else idle_timeout * 1000),
                    admission=AdmissionLimits(input_bytes=max_input_bytes, pending=max_pending,
                                              messages=max_messages, branches=max_branches),
-                   unknown_session_ttl_ms=unknown_session_ttl * 1000, shard=shard)
+                   unknown_session_ttl_ms=unknown_session_ttl * 1000, shard=shard,
+                   replicas=ReplicaPolicy(replica_acks, replica_ack_timeout_ms))
     d.health = _serve_metrics(ctx, metrics_port, d.redis)
     register_producers(d.redis, d.keys, registrations)
     reloader = _reload_keys_on_sighup(keys_file)

@@ -17,6 +17,7 @@ import time
 import redis
 
 from examples.seed_app import decide, decide_on, llm, send_email
+from parley.shards import connect
 
 __all__ = ["decide", "decide_on", "llm", "tools"]
 
@@ -30,11 +31,21 @@ def ran_key(tool: str, key: str) -> str:
 def _record(tool: str, key: str) -> str:
     global _redis
     if _redis is None:
-        _redis = redis.Redis.from_url(os.environ["PARLEY_REDIS_URL"], socket_timeout=5)
+        # the deployment's Redis (a Sentinel URL too), or the one the driver names for them
+        # (CHAOS_RECORDS_URL: with several shards, all records are on one)
+        url = os.environ.get("CHAOS_RECORDS_URL") or os.environ["PARLEY_REDIS_URL"]
+        _redis = connect(url, socket_timeout=5)
     token = secrets.token_hex(8)
-    for _ in range(300):  # Redis is restarted once during the run
+    # with a failover in the run, a record counts once a replica holds it (WAIT on the same
+    # connection: one pipeline), else a promoted replica could lack it; 0: no WAIT at all
+    replicas = int(os.environ.get("CHAOS_WAIT_REPLICAS", "0"))
+    for _ in range(300):  # Redis is restarted (or fails over) once during the run
         try:
-            _redis.sadd(ran_key(tool, key), token)
+            pipe = _redis.pipeline(transaction=False)
+            pipe.sadd(ran_key(tool, key), token)
+            pipe.execute_command("WAIT", replicas, 2000)
+            if int(pipe.execute()[-1]) < replicas:
+                continue  # not on a replica yet: again (the same token, so counted once)
             break
         except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
             time.sleep(0.1)

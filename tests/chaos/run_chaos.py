@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,13 @@ def retrying(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def drive(client: Client, sessions: list[str], spread_s: float, deadline: float, stop: threading.Event,
-          rng: random.Random, closing: frozenset[str] = frozenset()) -> dict[str, str]:
+          rng: random.Random, closing: frozenset[str] = frozenset(),
+          route: Callable[[str], Client] | None = None) -> dict[str, str]:
     """Start the sessions spread over `spread_s` seconds (so kills land at every stage), resume
     each interrupt a random moment after it is raised, close each session of `closing` a random
-    moment after its message; return each session's state ("done", or "closed" for those)."""
+    moment after its message; return each session's state ("done", or "closed" for those).
+    `route`: the client of each session (its shard's; tests/chaos/run_chaos_shards.py)."""
+    route = route or (lambda _s: client)
     state = {s: "new" for s in sessions}
     cursors = {s: "0-0" for s in sessions}
     t0 = time.monotonic()
@@ -126,24 +130,24 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
         now = time.monotonic()
         for s in sessions:
             if state[s] == "new" and now >= starts[s]:
-                retrying(client.send, s, {"type": "message.create", "content": first_message(s)},
+                retrying(route(s).send, s, {"type": "message.create", "content": first_message(s)},
                          f"msg-{s}")
                 state[s] = "sent"
                 if s in closing:
                     close_at[s] = now + rng.uniform(0, CLOSE_WITHIN_S)
             if s in close_at and now >= close_at[s]:
                 # after its message in the same stream: the session exists when it is applied
-                retrying(client.send, s, {"type": "session.close", "reason": "chaos"}, f"close-{s}")
+                retrying(route(s).send, s, {"type": "session.close", "reason": "chaos"}, f"close-{s}")
                 del close_at[s]
             if s in resume_at and state[s] == "parked" and now >= resume_at[s][0]:
                 # a resume after the close is ignored (`session_closed`): sent all the same
-                retrying(client.send, s, {"type": "interrupt.resume", "interrupt_id": resume_at[s][1],
+                retrying(route(s).send, s, {"type": "interrupt.resume", "interrupt_id": resume_at[s][1],
                                           "payload": {"approved": True}}, f"resume-{s}")
                 state[s] = "resumed"
             if state[s] == "new" or finished(s):
                 continue
             try:
-                reply: Any = client.redis.xread({client.keys.events(s): cursors[s]}, count=100)
+                reply: Any = route(s).redis.xread({client.keys.events(s): cursors[s]}, count=100)
             except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
                 time.sleep(0.1)
                 continue
@@ -164,7 +168,9 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
     return state
 
 
-def check(client: Client, session: str, tally: dict[str, int]) -> list[str]:
+def check(client: Client, session: str, tally: dict[str, int],
+          records: redis.Redis | None = None) -> list[str]:
+    """`records`: where the tool bodies record their runs (the session's Redis if None)."""
     problems = []
     events = [e for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.2)]
     created = [e["message"]["id"] for e in events if e["type"] == "message.created"]
@@ -177,7 +183,7 @@ def check(client: Client, session: str, tally: dict[str, int]) -> list[str]:
     if len(users) != 1:
         problems.append(f"lost or duplicated input: {len(users)} user messages")
     if is_tool_session(session):
-        return problems + check_tools(client, session, events, view, tally)
+        return problems + check_tools(client, session, events, view, tally, records)
     delivered = [e for e in events if e["type"] == "interrupt.resumed" and e["delivered"]]
     if len(delivered) != 1:
         problems.append(f"{len(delivered)} delivered resumes")
@@ -189,7 +195,8 @@ def check(client: Client, session: str, tally: dict[str, int]) -> list[str]:
     return problems
 
 
-def check_closed(client: Client, session: str, tally: dict[str, int]) -> list[str]:
+def check_closed(client: Client, session: str, tally: dict[str, int],
+                 records: redis.Redis | None = None) -> list[str]:
     """A session closed during the run: closed once, nothing applied after, nothing left open;
     its tool calls (a tool session's) settled at most once, each body run as often as allowed."""
     events = [e for _id, e in client.events(session, block_ms=1, until=time.monotonic() + 0.2)]
@@ -200,7 +207,7 @@ def check_closed(client: Client, session: str, tally: dict[str, int]) -> list[st
     tally["tool.late"] += sum(e["type"] == "tool.late" for e in events)
     problems = closed_problems(events, view)
     if is_tool_session(session):
-        problems += ran_too_often(client, session)
+        problems += ran_too_often(records or client.redis, session)
     return problems
 
 
@@ -227,17 +234,17 @@ def closed_problems(events: list[dict[str, Any]], view: dict[str, Any]) -> list[
     return problems
 
 
-def ran_too_often(client: Client, session: str) -> list[str]:
+def ran_too_often(records: redis.Redis, session: str) -> list[str]:
     problems = []
     for tool in TOOLS:
-        ran = int(client.redis.scard(ran_key(tool, session)))
+        ran = int(records.scard(ran_key(tool, session)))
         if ran > ATTEMPTS[tool]:
             problems.append(f"{tool}: its body ran {ran} times (at most {ATTEMPTS[tool]})")
     return problems
 
 
 def check_tools(client: Client, session: str, events: list[dict[str, Any]], view: dict[str, Any],
-                tally: dict[str, int]) -> list[str]:
+                tally: dict[str, int], records: redis.Redis | None = None) -> list[str]:
     """Each call settled once, and each tool body run as often as its idempotency allows."""
     problems = []
     tools = [m for m in view["messages"] if m["role"] == "tool"]
@@ -247,7 +254,7 @@ def check_tools(client: Client, session: str, events: list[dict[str, Any]], view
         problems.append(f"incomplete transcript {[m['content'] for m in view['messages']]}")
     for tool in TOOLS:
         settled = [e for e in events if e["type"] == "tool.completed" and e["name"] == tool]
-        ran = int(client.redis.scard(ran_key(tool, session)))
+        ran = int((records or client.redis).scard(ran_key(tool, session)))
         tally[f"{tool} executions"] += ran
         if len(settled) != 1:
             problems.append(f"{tool}: settled {len(settled)} times")

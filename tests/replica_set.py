@@ -1,0 +1,176 @@
+"""A Sentinel-managed Redis for failover tests: one primary, one replica, three sentinels.
+
+All on loopback, free ports, one temporary folder. The sentinels are `redis-server <conf>
+--sentinel`: Debian's `redis-sentinel` is the same program under another name, so nothing
+beyond redis-server needs installing. Failover is quick on purpose (`down-after-milliseconds`
+1000): a killed primary is replaced within a few seconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from parley.cli.procs import RedisServer, free_port
+
+SERVICE = "m"
+DOWN_AFTER_MS = 1000
+FAILOVER_TIMEOUT_MS = 5000
+# a replica's first sync starts at once (Redis waits 5 s by default for more replicas to come)
+FAST_SYNC = {"repl-diskless-sync-delay": "0"}
+
+
+@dataclass
+class Sentinel:
+    directory: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, primary_port: int) -> Sentinel:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        conf = self.directory / "sentinel.conf"  # a sentinel rewrites its own config: a file of its own
+        conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                        f"logfile {self.directory / 'sentinel.log'}\n"
+                        f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n"
+                        f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+                        f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+                        f"sentinel parallel-syncs {SERVICE} 1\n")
+        self.proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        client = redis.Redis(host="127.0.0.1", port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"redis sentinel did not start on port {self.port}") from None
+                time.sleep(0.02)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@dataclass
+class ReplicaSet:
+    """A primary, a replica of it, and three sentinels watching them (quorum 2)."""
+
+    directory: Path
+    servers: list[RedisServer] = field(default_factory=list)
+    sentinels: list[Sentinel] = field(default_factory=list)
+
+    def start(self) -> ReplicaSet:
+        primary = RedisServer(self.directory / "a", settings=dict(FAST_SYNC)).start()
+        replica = RedisServer(self.directory / "b",
+                              settings={**FAST_SYNC, "replicaof": f"127.0.0.1 {primary.port}"}).start()
+        self.servers = [primary, replica]
+        self.wait_replicas(primary, 1)
+        self.sentinels = [Sentinel(self.directory / f"sentinel-{i}").start(primary.port) for i in range(3)]
+        # every sentinel knows the replica and the other sentinels before anything may fail
+        deadline = time.monotonic() + 20
+        while not all(self._sees_all(s) for s in self.sentinels):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sentinels did not discover each other and the replica")
+            time.sleep(0.1)
+        return self
+
+    def _sees_all(self, s: Sentinel) -> bool:
+        c = redis.Redis(host="127.0.0.1", port=s.port, decode_responses=True)
+        try:
+            info = c.execute_command("SENTINEL", "MASTER", SERVICE)
+            fields = dict(zip(info[::2], info[1::2], strict=True)) if isinstance(info, list) else info
+            return int(fields["num-slaves"]) >= 1 and int(fields["num-other-sentinels"]) >= 2
+        finally:
+            c.close()
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{SERVICE}/0"
+
+    def primary_port(self) -> int:
+        """The primary as the sentinels name it now."""
+        for s in self.sentinels:
+            c = redis.Redis(host="127.0.0.1", port=s.port, decode_responses=True)
+            try:
+                addr = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+                return int(addr[1])
+            except redis.ConnectionError:
+                continue
+            finally:
+                c.close()
+        raise RuntimeError("no sentinel answers")
+
+    def server(self, port: int) -> RedisServer:
+        return next(s for s in self.servers if s.port == port)
+
+    def kill_primary(self) -> RedisServer:
+        """kill -9 the primary; returns it (stopped)."""
+        primary = self.server(self.primary_port())
+        primary.stop(kill=True)
+        return primary
+
+    def wait_promoted(self, old: RedisServer, within_s: float = 30) -> RedisServer:
+        """Until the sentinels name another primary than `old`, and it answers as one."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            port = self.primary_port()
+            if port != old.port:
+                c = redis.Redis(host="127.0.0.1", port=port)
+                try:
+                    if c.info("replication")["role"] == "master":
+                        return self.server(port)
+                except redis.ConnectionError:
+                    pass
+                finally:
+                    c.close()
+            time.sleep(0.1)
+        raise RuntimeError("no replica was promoted")
+
+    def rejoin(self, old: RedisServer, primary: RedisServer, within_s: float = 30) -> None:
+        """Start `old` again (empty: no persistence); the sentinels turn it into a replica of the
+        new primary. Returns once the primary has it as a synced replica."""
+        old.start()
+        self.wait_replicas(primary, 1, within_s)
+
+    @staticmethod
+    def wait_replicas(primary: RedisServer, n: int, within_s: float = 30) -> None:
+        c = redis.Redis.from_url(primary.url)
+        deadline = time.monotonic() + within_s
+        try:
+            while True:
+                info = c.info("replication")
+                online = [v for k, v in info.items()
+                          if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"]
+                if len(online) >= n:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{primary.url}: {len(online)} of {n} replicas online")
+                time.sleep(0.1)
+        finally:
+            c.close()
+
+    def stop(self) -> None:
+        for s in self.sentinels:
+            s.stop()
+        for server in self.servers:
+            server.stop()

@@ -81,8 +81,9 @@ def test_confirm_raises_when_the_replica_does_not_acknowledge(
 
 
 def test_two_replicas_asked_of_one_never_confirm(primary: redis.Redis) -> None:
-    with pytest.raises(ReplicasBehind, match="1 of 2 replicas"):
-        Replicas(primary, KEYS, ReplicaPolicy(acks=2, timeout_ms=100)).confirm()
+    # (the one replica may itself be late on a loaded machine: 0 or 1 of 2, never 2)
+    with pytest.raises(ReplicasBehind, match="[01] of 2 replicas"):
+        Replicas(primary, KEYS, ReplicaPolicy(acks=2, timeout_ms=300)).confirm()
 
 
 def test_a_batch_the_replica_lacks_is_not_acknowledged_then_replayed_once(

@@ -14,7 +14,8 @@ from redis.exceptions import ResponseError
 
 from parley import inbox
 from parley import sessions as listing
-from parley.export import SessionExport, export_steps
+from parley.export import NoSuchSession, SessionExport, export_steps
+from parley.follow import Reread, block_of
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     DEFAULT_MOVED_TIMEOUT_S,
@@ -28,7 +29,6 @@ from parley.producer import (
     input_fields,
     is_moved,
     last_id,
-    newest_placement,
     partitions_of,
     pipeline_of,
     resume_input,
@@ -42,9 +42,10 @@ from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
-from parley.schemas.shards import PLACEMENT_FIELD, Placement, PlacementError
+from parley.schemas.shards import Placement, PlacementError, newest_placement_of
 from parley.sessions import SessionFilter, SessionPage
 from parley.sessions import page_steps as session_page_steps
+from parley.shards import VIEW_FIELDS, view_of
 
 
 async def run_steps(redis: Redis, steps: Steps) -> Any:
@@ -80,12 +81,28 @@ class AsyncClient:
         return len(self.clients) > 1
 
     async def refresh(self) -> Placement | None:
-        """The newest placement any shard holds (see `Shards.refresh`)."""
+        """The newest placement any shard holds (see `Shards.refresh`); PlacementError when the
+        URLs are not the deployment's shards in order."""
         if not self.sharded:
             return None
-        self.placement = newest_placement([await r.hget(self.keys.config, PLACEMENT_FIELD)
-                                           for r in self.clients])
+        views = [view_of(i, await r.hmget(self.keys.config, VIEW_FIELDS)) for i, r in enumerate(self.clients)]
+        self.placement = newest_placement_of(views)
         return self.placement
+
+    async def _followed(self, session: str, shard: int, reread: Reread) -> int:
+        """The session's shard after a read found nothing on `shard` (see `Client._followed`)."""
+        if not self.sharded or not reread.due(time.monotonic()):
+            return shard
+        await self.refresh()
+        return await self.index_of_session(session)
+
+    async def _moved_to(self, session: str, shard: int) -> int | None:
+        """After a lookup found nothing on `shard` (see `Client._moved_to`)."""
+        if not self.sharded:
+            return None
+        await self.refresh()
+        now = await self.index_of_session(session)
+        return now if now != shard else None
 
     async def index_of_session(self, session: str) -> int:
         """The shard of `session` (0 with one Redis); the placement is read once, and again
@@ -191,21 +208,30 @@ class AsyncClient:
         wait = OutcomeWait(await self.send(session, value, idempotency_key, principal, key), since, of)
         deadline = time.monotonic() + timeout_s
         events = self.keys.events(session)
-        redis = await self._redis_of(session)  # where the send went (a `moved` retry may have changed it)
+        shard = await self.index_of_session(session)  # where the send went (after any `moved` retry)
+        reread = Reread()
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            outcome = wait.read(await redis.xread({events: wait.last}, count=100, block=left_ms))
+            reply = await self.clients[shard].xread({events: wait.last}, count=100,
+                                                    block=block_of(left_ms, self.sharded))
+            outcome = wait.read(reply)
             if outcome is not None:
                 return outcome
+            if not reply:  # the session's partition may have moved meanwhile
+                shard = await self._followed(session, shard, reread)
         return wait.timed_out(timeout_s)
 
     async def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                      until: float | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Follow the session's events from `after` as (id, JSON dict); stops at `until` (a
-        monotonic deadline)."""
+        monotonic deadline); a session whose partition moved is followed (see `Client.events`)."""
         last = after
         key = self.keys.events(session)
+        shard = await self.index_of_session(session)
+        reread = Reread()
         while until is None or time.monotonic() < until:
-            reply = await (await self._redis_of(session)).xread({key: last}, count=100, block=block_ms)
+            reply = await self.clients[shard].xread({key: last}, count=100, block=block_ms)
+            if not reply:
+                shard = await self._followed(session, shard, reread)
             for entry_id, event in xread_events(reply):
                 last = entry_id
                 yield entry_id, event
@@ -217,14 +243,23 @@ class AsyncClient:
             yield entry_id, EVENT_ADAPTER.validate_python(event)
 
     async def show(self, session: str) -> dict[str, Any] | None:
-        redis = await self._redis_of(session)
-        view: dict[str, Any] | None = await run_steps(redis, show_steps(self.keys, session))
+        """The session's state, None when it has no record (see `Client.show`)."""
+        shard = await self.index_of_session(session)
+        view: dict[str, Any] | None = await run_steps(self.clients[shard], show_steps(self.keys, session))
+        if view is None and (moved := await self._moved_to(session, shard)) is not None:
+            view = await run_steps(self.clients[moved], show_steps(self.keys, session))
         return view
 
     async def export(self, session: str) -> SessionExport:
         """The whole session (see `Client.export`); `NoSuchSession` when it has no record."""
-        redis = await self._redis_of(session)
-        export: SessionExport = await run_steps(redis, export_steps(self.keys, session))
+        shard = await self.index_of_session(session)
+        try:
+            export: SessionExport = await run_steps(self.clients[shard], export_steps(self.keys, session))
+        except NoSuchSession:
+            moved = await self._moved_to(session, shard)
+            if moved is None:
+                raise
+            export = await run_steps(self.clients[moved], export_steps(self.keys, session))
         return export
 
     async def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
@@ -237,15 +272,16 @@ class AsyncClient:
         after = inbox.merged_after(flt, cursor)
         pages = await asyncio.gather(*(run_steps(r, inbox.shard_page_steps(self.keys, flt, limit, after))
                                        for r in self.clients))
-        return inbox.merged_page(flt, limit, pages)
+        return inbox.merged_page(flt, limit, pages, await self.refresh())  # after: see `Client`
 
     async def interrupts(self, where: InterruptFilter | None = None) -> list[dict[str, Any]]:
         """Every open interrupt that `where` keeps, as JSON rows, page by page."""
         flt = where or InterruptFilter()
-        rows: list[dict[str, Any]] = []
-        for r in self.clients:
-            rows += await run_steps(r, every_row_steps(self.keys, flt))
-        return inbox.merged_rows(flt, rows) if self.sharded else rows
+        parts: list[list[dict[str, Any]]] = [await run_steps(r, every_row_steps(self.keys, flt))
+                                             for r in self.clients]
+        if not self.sharded:
+            return parts[0]
+        return inbox.merged_rows(flt, parts, await self.refresh())
 
     async def sessions(self, status: str | Iterable[str] | None = None,
                        metadata: Mapping[str, Any] | None = None, created_after: int | None = None,
@@ -260,4 +296,4 @@ class AsyncClient:
         after = listing.merged_after(where, cursor)
         pages = await asyncio.gather(*(run_steps(r, listing.shard_page_steps(self.keys, where, limit, after))
                                        for r in self.clients))
-        return listing.merged_page(where, limit, pages)
+        return listing.merged_page(where, limit, pages, await self.refresh())

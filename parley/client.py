@@ -12,7 +12,8 @@ from redis.exceptions import ResponseError
 
 from parley import inbox
 from parley import sessions as listing
-from parley.export import SessionExport, export_steps
+from parley.export import NoSuchSession, SessionExport, export_steps
+from parley.follow import Reread, block_of
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     DEFAULT_MOVED_TIMEOUT_S,
@@ -39,6 +40,7 @@ from parley.schemas.events import Event
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
+from parley.schemas.shards import Placement
 from parley.sessions import SessionFilter, SessionPage
 from parley.sessions import page_steps as session_page_steps
 from parley.shards import Shards
@@ -80,6 +82,14 @@ class Client:
         """The client of the shard that holds `session` (the placement is read once, and again
         when a submit is refused `moved`)."""
         return self.shards.for_session(session)
+
+    def _followed(self, session: str, shard: int, reread: Reread) -> int:
+        """The session's shard after a read found nothing on `shard`: the placement is read
+        again (paced by `reread`), as a move may have taken the session elsewhere."""
+        if not self.shards.sharded or not reread.due(time.monotonic()):
+            return shard
+        self.shards.refresh()
+        return self.shards.index_of_session(session)
 
     def partitions(self, shard: int = 0) -> int:
         """N, the partition count a dispatcher published (on `shard`): read once, not per entry
@@ -183,21 +193,32 @@ class Client:
         wait = OutcomeWait(self.send(session, value, idempotency_key, principal, key), since, of)
         deadline = time.monotonic() + timeout_s
         events = self.keys.events(session)
-        redis = self._redis_of(session)  # where the send went (a `moved` retry may have changed it)
+        shard = self.shards.index_of_session(session)  # where the send went (after any `moved` retry)
+        reread = Reread()
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            outcome = wait.read(redis.xread({events: wait.last}, count=100, block=left_ms))
+            reply = self.shards.clients[shard].xread({events: wait.last}, count=100,
+                                                     block=block_of(left_ms, self.shards.sharded))
+            outcome = wait.read(reply)
             if outcome is not None:
                 return outcome
+            if not reply:  # the session's partition may have moved meanwhile
+                shard = self._followed(session, shard, reread)
         return wait.timed_out(timeout_s)
 
     def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                until: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
         """Follow the session's events from `after` as (id, JSON dict); stops at `until` (a
-        monotonic deadline)."""
+        monotonic deadline). With several shards, a read that comes back empty reads the
+        placement again (at most every second): a session whose partition moved is followed
+        to its new shard, from the same event id (a move copies the stream with its ids)."""
         last = after
         key = self.keys.events(session)
+        shard = self.shards.index_of_session(session)
+        reread = Reread()
         while until is None or time.monotonic() < until:
-            reply = self._redis_of(session).xread({key: last}, count=100, block=block_ms)
+            reply = self.shards.clients[shard].xread({key: last}, count=100, block=block_ms)
+            if not reply:
+                shard = self._followed(session, shard, reread)
             for entry_id, event in xread_events(reply):
                 last = entry_id
                 yield entry_id, event
@@ -208,13 +229,36 @@ class Client:
         return typed_events(self.events(session, after, block_ms, until))
 
     def show(self, session: str) -> dict[str, Any] | None:
-        view: dict[str, Any] | None = run_steps(self._redis_of(session), show_steps(self.keys, session))
+        """The session's state (what `parley show` prints), None when it has no record. With
+        several shards, a session not found is looked for again after reading the placement
+        again (its partition may have moved since it was last read)."""
+        shard = self.shards.index_of_session(session)
+        view: dict[str, Any] | None = run_steps(self.shards.clients[shard], show_steps(self.keys, session))
+        if view is None and (moved := self._moved_to(session, shard)) is not None:
+            view = run_steps(self.shards.clients[moved], show_steps(self.keys, session))
         return view
+
+    def _moved_to(self, session: str, shard: int) -> int | None:
+        """After a lookup found nothing on `shard`: the session's shard per the placement read
+        again, when it is another (None: it is not, or there is one Redis)."""
+        if not self.shards.sharded:
+            return None
+        self.shards.refresh()
+        now = self.shards.index_of_session(session)
+        return now if now != shard else None
 
     def export(self, session: str) -> SessionExport:
         """The whole session: messages as a tree, events, open interrupts (docs/protocol.md,
-        "Export and archive"), read in one atomic script; `NoSuchSession` when it has no record."""
-        export: SessionExport = run_steps(self._redis_of(session), export_steps(self.keys, session))
+        "Export and archive"), read in one atomic script; `NoSuchSession` when it has no record
+        (looked for again, like `show`, after reading the placement again)."""
+        shard = self.shards.index_of_session(session)
+        try:
+            export: SessionExport = run_steps(self.shards.clients[shard], export_steps(self.keys, session))
+        except NoSuchSession:
+            moved = self._moved_to(session, shard)
+            if moved is None:
+                raise
+            export = run_steps(self.shards.clients[moved], export_steps(self.keys, session))
         return export
 
     def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
@@ -229,16 +273,17 @@ class Client:
         after = inbox.merged_after(flt, cursor)
         pages = [run_steps(r, inbox.shard_page_steps(self.keys, flt, limit, after))
                  for r in self.shards.clients]
-        return inbox.merged_page(flt, limit, pages)
+        return inbox.merged_page(flt, limit, pages, self._placement_after_read())
 
     def interrupts(self, where: InterruptFilter | None = None) -> list[dict[str, Any]]:
         """Every open interrupt that `where` keeps, as JSON rows, page by page (every shard's,
         in the listing's order)."""
         flt = where or InterruptFilter()
-        rows: list[dict[str, Any]] = []
-        for r in self.shards.clients:
-            rows += run_steps(r, every_row_steps(self.keys, flt))
-        return inbox.merged_rows(flt, rows) if self.shards.sharded else rows
+        parts: list[list[dict[str, Any]]] = [run_steps(r, every_row_steps(self.keys, flt))
+                                             for r in self.shards.clients]
+        if not self.shards.sharded:
+            return parts[0]
+        return inbox.merged_rows(flt, parts, self._placement_after_read())
 
     def sessions(self, status: str | Iterable[str] | None = None, metadata: Mapping[str, Any] | None = None,
                  created_after: int | None = None, created_before: int | None = None, *,
@@ -256,4 +301,11 @@ class Client:
         after = listing.merged_after(where, cursor)
         pages = [run_steps(r, listing.shard_page_steps(self.keys, where, limit, after))
                  for r in self.shards.clients]
-        return listing.merged_page(where, limit, pages)
+        return listing.merged_page(where, limit, pages, self._placement_after_read())
+
+    def _placement_after_read(self) -> Placement | None:
+        """The placement a merged listing keeps each row by (from its session's shard only: a
+        move lists its sessions on two shards between its copy and its clean). Read after the
+        shards' pages: a move that flipped meanwhile then keeps the target's rows, which the
+        pages already hold (it copies before it flips)."""
+        return self.shards.refresh()

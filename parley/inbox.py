@@ -19,9 +19,10 @@ import orjson
 from pydantic import BaseModel, field_validator
 from redis import Redis
 
-from parley.fanout import ShardPart, merge_parts
+from parley.fanout import ShardPart, merge_parts, own_rows, session_owner
 from parley.producer import Call, Steps, run_steps
 from parley.schemas.keys import Keys
+from parley.schemas.shards import Placement
 
 SEP = "\x1f"
 #: raise times are written as 15 digits, so byte order is time order (Unix ms until year 33658)
@@ -298,18 +299,33 @@ def shard_page_steps(keys: Keys, flt: InterruptFilter, limit: int, after: str | 
     return page
 
 
-def merged_page(flt: InterruptFilter, limit: int, pages: Sequence[InterruptPage]) -> InterruptPage:
+def merged_page(flt: InterruptFilter, limit: int, pages: Sequence[InterruptPage],
+                placement: Placement | None = None) -> InterruptPage:
     """One page of the listing over every shard, from each shard's page read from the same
-    position (`shard_page_steps`)."""
+    position (`shard_page_steps`), in the deployment's order; with `placement`, a row is kept
+    only from its session's shard (a move lists it on two for a moment)."""
     parts = [ShardPart(p.items, merged_after(flt, p.cursor)) for p in pages]
-    items, after = merge_parts(parts, row_key(flt), limit)
+    owner = session_owner(placement, _session_of_row)
+    items, after = merge_parts(parts, row_key(flt), limit, owner=owner)
     cursor = None if after is None else Cursor(order_driver(flt), after, flt.fingerprint()).encode()
     return InterruptPage(items=items, cursor=cursor)
 
 
-def merged_rows(flt: InterruptFilter, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every shard's rows (`every_row_steps`) as one listing, in its order."""
+def _session_of_row(row: OpenInterrupt) -> str:
+    return row.session
+
+
+def _session_of_json(row: dict[str, Any]) -> str:
+    return str(row["session"])
+
+
+def merged_rows(flt: InterruptFilter, shards_rows: Sequence[Iterable[dict[str, Any]]],
+                placement: Placement | None = None) -> list[dict[str, Any]]:
+    """Every shard's rows (`every_row_steps`, in the deployment's order) as one listing, in its
+    order; with `placement`, each row from its session's shard only (see `merged_page`)."""
     key = row_key(flt)
+    owner = session_owner(placement, _session_of_json)
+    rows = [row for i, part in enumerate(shards_rows) for row in own_rows(part, i, owner)]
     return sorted(rows, key=lambda row: key(OpenInterrupt.model_validate(row)))
 
 

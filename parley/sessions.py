@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from parley.fanout import ShardPart, merge_parts
+from parley.fanout import ShardPart, merge_parts, session_owner
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, SCAN_FACTOR, decode_token, encode_token, merge, texts
 from parley.producer import Call, Steps
 from parley.schemas.keys import Keys
@@ -29,6 +29,7 @@ from parley.schemas.listing import (
     metadata_value,
     session_of_member,
 )
+from parley.schemas.shards import Placement
 from parley.schemas.state import Core
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SessionFilter", "SessionPage", "SessionRow", "merged_after",
@@ -282,11 +283,18 @@ def shard_page_steps(keys: Keys, flt: SessionFilter, limit: int, after: str | No
     return page
 
 
-def merged_page(flt: SessionFilter, limit: int, pages: Sequence[SessionPage]) -> SessionPage:
+def _session_of_row(row: SessionRow) -> str:
+    return row.session
+
+
+def merged_page(flt: SessionFilter, limit: int, pages: Sequence[SessionPage],
+                placement: Placement | None = None) -> SessionPage:
     """One page of the list over every shard, from each shard's page read from the same
-    position (`shard_page_steps`)."""
+    position (`shard_page_steps`), in the deployment's order; with `placement`, a row is kept
+    only from its session's shard (a move lists it on two for a moment)."""
     parts = [ShardPart(p.items, merged_after(flt, p.cursor)) for p in pages]
-    items, after = merge_parts(parts, row_key, limit, reverse=flt.newest_first)
+    owner = session_owner(placement, _session_of_row)
+    items, after = merge_parts(parts, row_key, limit, reverse=flt.newest_first, owner=owner)
     # the merged cursor names the status sets: any driver's members read the same
     cursor = None if after is None else encode_cursor(STATUS_DRIVER, after, flt)
     return SessionPage(items=items, cursor=cursor)

@@ -30,6 +30,7 @@ from parley.schemas.shards import (
     ShardView,
     agreed_placement,
     initial_placement,
+    newest_placement_of,
 )
 
 SENTINEL_SCHEME = "redis+sentinel"
@@ -82,8 +83,16 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
                                password=address.password, **kwargs)
 
 
+#: the `<prefix>:config` fields a `ShardView` is read from, in `view_of`'s order
+VIEW_FIELDS = [PLACEMENT_FIELD, SHARD_FIELD, "partitions"]
+
+
 def read_view(r: redis.Redis, keys: Keys, index: int) -> ShardView:
-    raw = r.hmget(keys.config, [PLACEMENT_FIELD, SHARD_FIELD, "partitions"])
+    return view_of(index, r.hmget(keys.config, VIEW_FIELDS))
+
+
+def view_of(index: int, raw: Sequence[Any]) -> ShardView:
+    """The view of shard `index` from its HMGET of `VIEW_FIELDS` (the sync and async clients')."""
     placement_raw, shard_raw, partitions_raw = raw
     partitions = int(partitions_raw) if partitions_raw else None
     return ShardView(index=index,
@@ -156,16 +165,13 @@ class Shards:
         return placement
 
     def refresh(self) -> Placement | None:
-        """The newest placement any shard holds (a move writes them one after another)."""
+        """The newest placement any shard holds (a move writes them one after another);
+        PlacementError when the URLs are not the deployment's shards in order."""
         if not self.sharded:
             return None
-        newest: Placement | None = None
-        for i, r in enumerate(self.clients):
-            view = read_view(r, self.keys, i)
-            if view.placement is not None and (newest is None or view.placement.version > newest.version):
-                newest = view.placement
-        self.placement = newest
-        return newest
+        # the URLs are checked at every read (PlacementError in the wrong order): a few bytes more
+        self.placement = newest_placement_of(self.views())
+        return self.placement
 
     def index_of_session(self, session: str) -> int:
         """The shard of a session (0 with one Redis). Reads the placement once if not yet read."""

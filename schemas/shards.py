@@ -178,6 +178,15 @@ class ShardView:
     has_data: bool = False  # the shard already serves a deployment (a published `partitions`)
 
 
+def check_order(views: Sequence[ShardView]) -> None:
+    """PlacementError when a shard recorded another index than its URL's position: the URLs are
+    in another order than at first start (every call would go to the wrong shard)."""
+    for v in views:
+        if v.shard is not None and v.shard != v.index:
+            raise PlacementError(f"URL #{v.index} is shard {v.shard} of this deployment: give the URLs in "
+                                 "the order they were first given (shard 0 first)")
+
+
 def agreed_placement(views: Sequence[ShardView]) -> Placement | None:
     """The one placement every shard holds, checked against the URLs this process was given;
     None when no shard holds one yet (a fresh deployment: see `initial_placement`).
@@ -186,10 +195,7 @@ def agreed_placement(views: Sequence[ShardView]) -> Placement | None:
     are in another order than at first start); the shards hold different tables (a move was
     interrupted between shards: `parley partitions repair`); the table names another number of
     shards than there are URLs; some shards hold a table and others none."""
-    for v in views:
-        if v.shard is not None and v.shard != v.index:
-            raise PlacementError(f"URL #{v.index} is shard {v.shard} of this deployment: give the URLs in "
-                                 "the order they were first given (shard 0 first)")
+    check_order(views)
     held = [v for v in views if v.placement is not None]
     if not held:
         return None
@@ -208,6 +214,22 @@ def agreed_placement(views: Sequence[ShardView]) -> Placement | None:
         raise PlacementError(f"the deployment has {first.shards} shards and this process was given "
                              f"{len(views)} URLs: give every shard's URL, in order")
     return first
+
+
+def newest_placement_of(views: Sequence[ShardView]) -> Placement | None:
+    """What a client routes by: the newest table any shard holds (a move writes them one after
+    another, so two may differ for a moment: not an error for a reader), once the URLs are
+    checked against the shards (PlacementError for URLs in another order, or too few or many:
+    every call would otherwise be refused `moved`, or go to a shard that is not the session's)."""
+    check_order(views)
+    held = [v.placement for v in views if v.placement is not None]
+    if not held:
+        return None
+    newest = max(held, key=lambda p: p.version)
+    if newest.shards != len(views):
+        raise PlacementError(f"the deployment has {newest.shards} shards and this client was given "
+                             f"{len(views)} URLs: give every shard's URL, in order")
+    return newest
 
 
 def initial_placement(views: Sequence[ShardView], partitions: int) -> Placement:

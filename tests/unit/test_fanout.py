@@ -1,9 +1,10 @@
 """Listings over several shards (parley/fanout.py, the merge; parley/producer.py `MovedRetry`,
-`newest_placement`): pure, no Redis."""
+`newest_placement`; parley/follow.py, when a reader reads the placement again): pure, no Redis."""
 
 import pytest
 
 from parley.fanout import ShardPart, merge_parts
+from parley.follow import REREAD_EVERY_S, Reread, block_of
 from parley.inbox import (
     Cursor,
     Driver,
@@ -11,10 +12,17 @@ from parley.inbox import (
     InterruptPage,
     OpenInterrupt,
     merged_page,
+    merged_rows,
     time_member,
 )
 from parley.producer import MovedRetry, SubmitRefused, is_moved, newest_placement
+from parley.schemas.keys import partition_of
 from parley.schemas.shards import Placement
+from parley.sessions import SessionFilter, SessionPage, SessionRow
+from parley.sessions import merged_page as merged_session_page
+
+#: the partition count of the tests of a move
+N_TEST = 8
 
 
 def key(row: str) -> str:
@@ -107,3 +115,60 @@ def test_the_newest_placement_wins() -> None:
     new = old.freeze(1, 0)
     assert newest_placement([old.to_json(), None, new.to_json()]) == new
     assert newest_placement([None, b""]) is None
+
+
+# ---- a session listed on two shards while its partition moves ------------------------------------
+
+def placed_on(placement: Placement, shard: int, skip: int = 0) -> str:
+    return [s for s in (f"s-{i}" for i in range(100)) if placement.shard_of_session(s) == shard][skip]
+
+
+def test_merge_keeps_a_row_only_from_the_shard_its_session_is_placed_on() -> None:
+    owner = {"a": 0, "b": 1, "c": 0}.__getitem__
+    # "c" is on both shards (copied, not yet cleaned): only shard 0's copy is kept
+    parts = [ShardPart(["a", "c"], None), ShardPart(["b", "c"], None)]
+    assert merge_parts(parts, key, 5, owner=owner) == (["a", "b", "c"], None)
+    assert merge_parts(parts, key, 2, owner=owner) == (["a", "b"], "b")
+    assert merge_parts(parts, key, 5) == (["a", "b", "c", "c"], None)  # without a placement: all
+
+
+def test_a_moving_interrupt_is_listed_once_before_and_after_the_flip() -> None:
+    before = Placement.default(N_TEST, 2)
+    moving = placed_on(before, 0)
+    stays = placed_on(before, 1)
+    p = partition_of(moving, N_TEST)
+    after = before.freeze(p, 1).flip(p)
+    shard0 = InterruptPage(items=[row(moving, 1)])
+    shard1 = InterruptPage(items=[row(moving, 1), row(stays, 2)])  # the move's copy
+    for placement in (before, before.freeze(p, 1), after):
+        page = merged_page(InterruptFilter(), 10, [shard0, shard1], placement)
+        assert [r.session for r in page.items] == [moving, stays]
+        rows = merged_rows(InterruptFilter(), [[r.model_dump() for r in shard0.items],
+                                               [r.model_dump() for r in shard1.items]], placement)
+        assert [r["session"] for r in rows] == [moving, stays]
+
+
+def test_a_moving_session_is_listed_once_in_the_list_of_sessions() -> None:
+    before = Placement.default(N_TEST, 2)
+    moving = placed_on(before, 0)
+    p = partition_of(moving, N_TEST)
+    after = before.freeze(p, 1).flip(p)
+    listed = SessionRow(session=moving, status="active", created_at=5)
+    for placement in (before, after):
+        page = merged_session_page(SessionFilter.of(), 10, [SessionPage(items=[listed]),
+                                                           SessionPage(items=[listed])], placement)
+        assert page.items == [listed]
+
+
+def test_a_reader_reads_the_placement_again_at_most_every_period() -> None:
+    reread = Reread(every_s=1.0)
+    assert reread.due(100.0)  # the first empty read
+    assert not reread.due(100.5)
+    assert reread.due(101.0)
+    assert not reread.due(101.9)
+
+
+def test_a_wait_blocks_at_most_the_reread_period_with_several_shards() -> None:
+    assert block_of(10_000, sharded=False) == 10_000
+    assert block_of(10_000, sharded=True) == int(REREAD_EVERY_S * 1000)
+    assert block_of(300, sharded=True) == 300

@@ -13,6 +13,7 @@ from parley.schemas.shards import (
     ShardView,
     agreed_placement,
     initial_placement,
+    newest_placement_of,
 )
 from parley.shards import SentinelAddress, parse_sentinel_url
 
@@ -135,6 +136,21 @@ def test_agreed_placement_refuses_urls_in_another_order() -> None:
     p = Placement.default(4, 2)
     with pytest.raises(PlacementError, match="URL #0 is shard 1"):
         agreed_placement([view(0, p, shard=1), view(1, p, shard=0)])
+
+
+def test_a_clients_placement_is_the_newest_a_shard_holds() -> None:
+    old = Placement.default(4, 2)
+    new = old.freeze(1, 0)  # a move writes the shards one after another: not an error for a client
+    assert newest_placement_of([view(0, new), view(1, old)]) == new
+    assert newest_placement_of([view(0, None), view(1, None)]) is None
+
+
+def test_a_client_refuses_urls_in_another_order_or_of_another_count() -> None:
+    p = Placement.default(4, 2)
+    with pytest.raises(PlacementError, match="URL #0 is shard 1"):
+        newest_placement_of([view(0, p, shard=1), view(1, p, shard=0)])
+    with pytest.raises(PlacementError, match="2 shards and this client was given 3 URLs"):
+        newest_placement_of([view(0, p), view(1, p), view(2, None)])
 
 
 def test_agreed_placement_refuses_some_shards_without_a_table() -> None:

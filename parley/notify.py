@@ -7,6 +7,12 @@ dead-letter stream once an entry has failed `max_attempts` times. Delivery is at
 an entry is acknowledged only after its POST succeeded (or it was dead-lettered), so a
 receiver may see an entry twice after a forwarder crash and tells them apart by the
 `Parley-Delivery` header.
+
+With several shards each shard has its own feed (its own group and dead-letter stream there).
+`TimeOrdered` forwards them all from one loop, in time order across shards within each read
+round: a batch is read from every shard's feed, its entries ordered by their stream id's
+milliseconds (ties by shard; a shard's own entries keep their order), posted in that order,
+and each acknowledged on its own shard.
 """
 
 import hashlib
@@ -18,7 +24,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +132,19 @@ def wanted(entry: FeedEntry, types: frozenset[str] | None) -> bool:
     return types is None or entry.type in types
 
 
+def stream_ms(entry_id: Any) -> int:
+    """The milliseconds of a stream entry id (`<ms>-<seq>`): when the shard wrote the entry."""
+    return int(_text(entry_id).split("-", 1)[0])
+
+
+def time_order(batches: Sequence[Sequence[tuple[Any, Any]]]) -> list[tuple[int, Any, Any]]:
+    """(shard, entry id, fields) of every shard's batch (`batches[i]` read from shard i), in time
+    order across shards: by the milliseconds of the entry's id, ties by shard. The sort is
+    stable, so the entries of one shard keep their own order."""
+    tagged = [(shard, entry_id, fields) for shard, batch in enumerate(batches) for entry_id, fields in batch]
+    return sorted(tagged, key=lambda t: (stream_ms(t[1]), t[0]))
+
+
 def load_secret(path: str | None, from_env: str | None) -> bytes:
     """The signing secret: the file's content (trailing newline dropped), else `from_env` (env
     PARLEY_WEBHOOK_SECRET). ValueError when there is none: an unsigned webhook could be forged."""
@@ -188,6 +207,9 @@ class Forwarder:
         self.health: metrics.Health | None = None
         self.held: deque[Any] = deque()  # ids of the current batch not yet acknowledged, in order
         self.touched_at = time.monotonic()
+        #: what a POST's loop calls to keep the held entries this forwarder's: its own, or, when
+        #: shards are forwarded together (`TimeOrdered`), every shard's held entries
+        self.keep: Callable[[], None] = self.keep_held
         metrics.init_notify_metrics()
 
     def ensure_group(self) -> None:
@@ -229,9 +251,11 @@ class Forwarder:
         if self.health is not None:
             self.health.beat()
 
-    def read(self) -> Sequence[tuple[Any, Any]]:
+    def read(self, block_ms: int | None = -1) -> Sequence[tuple[Any, Any]]:
+        """New entries: blocking `block_ms` (-1: the configured time; None: not at all)."""
+        block = self.config.block_ms if block_ms == -1 else block_ms
         reply: Any = self.redis.xreadgroup(self.config.group, self.consumer, {self.keys.feed: ">"},
-                                           count=self.config.batch, block=self.config.block_ms)
+                                           count=self.config.batch, block=block)
         return reply[0][1] if reply else []
 
     def reclaim(self) -> Sequence[tuple[Any, Any]]:
@@ -257,7 +281,7 @@ class Forwarder:
         failures = 0
         while True:
             self.beat()  # retrying a receiver that is down is the loop turning, not stalled
-            self.keep_held()
+            self.keep()
             error = self.post(entry, body)
             if error is None:
                 self.redis.xack(self.keys.feed, self.config.group, entry_id)
@@ -316,3 +340,73 @@ class Forwarder:
         metrics.NOTIFY_DEAD.inc()
         log.error("feed entry dead-lettered", extra=kv(entry=_text(entry_id), error=error,
                                                        attempts=failures))
+
+
+#: when no shard's feed has anything, `TimeOrdered` blocks on one shard's feed at a time, in
+#: turn, this long: an entry on any shard waits about this long at most before it is read
+TURN_BLOCK_MS = 100
+
+
+class TimeOrdered:
+    """The forwarders of every shard's feed, in one loop that posts each read round in time
+    order across shards (see the module's account). A shard that is down holds the others up
+    until it is back (nothing is acknowledged meanwhile, so nothing is lost): a deployment
+    that would rather keep them apart runs one forwarder per shard (`--shard`)."""
+
+    def __init__(self, forwarders: Sequence[Forwarder], turn_block_ms: int = TURN_BLOCK_MS):
+        if not forwarders:
+            raise ValueError("no feed to forward")
+        self.forwarders = list(forwarders)
+        self.turn_block_ms = turn_block_ms
+        self.turn = 0
+        for forwarder in self.forwarders:
+            # a POST to one shard's entry may take long: every shard's batch must stay ours
+            forwarder.keep = self.keep_held
+
+    def keep_held(self) -> None:
+        for forwarder in self.forwarders:
+            forwarder.keep_held()
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop`; a Redis outage is waited out with backoff, as `Forwarder.run`."""
+        outages = 0
+        while not stop.is_set():
+            try:
+                for forwarder in self.forwarders:
+                    forwarder.ensure_group()
+                self.tick(stop)
+                outages = 0
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                delay = backoff(outages, base=0.25, cap=5.0)
+                outages += 1
+                log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
+                stop.wait(delay)
+
+    def read_round(self) -> list[Sequence[tuple[Any, Any]]]:
+        """One batch of every shard (entries taken over from a dead forwarder first). When all
+        are empty, one shard's feed is read blocking, in turn, then the others' again, so that
+        an idle loop neither spins nor leaves one shard's entries waiting behind another's."""
+        batches = [f.reclaim() or f.read(block_ms=None) for f in self.forwarders]
+        if any(batches):
+            return batches
+        i = self.turn % len(self.forwarders)
+        self.turn += 1
+        woke = self.forwarders[i].read(block_ms=self.turn_block_ms)
+        if not woke:
+            return batches
+        return [woke if j == i else f.read(block_ms=None) for j, f in enumerate(self.forwarders)]
+
+    def tick(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.forwarders[0].beat()
+            batches = self.read_round()
+            now = time.monotonic()
+            for forwarder, batch in zip(self.forwarders, batches, strict=True):
+                forwarder.held = deque(entry_id for entry_id, _fields in batch)
+                forwarder.touched_at = now
+            for shard, entry_id, fields in time_order(batches):
+                if stop.is_set():
+                    return  # left pending on its shard: taken over later, as by `Forwarder`
+                forwarder = self.forwarders[shard]
+                forwarder.forward(entry_id, fields, stop)
+                forwarder.held.popleft()

@@ -828,7 +828,7 @@ def _rebuild_sessions(ctx: click.Context, with_filters: Any) -> None:
                    "forwarder takes it over.")
 @click.option("--shard", type=click.IntRange(0), default=None,
               help="Forward this shard's feed only (its index in the Redis URLs). Default: every "
-                   "shard's, one forwarder each.")
+                   "shard's, in time order across shards.")
 @METRICS_PORT
 @click.pass_context
 def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, name: str | None,
@@ -836,13 +836,14 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
            retry_cap: float, claim_idle: float, shard: int | None, metrics_port: int | None) -> None:
     """Forward the fleet-wide feed to a webhook: signed JSON POSTs, retried with backoff,
     dead-lettered after --max-attempts. Several may run: they share the feed through a consumer
-    group. With several shards, each shard's feed is forwarded (its own group and dead-letter
-    stream on that shard), or one shard's with --shard. SIGTERM stops it; an entry not yet
-    acknowledged is taken over by another forwarder."""
+    group. With several shards, every shard's feed is forwarded, in time order across shards
+    within each read round (each shard's own group and dead-letter stream on that shard), or
+    one shard's with --shard. SIGTERM stops it; an entry not yet acknowledged is taken over by
+    another forwarder."""
     import os
 
     from parley.metrics import Health, serve
-    from parley.notify import Forwarder, NotifyConfig, load_secret
+    from parley.notify import Forwarder, NotifyConfig, TimeOrdered, load_secret
     from parley.schemas.events import FEED_EVENT_TYPES
     from parley.schemas.keys import Keys
 
@@ -879,12 +880,8 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
     where = f"shard {shard}" if shard is not None else f"{len(indexes)} shard(s)"
     click.echo(f"parley notify {forwarders[0].consumer} started (feed {keys.feed} of {where}, "
                f"group {group})", err=True)
-    threads = [threading.Thread(target=f.run, args=(stop,), name=f"notify-shard-{i}", daemon=True)
-               for i, f in zip(indexes, forwarders, strict=True)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    # several shards: one loop, posting each round of reads in time order across the shards
+    (forwarders[0] if len(forwarders) == 1 else TimeOrdered(forwarders)).run(stop)
     click.echo(f"parley notify {forwarders[0].consumer} stopped", err=True)
 
 

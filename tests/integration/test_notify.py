@@ -1,6 +1,7 @@
 """`parley notify` as a real process against a local HTTP server that fails (5xx), stalls (past
 the POST timeout) and recovers; a forwarder killed -9 with entries pending, another taking
-them over; dead letters after --max-attempts; the signature a receiver checks."""
+them over; dead letters after --max-attempts; the signature a receiver checks; the feeds of two
+shards forwarded in time order across them."""
 
 import threading
 import time
@@ -13,7 +14,7 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import free_port
+from parley.cli.procs import RedisServer, free_port
 from parley.notify import verify
 from tests.conftest import Procs, eventually
 
@@ -227,3 +228,33 @@ def test_a_type_that_is_not_on_the_feed_is_refused(procs: Procs) -> None:
     assert proc.wait(20) == 2
     assert "interrupt.raise: not on the feed" in procs.logs()
     procs.forget(proc)
+
+
+def test_the_feeds_of_two_shards_are_forwarded_in_time_order_across_them(
+        procs: Procs, r: redis.Redis, receivers: Callable[[Behaviour], Receiver], tmp_path: Any) -> None:
+    other = RedisServer(tmp_path / "redis-shard-1").start()
+    try:
+        second = redis.Redis.from_url(other.url)
+        shards = [r, second]
+        for shard in shards:
+            shard.xgroup_create(FEED, GROUP, id="0", mkstream=True)
+        # interleaved in time: entry k is written at millisecond 1000 + k on shard k mod 2, and
+        # one entry of each shard shares a millisecond (the tie goes to shard 0)
+        order: list[str] = []
+        for k in range(20):
+            shard = k % 2
+            ms = 1000 + k - (1 if k == 19 else 0)  # entries 18 (shard 0) and 19 (shard 1) tie
+            event = {"type": "interrupt.raised", "at": k, "interrupt_id": f"int-{k}", "reason": "approval"}
+            shards[shard].xadd(FEED, {"session": f"s-{k}", "type": "interrupt.raised", "event_id": "1-0",
+                                      "event": orjson.dumps(event)}, id=f"{ms}-0")
+            order.append(f"s-{k}")
+        rec = receivers(lambda n: 200)
+        procs.start("notify", "examples.seed_app", "--webhook", rec.url,
+                    env={"PARLEY_WEBHOOK_SECRET": SECRET, "PARLEY_REDIS_URLS": f"{procs.url} {other.url}"})
+        eventually(lambda: len(rec.accepted_ids()) >= 20, timeout=20)
+        with rec.lock:
+            assert [a["session"] for a in rec.accepted] == order
+        for shard in shards:  # each acknowledged on its own shard
+            eventually(lambda shard=shard: shard.xpending(FEED, GROUP)["pending"] == 0, timeout=10)
+    finally:
+        other.stop(kill=True)

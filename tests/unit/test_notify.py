@@ -18,6 +18,8 @@ from parley.notify import (
     parse_entry,
     retry_delay,
     sign,
+    stream_ms,
+    time_order,
     verify,
     wanted,
 )
@@ -110,3 +112,13 @@ def test_a_claim_idle_time_a_live_forwarder_could_exceed_is_refused() -> None:
         NotifyConfig(url="http://x", secret=b"k", timeout_s=10, retry_cap_s=30, claim_idle_ms=40_000)
     with pytest.raises(ValueError, match="at least 1"):
         NotifyConfig(url="http://x", secret=b"k", max_attempts=0)
+
+
+def test_the_feeds_of_several_shards_are_posted_in_time_order_ties_by_shard() -> None:
+    shard0 = [(b"1000-0", {"n": "a"}), (b"1000-1", {"n": "b"}), (b"3000-0", {"n": "e"})]
+    shard1 = [(b"999-5", {"n": "z"}), (b"1000-0", {"n": "c"}), (b"2000-0", {"n": "d"})]
+    ordered = time_order([shard0, shard1, []])
+    assert [(shard, fields["n"]) for shard, _id, fields in ordered] == [
+        (1, "z"), (0, "a"), (0, "b"), (1, "c"), (1, "d"), (0, "e")]
+    assert time_order([[], []]) == []
+    assert stream_ms("1764558000123-7") == 1764558000123

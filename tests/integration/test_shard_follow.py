@@ -22,6 +22,7 @@ from parley.client import Client
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.functions import Functions
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.resumes import CloseOutcome, CloseStatus
 from parley.schemas.shards import PlacementError
 from parley.shards import Shards, write_placement
 from tests.integration.test_sessions import core_of, put
@@ -130,6 +131,26 @@ def test_the_async_watcher_follows_too(shards: Shards, servers: list[RedisServer
                 await c.aclose()
 
     assert asyncio.run(run()) == [1, 2]
+
+
+def test_a_close_wait_follows_the_session_to_its_new_shard(shards: Shards) -> None:
+    session = session_on(shards, 0)
+    source, target = shards.clients
+    client = Client(Shards(shards.clients, KEYS), producer="app")
+    told: list[CloseOutcome] = []
+    thread = threading.Thread(target=lambda: told.append(client.close(session, wait=True, timeout_s=BOUND_S)))
+    thread.start()
+    stream = KEYS.producer_inputs("app", partition_of(session, N), N)
+    deadline = time.monotonic() + BOUND_S
+    while not source.xlen(stream) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ((entry, _fields),) = source.xrange(stream)
+    copy_and_flip(shards, session)
+    clean(shards, session)
+    closed = {"type": "session.closed", "input": {"entry": entry.decode()}}
+    target.xadd(KEYS.events(session), {"event": orjson.dumps(closed).decode()})
+    thread.join(BOUND_S + 5)
+    assert [o.status for o in told] == [CloseStatus.CLOSED]
 
 
 def test_show_and_export_find_a_session_that_moved(shards: Shards, servers: list[RedisServer]) -> None:

@@ -333,7 +333,8 @@ class Sweeps:
             fields = self.outbox.engine_input_fields(
                 session, f"idle:{at}", {"type": "session.close", "reason": CloseReason.IDLE}, secret)
             calls.append(([self.keys.idle, self.outbox.input_stream(session), self.keys.config],
-                          [session, at, self.partition(session), *(v for pair in fields.items() for v in pair)]))
+                          [session, at, self.partition(session),
+                           *(v for pair in fields.items() for v in pair)]))
         for (session, _at), posted in zip(due, evalsha_many(self.redis, self._post_idle_close, calls),
                                           strict=True):
             if posted == 1:

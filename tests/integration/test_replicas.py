@@ -82,7 +82,7 @@ def test_confirm_raises_when_the_replica_does_not_acknowledge(
 
 def test_two_replicas_asked_of_one_never_confirm(primary: redis.Redis) -> None:
     # (the one replica may itself be late on a loaded machine: 0 or 1 of 2, never 2)
-    with pytest.raises(ReplicasBehind, match="[01] of 2 replicas"):
+    with pytest.raises(ReplicasBehind, match=r"[01] of 2 replicas"):
         Replicas(primary, KEYS, ReplicaPolicy(acks=2, timeout_ms=300)).confirm()
 
 

@@ -359,6 +359,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
         keyring = Keyring.load(keys_file, require_signing)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
+    if shard is None:
+        _refuse_a_lone_shard(ctx, stop)
     partitions = _resolve_partitions(ctx, shard, partitions)
     d = Dispatcher(_connect(ctx, shard), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
@@ -415,6 +417,8 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     names = [keys.queue(q.strip()) for q in queues.split(",") if q.strip()]
     if shard is not None:
         _await_placement(ctx)
+    else:
+        _refuse_a_lone_shard(ctx)
     connection = _connect(ctx, shard)
     ident = name or worker_id()
     heartbeat = Heartbeat(connection, keys.worker_alive(ident), _serve_metrics(ctx, metrics_port, connection))
@@ -449,6 +453,38 @@ def _per_shard(ctx: click.Context, shard: int | None, metrics_port: int | None) 
     assert shard is not None
     metrics.set_shard(shard)
     return shard
+
+
+def _refuse_a_lone_shard(ctx: click.Context, stop: threading.Event | None = None) -> None:
+    """With one Redis URL: refuse to start (exit 1) on a Redis that is a shard of several (its
+    config holds `placement` or `shard`). A pod left on one old URL would otherwise lease
+    every partition of that shard, ignore moves and sweep frozen partitions. A dispatcher
+    (`stop` given) waits for a Redis that does not answer yet, as it would anyway; a worker
+    stops on it as before (REDIS_UNAVAILABLE)."""
+    from parley.schemas.keys import Keys
+    from parley.schemas.shards import PLACEMENT_FIELD, SHARD_FIELD, Placement, PlacementError
+
+    r, config = _connect(ctx), Keys(ctx.obj["prefix"]).config
+    attempt = 0
+    while True:
+        try:
+            raw, index = r.hmget(config, [PLACEMENT_FIELD, SHARD_FIELD])
+            break
+        except REDIS_UNUSABLE:
+            if stop is None:
+                raise
+            if stop.wait(backoff(attempt, base=0.5, cap=5.0)):
+                return  # asked to stop: the dispatcher's loop ends at once
+            attempt += 1
+    if raw is None and index is None:
+        return
+    try:
+        of = f"{Placement.from_json(raw).shards} shards" if raw is not None else "several shards"
+    except PlacementError:
+        of = "several shards"
+    i = int(index) if index is not None else "i"
+    raise click.ClickException(f"this Redis is shard {i} of a deployment of {of}: give every shard's "
+                               f"URL, in order, and --shard {i}")
 
 
 def _resolve_partitions(ctx: click.Context, shard: int | None, partitions: int | None) -> int:

@@ -89,6 +89,20 @@ def test_a_dispatcher_refuses_a_missing_url_then_different_tables(
     refused(start([a, b, c], "dispatcher", 2), "shards 0 and 1 hold different placements")
 
 
+@pytest.mark.parametrize("kind", ["dispatcher", "worker"])
+def test_one_url_of_a_shard_of_several_is_refused(servers: list[RedisServer], conns: list[redis.Redis],
+                                                 kind: str) -> None:
+    """A pod left on a single old URL would lease all of the shard's partitions, ignore moves
+    and sweep frozen partitions: it refuses to start, naming what to give instead."""
+    place(conns[:2], Placement.default(4, 2))
+    for i in (0, 1):
+        done = run([servers[i].url], kind, "--app", "tests.apps.scenarios")
+        assert done.returncode == 1, done.stderr
+        assert (f"this Redis is shard {i} of a deployment of 2 shards: give every shard's URL, in order, "
+                f"and --shard {i}") in done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_a_shard_beyond_the_urls_is_a_usage_error(servers: list[RedisServer]) -> None:
     urls = [servers[0].url, servers[1].url]
     done = run(urls, "dispatcher", "--app", "tests.apps.scenarios", "--shard", "2")

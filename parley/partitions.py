@@ -377,6 +377,7 @@ class Mover:
                 continue
             dst.restore(key, max(int(ttl), 0), dumped, replace=True)
             copied += 1
+        self.copy_producers(src, dst, plan.partition, n)
         members = self.members_of(src, plan.partition, n)
         pipe = dst.pipeline(transaction=False)
         anchors: list[Any] = []
@@ -401,6 +402,14 @@ class Mover:
         tx.hset(self.keys.config, copied_field(plan.partition), str(plan.target))
         tx.execute()
         return len(sessions), copied, count
+
+    def copy_producers(self, src: redis.Redis, dst: redis.Redis, partition: int, partitions: int) -> None:
+        """The registration of each producer whose stream of P was copied, on a target that lacks
+        it: the target's dispatchers read only the streams of producers registered there."""
+        registry: Any = src.hgetall(self.keys.producers)
+        for name, registration in (registry or {}).items():
+            if src.exists(self.keys.producer_inputs(_text(name), partition, partitions)):
+                dst.hsetnx(self.keys.producers, name, registration)
 
     # ---- clean ---------------------------------------------------------------------------
     def clean(self, shard: int, partition: int, partitions: int, lower_stats: bool) -> int:

@@ -825,16 +825,19 @@ def sessions(ctx: click.Context, statuses: tuple[str, ...], metadata: dict[str, 
 
 
 def _rebuild_sessions(ctx: click.Context, with_filters: Any) -> None:
-    from parley.dispatcher.sessions_rebuild import rebuild
+    from parley.dispatcher.sessions_rebuild import RebuildReport, rebuild
     from parley.schemas.keys import Keys
 
     if with_filters:
         raise click.UsageError("--rebuild takes no filter nor cursor: it lists every session")
-    try:
-        report = rebuild(_connect(ctx), Keys(ctx.obj["prefix"]))
+    keys = Keys(ctx.obj["prefix"])
+    try:  # each shard lists its own sessions
+        reports = [rebuild(_connect(ctx, i), keys) for i in range(len(ctx.obj["urls"]))]
     except redis.exceptions.NoPermissionError as err:
         raise click.ClickException(f"this login may not rebuild the list ({err}): it needs SCAN, which "
                                    "no Parley login has; run it with an administrator's") from None
+    report = RebuildReport(scanned=sum(r.scanned for r in reports), listed=sum(r.listed for r in reports),
+                           busy=sum(r.busy for r in reports))
     click.echo(f"listed {report.listed} of {report.scanned} sessions"
                + (f"; {report.busy} changing under the rebuild are listed by their own transitions"
                   if report.busy else ""))

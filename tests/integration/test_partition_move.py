@@ -21,6 +21,7 @@ from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_member
 from parley.schemas.moves import MoveStep, copied_field, plan_move
+from parley.schemas.producers import new_producer
 from parley.schemas.results import WorkOutcome
 from parley.schemas.shards import Placement, PlacementError
 from parley.shards import Shards, read_view, write_placement
@@ -444,3 +445,47 @@ def test_a_mover_whose_lock_renewal_failed_writes_no_more_tables(r: redis.Redis,
             mover.write_everywhere(plan, plan.frozen)
     assert shards(r, r1).check() == placement
     assert r.get(K.partitions_lock) == b"someone-else"  # not ours: left alone
+
+
+# ---- producers and the session list over every shard ----------------------------------------
+
+
+def test_producers_are_added_listed_and_removed_on_every_shard(
+        r: redis.Redis, r1: redis.Redis, redis_server: RedisServer, second: RedisServer) -> None:
+    urls = ["--redis-url", redis_server.url, "--redis-url", second.url]
+    out = run(*urls, "producers", "add", "web", "--tenant", "acme")
+    assert out.exit_code == 0, out.output
+    assert r.hexists(K.producers, "web") and r1.hexists(K.producers, "web")
+    r1.hdel(K.producers, "web")
+    r1.hset(K.producers, "batch", new_producer("batch", None).to_json())
+    out = CliRunner().invoke(cli, [*urls, "producers", "list"], catch_exceptions=False)
+    assert out.exit_code == 0
+    assert "web\ttenant=acme" in out.stdout and "batch\ttenant=*" in out.stdout
+    assert "producer web is registered on shard(s) 0 only" in out.stderr
+    assert "producer batch is registered on shard(s) 1 only" in out.stderr
+    assert run(*urls, "producers", "remove", "batch").exit_code == 0
+    assert not r1.hexists(K.producers, "batch")
+    assert "no producer batch" in run(*urls, "producers", "remove", "batch").output
+
+
+def test_a_move_copies_the_registration_of_a_producer_whose_streams_it_moves(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    r.hset(K.producers, "web", new_producer("web", None).to_json())
+    r.xadd(K.producer_inputs("web", P, N), {"session": A, "input": b"{}"})
+    Mover(Shards([r, r1], K)).move(P, 1, drain_timeout_s=0.1)
+    assert r1.hget(K.producers, "web") == r.hget(K.producers, "web")
+    assert r1.xlen(K.producer_inputs("web", P, N)) == 1
+
+
+def test_sessions_rebuild_lists_the_sessions_of_every_shard(
+        r: redis.Redis, r1: redis.Redis, redis_server: RedisServer, second: RedisServer) -> None:
+    build(r, r1)
+    Mover(Shards([r, r1], K)).move(P, 1, drain_timeout_s=0.1)  # A and B on shard 1, C on 0
+    lists = [K.sessions_of_status(s) for s in ("active", "parked", "closed")]
+    r.delete(*lists)
+    r1.delete(*lists)
+    out = run("--redis-url", redis_server.url, "--redis-url", second.url, "sessions", "--rebuild")
+    assert out.exit_code == 0, out.output
+    assert "listed 3 of 3 sessions" in out.output
+    assert sum(int(r1.zcard(k)) for k in lists) == 2 and sum(int(r.zcard(k)) for k in lists) == 1

@@ -360,7 +360,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
     if shard is None:
-        _refuse_a_lone_shard(ctx, stop)
+        _refuse_a_lone_shard(ctx)
     partitions = _resolve_partitions(ctx, shard, partitions)
     d = Dispatcher(_connect(ctx, shard), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
@@ -455,27 +455,15 @@ def _per_shard(ctx: click.Context, shard: int | None, metrics_port: int | None) 
     return shard
 
 
-def _refuse_a_lone_shard(ctx: click.Context, stop: threading.Event | None = None) -> None:
+def _refuse_a_lone_shard(ctx: click.Context) -> None:
     """With one Redis URL: refuse to start (exit 1) on a Redis that is a shard of several (its
     config holds `placement` or `shard`). A pod left on one old URL would otherwise lease
-    every partition of that shard, ignore moves and sweep frozen partitions. A dispatcher
-    (`stop` given) waits for a Redis that does not answer yet, as it would anyway; a worker
-    stops on it as before (REDIS_UNAVAILABLE)."""
+    every partition of that shard, ignore moves and sweep frozen partitions. A Redis that
+    cannot be used stops the process here, as it would at its first command (exit 69)."""
     from parley.schemas.keys import Keys
     from parley.schemas.shards import PLACEMENT_FIELD, SHARD_FIELD, Placement, PlacementError
 
-    r, config = _connect(ctx), Keys(ctx.obj["prefix"]).config
-    attempt = 0
-    while True:
-        try:
-            raw, index = r.hmget(config, [PLACEMENT_FIELD, SHARD_FIELD])
-            break
-        except REDIS_UNUSABLE:
-            if stop is None:
-                raise
-            if stop.wait(backoff(attempt, base=0.5, cap=5.0)):
-                return  # asked to stop: the dispatcher's loop ends at once
-            attempt += 1
+    raw, index = _connect(ctx).hmget(Keys(ctx.obj["prefix"]).config, [PLACEMENT_FIELD, SHARD_FIELD])
     if raw is None and index is None:
         return
     try:

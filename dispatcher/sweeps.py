@@ -15,6 +15,10 @@ A dispatcher of one shard of several acts only on sessions whose partition its s
 (`Leases.serves_session`): a partition being moved is nobody's until its move flips, and its
 members stay in these sets for its next owner. The sweeps that read the first due members of
 a sorted set read past the ones they skip (`due`), so skipped members never starve the rest.
+That choice is made on the dispatcher's copy of the placement, read once a lease tick; each
+script checks the stored table again (the session's partition is passed to it), so a
+dispatcher that stalled across a move's freeze writes nothing for the frozen partition: its
+scripts answer SKIPPED.
 """
 
 import logging
@@ -35,12 +39,16 @@ from parley.dispatcher.store import evalsha_many, load_script
 from parley.logs import kv
 from parley.schemas.codes import CloseReason, SessionStatus
 from parley.schemas.jobs import JOBS
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_entries
 from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core
 
 log = logging.getLogger("parley.dispatcher")
+
+#: what a sweep script answers when the stored placement says its shard does not serve the
+#: session's partition now (a move froze or took it since this dispatcher read the table)
+SKIPPED = -2
 
 
 def lost_outcome(rec: dict[str, Any]) -> WorkOutcome:
@@ -134,6 +142,10 @@ class Sweeps:
     def results_of(self, session: str) -> str:
         return self.keys.results_of(session, self.leases.partitions)
 
+    def partition(self, session: str) -> int:
+        """The session's partition, which each sweep script checks against the stored table."""
+        return partition_of(session, self.leases.partitions)
+
     def fire_deadlines(self) -> None:
         """Interrupts past their timeout_s: a resume with `default` goes to the results stream.
 
@@ -149,8 +161,9 @@ class Sweeps:
                                        lambda m: m.partition("\x1f")[0]):
             session, _, interrupt_id = member.partition("\x1f")
             outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
-            if self._fire_deadline(keys=[self.keys.deadlines, self.results_of(session)],
-                                   args=[member, now_ms, outcome.model_dump_json()]):
+            if self._fire_deadline(keys=[self.keys.deadlines, self.results_of(session), self.keys.config],
+                                   args=[member, now_ms, outcome.model_dump_json(),
+                                         self.partition(session)]) == 1:
                 log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
 
     def find_lost_work(self) -> None:
@@ -185,8 +198,9 @@ class Sweeps:
             log.error("ignored a running-job record with a foreign reply_to",
                       extra=kv(job=job, session=rec.get("session")))
             return
-        if self._settle_lost(keys=[self.keys.running, rec["reply_to"], self.keys.inflight],
-                             args=[job, raw, lost_outcome(rec).model_dump_json()]):
+        if self._settle_lost(keys=[self.keys.running, rec["reply_to"], self.keys.inflight, self.keys.config],
+                             args=[job, raw, lost_outcome(rec).model_dump_json(),
+                                   self.partition(rec["session"])]) == 1:
             metrics.WORK_LOST.labels(rec["kind"]).inc()
             log.warning("worker lost holding a job", extra=kv(
                 worker=rec["worker"], session=rec["session"], work=rec["work"], kind=rec["kind"]))
@@ -235,11 +249,12 @@ class Sweeps:
                 if rec.get("reply_to") == self.results_of(rec["session"])]
         # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
         calls = [([self.keys.inflight, self.keys.running, rec["reply_to"],
-                   Job.key_for(job.decode() if isinstance(job, bytes) else job), order],
-                  [job, raw, lost_outcome(rec).model_dump_json()]) for job, raw, rec in lost]
+                   Job.key_for(job.decode() if isinstance(job, bytes) else job), order, self.keys.config],
+                  [job, raw, lost_outcome(rec).model_dump_json(), self.partition(rec["session"])])
+                 for job, raw, rec in lost]
         for (_job, _raw, rec), posted in zip(lost, evalsha_many(self.redis, self._settle_unclaimed, calls),
                                              strict=True):
-            if posted:
+            if posted == 1:
                 metrics.WORK_LOST.labels(rec["kind"]).inc()
                 log.warning("job dequeued but never started (its worker died)", extra=kv(
                     session=rec["session"], work=rec["work"], kind=rec["kind"]))
@@ -287,8 +302,8 @@ class Sweeps:
                 continue
             listed = sorted(listing_entries(k, core))
             own = k.session_keys(session)
-            calls.append(([k.meta(session), k.expiring, k.idle, *own, *(s for s, _ in listed)],
-                          [session, version, len(own), *(m for _, m in listed)]))
+            calls.append(([k.meta(session), k.expiring, k.idle, k.config, *own, *(s for s, _ in listed)],
+                          [session, version, len(own), self.partition(session), *(m for _, m in listed)]))
         deleted = sum(1 for rc in evalsha_many(self.redis, self._expire_session, calls) if rc == 1)
         if deleted:
             metrics.SESSIONS_EXPIRED.inc(deleted)
@@ -317,11 +332,12 @@ class Sweeps:
             # purpose names the idle time: a session idle again later gets a fresh idempotency key
             fields = self.outbox.engine_input_fields(
                 session, f"idle:{at}", {"type": "session.close", "reason": CloseReason.IDLE}, secret)
-            calls.append(([self.keys.idle, self.outbox.input_stream(session)],
-                          [session, at, *(v for pair in fields.items() for v in pair)]))
+            calls.append(([self.keys.idle, self.outbox.input_stream(session), self.keys.config],
+                          [session, at, self.partition(session),
+                           *(v for pair in fields.items() for v in pair)]))
         for (session, _at), posted in zip(due, evalsha_many(self.redis, self._post_idle_close, calls),
                                           strict=True):
-            if posted:
+            if posted == 1:
                 metrics.IDLE_CLOSES.inc()
                 log.info("idle session closing", extra=kv(session=session))
 

@@ -30,6 +30,11 @@ twice, and lose no work outcome:
 6. Clean: P's keys and members are deleted on the source (its counters lowered), then the
    mover's lease and the `copied:P` mark.
 
+One move or repair runs at a time: each takes the move lock on shard 0 first (parley/move_lock.py),
+and writes each shard's table only if it is still the version it read (write_placement.lua), so
+no two writers of version v+1 overwrite each other. An error or Ctrl-C after the freeze stops
+the move with a MoveError that says the partition is left frozen and to run `repair`.
+
 A mover that stops half way leaves tables that say so; `repair` finishes the move when the
 target holds the `copied:P` mark (flip, clean) and undoes it otherwise (unfreeze, and delete
 the partial copy on the target). Inputs XADDed straight to a stream (the development path
@@ -50,7 +55,9 @@ import redis
 from rq import Queue
 from rq.job import Job
 
+from parley.dispatcher.store import load_script
 from parley.dispatcher.sweeps import lost_outcome
+from parley.move_lock import LockHeld, MoveLock
 from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys
 from parley.schemas.moves import (
@@ -77,7 +84,7 @@ from parley.schemas.moves import (
     shared_sets,
 )
 from parley.schemas.shards import Placement, PlacementError
-from parley.shards import Shards, write_placement
+from parley.shards import Shards, read_view
 
 #: how long the fence waits, by default, for the source's dispatchers to give P's lease back
 DEFAULT_FENCE_TIMEOUT_S = 120.0
@@ -86,6 +93,14 @@ SCAN_COUNT = 1000
 
 class MoveError(PlacementError):
     """A move that could not be done: the message says why and what state it left."""
+
+
+class TableChanged(MoveError):
+    """A shard's table is not the version the mover read: another writer changed it."""
+
+    def __init__(self, message: str, written: int):
+        super().__init__(message)
+        self.written = written  # how many shards this write had changed before it was refused
 
 
 @dataclass
@@ -123,21 +138,68 @@ class Mover:
         self.keys: Keys = shards.keys
         self.say = say
         self.poll_s = poll_s
+        self.lock: MoveLock | None = None
+        self._write = [load_script(r, "write_placement") for r in shards.clients]
+
+    def locked(self) -> MoveLock:
+        """The move lock on shard 0, taken (MoveError naming its holder when another has it)."""
+        lock = MoveLock(self.shards.clients[0], self.keys.partitions_lock)
+        try:
+            self.lock = lock.__enter__()
+        except LockHeld as exc:
+            raise MoveError(str(exc)) from None
+        return lock
 
     # ---- the move ------------------------------------------------------------------------
     def move(self, partition: int, to: int, drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
              fence_timeout_s: float = DEFAULT_FENCE_TIMEOUT_S) -> MoveReport:
+        lock = self.locked()
+        try:
+            return self._move(partition, to, drain_timeout_s, fence_timeout_s)
+        finally:
+            lock.__exit__(None, None, None)
+            self.lock = None
+
+    def _move(self, partition: int, to: int, drain_timeout_s: float, fence_timeout_s: float) -> MoveReport:
         placement = self.shards.check()
         assert placement is not None  # sharded: check() raises rather than find none
         plan = plan_move(placement, partition, to)
         self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
-        self.write_everywhere(plan, plan.frozen)
+        try:
+            self.write_everywhere(plan, plan.frozen)
+        except TableChanged as exc:
+            if exc.written == 0:
+                raise  # refused on the first shard: nothing changed
+            raise self.left_frozen(plan, exc) from exc
+        except BaseException as exc:
+            raise self.left_frozen(plan, exc) from exc
+        try:
+            return self._moved(plan, report, drain_timeout_s, fence_timeout_s)
+        except MoveError as exc:
+            if getattr(exc, "unfrozen", False):
+                raise
+            raise self.left_frozen(plan, exc) from exc
+        except BaseException as exc:  # a Redis error, Ctrl-C: the table says frozen, say so
+            raise self.left_frozen(plan, exc) from exc
+
+    def left_frozen(self, plan: MovePlan, exc: BaseException) -> MoveError:
+        why = str(exc) or type(exc).__name__
+        if self.shards.placement is not None and plan.partition not in self.shards.placement.moving:
+            return MoveError(f"{why}: partition {plan.partition} is on shard {plan.target} but shard "
+                             f"{plan.source} is not cleaned of it: run `parley partitions repair`")
+        return MoveError(f"{why}: partition {plan.partition} is left frozen (moving to {plan.target}): "
+                         "run `parley partitions repair`")
+
+    def _moved(self, plan: MovePlan, report: MoveReport, drain_timeout_s: float,
+               fence_timeout_s: float) -> MoveReport:
+        partition = plan.partition
         self.say(MoveStep.FREEZE, f"partition {partition} frozen (table version {plan.frozen.version})")
         try:
             token = self.fence(plan, fence_timeout_s)
-        except MoveError:
+        except MoveError as exc:
             self.write_everywhere(plan, plan.frozen.unfreeze(partition))
+            exc.unfrozen = True  # type: ignore[attr-defined]
             raise
         self.say(MoveStep.FENCE, f"lease of partition {partition} on shard {plan.source} taken")
         report.drained_lost = self.drain(plan, drain_timeout_s)
@@ -165,9 +227,24 @@ class Mover:
                             "was changed (see \"Moving a partition\" in the operations guide)")
 
     def write_everywhere(self, plan: MovePlan, placement: Placement) -> None:
-        for s in plan.write_order():
-            write_placement(self.shards.clients[s], self.keys, s, placement)
+        """`placement` on every shard in the plan's order, each only over the version before it."""
+        for n, s in enumerate(plan.write_order()):
+            self.write(s, placement, placement.version - 1, written=n)
         self.shards.placement = placement
+
+    def write(self, shard: int, placement: Placement, expected: int | None, written: int = 0) -> None:
+        """`placement` on `shard` if the version stored there is `expected` (None: no table)."""
+        if self.lock is not None and self.lock.lost:
+            raise TableChanged(f"the move lock ({self.keys.partitions_lock}) was lost: another move "
+                               "or repair may be running; nothing more was written", written)
+        fields = placement.config_fields(shard)
+        reply: Any = self._write[shard](keys=[self.keys.config],
+                                        args=["" if expected is None else expected,
+                                              *(v for pair in fields.items() for v in pair)])
+        if int(reply[0]) != 1:
+            raise TableChanged(f"shard {shard}'s placement is at version {int(reply[1])}, not {expected}: "
+                               "another move or repair changed it since it was read; nothing more "
+                               "was written", written)
 
     def fence(self, plan: MovePlan, timeout_s: float) -> str:
         """Take P's lease on the source once its dispatcher has given it back."""
@@ -290,12 +367,17 @@ class Mover:
         keys = [k for _s, k in session_keys] + self.streams_of(src, plan.partition, n)
         copied = 0
         for key in keys:
-            dumped = src.dump(key)
-            if dumped is None:
+            # one MULTI: a key expiring between a DUMP and a PTTL read apart would come back
+            # with PTTL -2, and RESTORE 0 would make it persistent on the target
+            tx = src.pipeline(transaction=True)
+            tx.dump(key)
+            tx.pttl(key)
+            dumped, ttl = tx.execute()
+            if dumped is None or int(ttl) == -2:
                 continue
-            ttl: Any = src.pttl(key)
             dst.restore(key, max(int(ttl), 0), dumped, replace=True)
             copied += 1
+        self.copy_producers(src, dst, plan.partition, n)
         members = self.members_of(src, plan.partition, n)
         pipe = dst.pipeline(transaction=False)
         anchors: list[Any] = []
@@ -320,6 +402,14 @@ class Mover:
         tx.hset(self.keys.config, copied_field(plan.partition), str(plan.target))
         tx.execute()
         return len(sessions), copied, count
+
+    def copy_producers(self, src: redis.Redis, dst: redis.Redis, partition: int, partitions: int) -> None:
+        """The registration of each producer whose stream of P was copied, on a target that lacks
+        it: the target's dispatchers read only the streams of producers registered there."""
+        registry: Any = src.hgetall(self.keys.producers)
+        for name, registration in (registry or {}).items():
+            if src.exists(self.keys.producer_inputs(_text(name), partition, partitions)):
+                dst.hsetnx(self.keys.producers, name, registration)
 
     # ---- clean ---------------------------------------------------------------------------
     def clean(self, shard: int, partition: int, partitions: int, lower_stats: bool) -> int:
@@ -383,11 +473,22 @@ class Mover:
 
     def repair(self) -> list[RepairStep]:
         """Finish or undo what a stopped move left: the newest table written on every shard,
-        then each step of `plan_repair` done. Run it only while no move is running."""
+        then each step of `plan_repair` done. Under the move lock: refused while a move runs."""
+        lock = self.locked()
+        try:
+            return self._repair()
+        finally:
+            lock.__exit__(None, None, None)
+            self.lock = None
+
+    def _repair(self) -> list[RepairStep]:
+        stored = [read_view(r, self.keys, i).placement for i, r in enumerate(self.shards.clients)]
         placement = self.newest()
         order = list(range(len(self.shards.clients)))
         for s in order:  # a table written on some shards only: the newest everywhere
-            write_placement(self.shards.clients[s], self.keys, s, placement)
+            held = stored[s]
+            if held != placement:
+                self.write(s, placement, None if held is None else held.version)
         steps = plan_repair(placement, self.copied_marks())
         for step in steps:
             p, n = step.partition, placement.partitions

@@ -5,7 +5,8 @@ URL is a plain Redis (`redis://`, `rediss://`, `unix://`) or a Sentinel-managed 
 
     redis+sentinel://[user:password@]host:port[,host:port...]/<service name>[/<db>]
 
-(the user and password are the primary's; the sentinels are asked without). A Sentinel URL
+(the user and password are the primary's; the sentinels are asked without, so sentinels that
+require a password are not supported; a query string is ignored). A Sentinel URL
 gives a client that asks the sentinels where the primary is, and asks again after a failover,
 so processes follow a promoted replica by themselves.
 """

@@ -49,6 +49,12 @@ class Keys:
     def config(self) -> str:
         return f"{self.prefix}:config"
 
+    @property
+    def partitions_lock(self) -> str:
+        """String, on shard 0 only: the holder of the one `parley partitions move` or `repair`
+        running (`host:pid:token`), set NX with an expiry the mover renews while it runs."""
+        return f"{self.prefix}:partitions:lock"
+
     def inputs(self, partition: int | None = None, partitions: int = 1) -> str:
         return f"{self.prefix}:inputs" if partitions <= 1 else f"{self.prefix}:inputs:{partition}"
 

@@ -2,9 +2,18 @@
 -- died between RQ's dequeue and the job's first line), exactly once.
 -- KEYS[1] the in-flight hash, KEYS[2] the running hash, KEYS[3] the session's results stream,
 -- KEYS[4] the RQ job hash (deleted, so RQ's own cleanup can never run the job after all),
--- KEYS[5] the queue's in-flight order
--- ARGV[1] RQ job id, ARGV[2] the in-flight record as read, ARGV[3] the 'lost' outcome JSON
+-- KEYS[5] the queue's in-flight order, KEYS[6] the config hash
+-- ARGV[1] RQ job id, ARGV[2] the in-flight record as read, ARGV[3] the 'lost' outcome JSON,
+-- ARGV[4] the session's partition
 -- Returns 1 when posted, 0 when the job was answered, claimed or changed meanwhile.
+-- Returns -2 (skipped) when the config has a `shard` and its route:<partition> is another value.
+-- A deployment of several shards: act only while this shard serves the session's partition
+-- by the STORED table (route:<p> = the config's `shard`), not by the caller's copy of it: a
+-- dispatcher that stalled across a move's freeze must not write behind the move's copy.
+local route = redis.call('HMGET', KEYS[6], 'shard', 'route:' .. ARGV[4])
+if route[1] and route[2] ~= route[1] then
+  return -2
+end
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] or redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
   return 0
 end

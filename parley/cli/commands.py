@@ -359,6 +359,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
         keyring = Keyring.load(keys_file, require_signing)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
+    if shard is None:
+        _refuse_a_lone_shard(ctx)
     partitions = _resolve_partitions(ctx, shard, partitions)
     d = Dispatcher(_connect(ctx, shard), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
@@ -415,6 +417,8 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     names = [keys.queue(q.strip()) for q in queues.split(",") if q.strip()]
     if shard is not None:
         _await_placement(ctx)
+    else:
+        _refuse_a_lone_shard(ctx)
     connection = _connect(ctx, shard)
     ident = name or worker_id()
     heartbeat = Heartbeat(connection, keys.worker_alive(ident), _serve_metrics(ctx, metrics_port, connection))
@@ -449,6 +453,26 @@ def _per_shard(ctx: click.Context, shard: int | None, metrics_port: int | None) 
     assert shard is not None
     metrics.set_shard(shard)
     return shard
+
+
+def _refuse_a_lone_shard(ctx: click.Context) -> None:
+    """With one Redis URL: refuse to start (exit 1) on a Redis that is a shard of several (its
+    config holds `placement` or `shard`). A pod left on one old URL would otherwise lease
+    every partition of that shard, ignore moves and sweep frozen partitions. A Redis that
+    cannot be used stops the process here, as it would at its first command (exit 69)."""
+    from parley.schemas.keys import Keys
+    from parley.schemas.shards import PLACEMENT_FIELD, SHARD_FIELD, Placement, PlacementError
+
+    raw, index = _connect(ctx).hmget(Keys(ctx.obj["prefix"]).config, [PLACEMENT_FIELD, SHARD_FIELD])
+    if raw is None and index is None:
+        return
+    try:
+        of = f"{Placement.from_json(raw).shards} shards" if raw is not None else "several shards"
+    except PlacementError:
+        of = "several shards"
+    i = int(index) if index is not None else "i"
+    raise click.ClickException(f"this Redis is shard {i} of a deployment of {of}: give every shard's "
+                               f"URL, in order, and --shard {i}")
 
 
 def _resolve_partitions(ctx: click.Context, shard: int | None, partitions: int | None) -> int:
@@ -789,16 +813,19 @@ def sessions(ctx: click.Context, statuses: tuple[str, ...], metadata: dict[str, 
 
 
 def _rebuild_sessions(ctx: click.Context, with_filters: Any) -> None:
-    from parley.dispatcher.sessions_rebuild import rebuild
+    from parley.dispatcher.sessions_rebuild import RebuildReport, rebuild
     from parley.schemas.keys import Keys
 
     if with_filters:
         raise click.UsageError("--rebuild takes no filter nor cursor: it lists every session")
-    try:
-        report = rebuild(_connect(ctx), Keys(ctx.obj["prefix"]))
+    keys = Keys(ctx.obj["prefix"])
+    try:  # each shard lists its own sessions
+        reports = [rebuild(_connect(ctx, i), keys) for i in range(len(ctx.obj["urls"]))]
     except redis.exceptions.NoPermissionError as err:
         raise click.ClickException(f"this login may not rebuild the list ({err}): it needs SCAN, which "
                                    "no Parley login has; run it with an administrator's") from None
+    report = RebuildReport(scanned=sum(r.scanned for r in reports), listed=sum(r.listed for r in reports),
+                           busy=sum(r.busy for r in reports))
     click.echo(f"listed {report.listed} of {report.scanned} sessions"
                + (f"; {report.busy} changing under the rebuild are listed by their own transitions"
                   if report.busy else ""))

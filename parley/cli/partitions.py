@@ -74,7 +74,8 @@ def move(ctx: click.Context, partition: int, to: int, drain_timeout: float) -> N
 @click.pass_context
 def repair(ctx: click.Context) -> None:
     """Finish or undo a move that stopped half way (its process died): flip it when its copy
-    was done, else serve the partition on its source again. Only while no move runs."""
+    was done, else serve the partition on its source again. Refused while a move runs (the
+    move lock)."""
     try:
         steps = _mover(ctx).repair()
     except PlacementError as exc:

@@ -2,6 +2,10 @@
 
 Each registered producer writes input streams of its own, which every dispatcher reads; its
 Redis login (the line `parley producers acl` prints) may write those streams only.
+
+A deployment of several shards holds the registry on every shard (each shard's dispatchers read
+their own): `add` and `remove` write every shard, `list` shows them all and warns of shards
+that disagree (a shard added later, or a command that stopped half way: `add` it again).
 """
 
 from typing import Any
@@ -21,9 +25,12 @@ from parley.schemas.producers import (
 )
 
 
-def _registry(ctx: click.Context) -> tuple[redis.Redis, Keys]:
+def _registries(ctx: click.Context) -> tuple[list[redis.Redis], Keys]:
+    """A client of every shard, in order (plain or redis+sentinel:// URLs)."""
+    from parley.shards import connect
+
     obj = ctx.find_root().obj
-    return redis.Redis.from_url(obj["url"]), Keys(obj["prefix"])
+    return [connect(u) for u in obj["urls"]], Keys(obj["prefix"])
 
 
 def _partitions(r: redis.Redis, keys: Keys) -> int:
@@ -55,8 +62,9 @@ def add(ctx: click.Context, name: str, tenant: str | None) -> None:
         producer = new_producer(name, tenant)
     except ProducerError as exc:
         raise click.BadParameter(str(exc), param_hint="--tenant") from None
-    r, keys = _registry(ctx)
-    r.hset(keys.producers, name, producer.to_json())
+    shards, keys = _registries(ctx)
+    for r in shards:
+        r.hset(keys.producers, name, producer.to_json())
     scope = f"tenant {tenant}" if tenant else "any tenant"
     click.echo(f"producer {name} added ({scope}); it writes {keys.producer_inputs(name)}[:<partition>]")
 
@@ -67,14 +75,28 @@ def add(ctx: click.Context, name: str, tenant: str | None) -> None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """The registered producers, by name, with their tenant and how many entries their streams
     hold (written and not yet applied)."""
-    r, keys = _registry(ctx)
-    registered, errors = parse_registry(r.hgetall(keys.producers))  # type: ignore[arg-type]
-    n = _partitions(r, keys)
-    for error in errors:
-        click.echo(f"parley: {error}", err=True)
+    shards, keys = _registries(ctx)
+    registered: dict[str, Producer] = {}
+    where: dict[str, list[int]] = {}
+    for i, r in enumerate(shards):
+        held, errors = parse_registry(r.hgetall(keys.producers))  # type: ignore[arg-type]
+        for error in errors:
+            click.echo(f"parley: shard {i}: {error}" if len(shards) > 1 else f"parley: {error}", err=True)
+        for name, p in held.items():
+            known = registered.setdefault(name, p)
+            where.setdefault(name, []).append(i)
+            if known.tenant != p.tenant:
+                click.echo(f"parley: producer {name} has tenant {known.tenant or '*'} on shard "
+                           f"{where[name][0]} and {p.tenant or '*'} on shard {i}: `add` it again",
+                           err=True)
+    for name in sorted(registered):
+        if len(where[name]) != len(shards):
+            on = ", ".join(map(str, where[name]))
+            click.echo(f"parley: producer {name} is registered on shard(s) {on} only: `add` it again "
+                       "to register it on every shard", err=True)
     for name in sorted(registered):
         p = registered[name]
-        waiting = _waiting(r, keys, name, n)
+        waiting = sum(_waiting(r, keys, name, _partitions(r, keys)) for r in shards)
         if as_json:
             click.echo(orjson.dumps({"name": name, "tenant": p.tenant, "added_at": p.added_at,
                                      "waiting": waiting}).decode())
@@ -90,14 +112,15 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def remove(ctx: click.Context, name: str, force: bool) -> None:
     """Unregister producer NAME. Refused while its streams hold entries not yet applied."""
-    r, keys = _registry(ctx)
-    if not r.hexists(keys.producers, name):
+    shards, keys = _registries(ctx)
+    if not any(r.hexists(keys.producers, name) for r in shards):
         raise click.ClickException(f"no producer {name}")
-    waiting = _waiting(r, keys, name, _partitions(r, keys))
+    waiting = sum(_waiting(r, keys, name, _partitions(r, keys)) for r in shards)
     if waiting and not force:
         raise click.ClickException(f"producer {name}'s streams hold {waiting} entries not yet applied; "
                                    "wait for them, or remove it with --force")
-    r.hdel(keys.producers, name)
+    for r in shards:
+        r.hdel(keys.producers, name)
     click.echo(f"producer {name} removed" + (f" ({waiting} entries still to apply)" if waiting else ""))
 
 

@@ -3,6 +3,7 @@ running during the move: the state is made by a real dispatcher driven by hand o
 moved; what the target holds is compared with what the source held, and a dispatcher on the
 target carries on. Also `repair` after a mover stopped at each step, and the refusals."""
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_member
 from parley.schemas.moves import MoveStep, copied_field, plan_move
+from parley.schemas.producers import new_producer
 from parley.schemas.results import WorkOutcome
 from parley.schemas.shards import Placement, PlacementError
 from parley.shards import Shards, read_view, write_placement
@@ -326,3 +328,164 @@ def test_shards_share_the_engine_key_and_a_move_between_different_keys_is_refuse
         Mover(shards(r, r1)).move(P, 1)
     # refused before the freeze: nothing changed on either shard
     assert read_view(r, K, 0).placement == before == read_view(r1, K, 1).placement
+
+
+# ---- one mover at a time; the table written by compare-and-set -----------------------------
+
+
+def test_a_move_or_repair_while_another_holds_the_move_lock_is_refused(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    r.set(K.partitions_lock, "other-host:4242:ab12", px=60_000)  # another mover, running
+    before = shards(r, r1).check()
+    for attempt in (lambda m: m.move(P, 1, drain_timeout_s=0.1, fence_timeout_s=0.5), lambda m: m.repair()):
+        with pytest.raises(MoveError, match=r"other-host:4242:ab12") as refused:
+            attempt(Mover(Shards([r, r1], K)))
+        assert K.partitions_lock in str(refused.value)  # how to clear a stale one
+    assert shards(r, r1).check() == before
+    assert r.get(K.partitions_lock) == b"other-host:4242:ab12"  # not taken, not released
+
+
+def test_a_move_releases_its_lock_whether_it_succeeds_or_fails(r: redis.Redis, r1: redis.Redis) -> None:
+    d = build(r, r1)
+    mover = Mover(Shards([r, r1], K))
+    with pytest.raises(PlacementError):
+        mover.move(P, 0)  # already there: refused before anything is written
+    assert not r.exists(K.partitions_lock)
+    mover.move(P, 1, drain_timeout_s=0.1)
+    assert not r.exists(K.partitions_lock)
+    del d
+
+
+def test_a_table_changed_since_the_mover_read_it_is_not_overwritten(r: redis.Redis, r1: redis.Redis) -> None:
+    """Two writers of version v+1 (a lock broken by hand, say): the second is refused on every
+    shard, so no shard loses the other's change (last write wins would drop a freeze)."""
+    build(r, r1)
+    placement = shards(r, r1).check()
+    assert placement is not None
+    mover = Mover(Shards([r, r1], K))
+    plan = plan_move(placement, P, 1)
+    other = placement.freeze(2, 1)  # another move's freeze, written first
+    write_placement(r1, K, 1, other)
+    write_placement(r, K, 0, other)
+    with pytest.raises(MoveError, match="another move or repair"):
+        mover.write_everywhere(plan, plan.frozen)
+    assert shards(r, r1).check() == other
+
+
+def test_a_key_that_expires_while_it_is_copied_is_not_copied_without_its_ttl(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    """DUMP and PTTL read apart: a key expiring between them came back persistent (RESTORE 0)."""
+    build(r, r1)
+    key = K.meta(A)
+    r.pexpire(key, 60_000)
+    real_dump = r.dump
+
+    def dump_then_expire(name: Any) -> Any:  # the key's TTL runs out right after its DUMP
+        out = real_dump(name)
+        if name == key:
+            r.delete(name)
+        return out
+
+    r.dump = dump_then_expire  # type: ignore[method-assign]
+    Mover(Shards([r, r1], K)).move(P, 1, drain_timeout_s=0.1)
+    assert r1.pttl(key) != -1  # copied with its TTL, or not at all: never persistent
+
+
+def test_an_error_mid_move_says_the_partition_is_left_frozen_and_how_to_repair(
+        r: redis.Redis, r1: redis.Redis, redis_server: RedisServer, second: RedisServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    build(r, r1)
+
+    def broken(*_a: Any) -> Any:
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(Mover, "copy", broken)
+    out = run("--redis-url", redis_server.url, "--redis-url", second.url,
+              "partitions", "move", str(P), "--to", "1", "--drain-timeout", "0.1")
+    assert out.exit_code == 1
+    assert f"partition {P} is left frozen (moving to 1): run `parley partitions repair`" in out.output
+    assert "Connection closed by server." in out.output
+    assert not r.exists(K.partitions_lock)
+    monkeypatch.undo()
+    assert run("--redis-url", redis_server.url, "--redis-url", second.url,
+               "partitions", "repair").exit_code == 0
+    after = shards(r, r1).check()
+    assert after is not None and after.serves(0, P)
+
+
+def test_ctrl_c_mid_move_says_the_partition_is_left_frozen(r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+
+    def interrupted(step: MoveStep, _text: str) -> None:
+        if step is MoveStep.FENCE:
+            raise KeyboardInterrupt
+
+    with pytest.raises(MoveError, match=rf"partition {P} is left frozen \(moving to 1\): run "
+                                        r"`parley partitions repair`"):
+        Mover(Shards([r, r1], K), interrupted).move(P, 1, drain_timeout_s=0.1)
+    assert not r.exists(K.partitions_lock)
+
+
+def test_a_mover_whose_lock_renewal_failed_writes_no_more_tables(r: redis.Redis, r1: redis.Redis) -> None:
+    from parley.move_lock import MoveLock
+
+    build(r, r1)
+    placement = shards(r, r1).check()
+    assert placement is not None
+    lock = MoveLock(r, K.partitions_lock, renew_every_s=0.01)
+    mover = Mover(Shards([r, r1], K))
+    with lock:
+        mover.lock = lock
+        r.set(K.partitions_lock, "someone-else")  # our lock expired and another took it
+        while not lock.lost:
+            time.sleep(0.01)
+        plan = plan_move(placement, P, 1)
+        with pytest.raises(MoveError, match="move lock"):
+            mover.write_everywhere(plan, plan.frozen)
+    assert shards(r, r1).check() == placement
+    assert r.get(K.partitions_lock) == b"someone-else"  # not ours: left alone
+
+
+# ---- producers and the session list over every shard ----------------------------------------
+
+
+def test_producers_are_added_listed_and_removed_on_every_shard(
+        r: redis.Redis, r1: redis.Redis, redis_server: RedisServer, second: RedisServer) -> None:
+    urls = ["--redis-url", redis_server.url, "--redis-url", second.url]
+    out = run(*urls, "producers", "add", "web", "--tenant", "acme")
+    assert out.exit_code == 0, out.output
+    assert r.hexists(K.producers, "web") and r1.hexists(K.producers, "web")
+    r1.hdel(K.producers, "web")
+    r1.hset(K.producers, "batch", new_producer("batch", None).to_json())
+    out = CliRunner().invoke(cli, [*urls, "producers", "list"], catch_exceptions=False)
+    assert out.exit_code == 0
+    assert "web\ttenant=acme" in out.stdout and "batch\ttenant=*" in out.stdout
+    assert "producer web is registered on shard(s) 0 only" in out.stderr
+    assert "producer batch is registered on shard(s) 1 only" in out.stderr
+    assert run(*urls, "producers", "remove", "batch").exit_code == 0
+    assert not r1.hexists(K.producers, "batch")
+    assert "no producer batch" in run(*urls, "producers", "remove", "batch").output
+
+
+def test_a_move_copies_the_registration_of_a_producer_whose_streams_it_moves(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    r.hset(K.producers, "web", new_producer("web", None).to_json())
+    r.xadd(K.producer_inputs("web", P, N), {"session": A, "input": b"{}"})
+    Mover(Shards([r, r1], K)).move(P, 1, drain_timeout_s=0.1)
+    assert r1.hget(K.producers, "web") == r.hget(K.producers, "web")
+    assert r1.xlen(K.producer_inputs("web", P, N)) == 1
+
+
+def test_sessions_rebuild_lists_the_sessions_of_every_shard(
+        r: redis.Redis, r1: redis.Redis, redis_server: RedisServer, second: RedisServer) -> None:
+    build(r, r1)
+    Mover(Shards([r, r1], K)).move(P, 1, drain_timeout_s=0.1)  # A and B on shard 1, C on 0
+    lists = [K.sessions_of_status(s) for s in ("active", "parked", "closed")]
+    r.delete(*lists)
+    r1.delete(*lists)
+    out = run("--redis-url", redis_server.url, "--redis-url", second.url, "sessions", "--rebuild")
+    assert out.exit_code == 0, out.output
+    assert "listed 3 of 3 sessions" in out.output
+    assert sum(int(r1.zcard(k)) for k in lists) == 2 and sum(int(r.zcard(k)) for k in lists) == 1

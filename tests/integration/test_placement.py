@@ -89,6 +89,20 @@ def test_a_dispatcher_refuses_a_missing_url_then_different_tables(
     refused(start([a, b, c], "dispatcher", 2), "shards 0 and 1 hold different placements")
 
 
+@pytest.mark.parametrize("kind", ["dispatcher", "worker"])
+def test_one_url_of_a_shard_of_several_is_refused(servers: list[RedisServer], conns: list[redis.Redis],
+                                                 kind: str) -> None:
+    """A pod left on a single old URL would lease all of the shard's partitions, ignore moves
+    and sweep frozen partitions: it refuses to start, naming what to give instead."""
+    place(conns[:2], Placement.default(4, 2))
+    for i in (0, 1):
+        done = run([servers[i].url], kind, "--app", "tests.apps.scenarios")
+        assert done.returncode == 1, done.stderr
+        assert (f"this Redis is shard {i} of a deployment of 2 shards: give every shard's URL, in order, "
+                f"and --shard {i}") in done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_a_shard_beyond_the_urls_is_a_usage_error(servers: list[RedisServer]) -> None:
     urls = [servers[0].url, servers[1].url]
     done = run(urls, "dispatcher", "--app", "tests.apps.scenarios", "--shard", "2")
@@ -244,3 +258,53 @@ def test_the_submit_function_refuses_moved_until_the_flip(conns: list[redis.Redi
     with pytest.raises(redis.ResponseError, match=r"^PARLEY moved partition 2 is on shard 1$"):
         submit(zero, 2, session_in(2, 4))
     assert zero.xlen(KEYS.producer_inputs("app", 2, 4)) == before  # refusals wrote nothing
+
+
+def test_a_stale_dispatchers_sweeps_write_nothing_for_a_partition_frozen_since(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """The move froze partition 2 in the stored table after this dispatcher last read it: its
+    in-memory placement still serves 2, so its sweeps pick 2's sessions; each script checks the
+    stored route itself and writes nothing (the move's copy may already be taken)."""
+    write_placement(r, KEYS, 0, Placement.default(4, 2))
+    d = make_dispatcher(partitions=4, shard=0)
+    d.leases.maintain()
+    moving = session_in(2, 4, "m")
+    assert d.leases.serves_session(moving)
+    write_placement(r, KEYS, 0, Placement.default(4, 2).freeze(2, 1))  # not read by d yet
+    results, inputs = KEYS.results_of(moving, 4), KEYS.inputs_of(moving, 4)
+    r.zadd(KEYS.deadlines, {f"{moving}\x1fi1": 1})
+    rec = orjson.dumps({"session": moving, "work": "w1", "attempt": 1, "kind": "llm", "worker": "gone",
+                        "reply_to": results, "at": 0})
+    r.hset(KEYS.running, "job-r", rec)
+    r.hset(KEYS.inflight, mapping={"job-r": rec, "job-u": rec})
+    r.zadd(KEYS.idle, {moving: 5})
+    r.zadd(KEYS.expiring, {moving: 5})
+    r.hset(KEYS.meta(moving), "ver", "3")
+
+    d.sweeps.fire_deadlines()
+    d.sweeps.find_lost_work()
+    d.sweeps._post_unclaimed([(b"job-u", rec, orjson.loads(rec))], KEYS.inflight_order("llm"))
+    d.sweeps.close_idle_sessions()
+    assert d.sweeps.expire([(moving, "3", None)]) == 0
+
+    # (the streams exist: the lease made their consumer groups)
+    assert r.xlen(results) == 0 and r.xlen(inputs) == 0
+    assert r.zcard(KEYS.deadlines) == 1 and r.zscore(KEYS.idle, moving) == 5
+    assert r.hexists(KEYS.running, "job-r") and r.hlen(KEYS.inflight) == 2
+    assert r.zscore(KEYS.expiring, moving) == 5 and r.hget(KEYS.meta(moving), "ver") == b"3"
+
+
+def test_sweep_scripts_act_for_a_partition_their_shard_serves(
+        r: redis.Redis, make_dispatcher: MakeDispatcher) -> None:
+    """The same calls on a served partition do write (the check is on the route, not a refusal)."""
+    write_placement(r, KEYS, 0, Placement.default(4, 2))
+    d = make_dispatcher(partitions=4, shard=0)
+    d.leases.maintain()
+    served = session_in(2, 4, "k")
+    results = KEYS.results_of(served, 4)
+    r.zadd(KEYS.deadlines, {f"{served}\x1fi1": 1})
+    r.zadd(KEYS.expiring, {served: 5})
+    r.hset(KEYS.meta(served), "ver", "3")
+    d.sweeps.fire_deadlines()
+    assert r.xlen(results) == 1 and r.zcard(KEYS.deadlines) == 0
+    assert d.sweeps.expire([(served, "3", None)]) == 1 and not r.exists(KEYS.meta(served))

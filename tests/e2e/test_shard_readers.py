@@ -36,10 +36,11 @@ def fleet(tmp_path: Path) -> Iterator[tuple[list[str], Shards]]:
         Functions(r).ensure()
     env = {"PYTHONPATH": str(ROOT), "PARLEY_APP": "examples.seed_app", "PARLEY_LOG_LEVEL": "INFO"}
     procs = []
-    for i, url in enumerate(urls):
-        procs.append(start_parley(["--redis-url", url, "dispatcher", "--partitions", str(N),
-                                   "--register-producer", "app"], env, tmp_path / f"dispatcher-{i}.log"))
-        procs.append(start_parley(["--redis-url", url, "worker"], env, tmp_path / f"worker-{i}.log"))
+    given = [a for u in urls for a in ("--redis-url", u)]
+    for i in range(len(urls)):
+        procs.append(start_parley([*given, "dispatcher", "--shard", str(i), "--register-producer", "app"],
+                                  env, tmp_path / f"dispatcher-{i}.log"))
+        procs.append(start_parley([*given, "worker", "--shard", str(i)], env, tmp_path / f"worker-{i}.log"))
     try:
         yield urls, shards
     finally:

@@ -44,6 +44,7 @@ from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import get_partitions
 from parley.dispatcher.limits_config import publish_limits
+from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
 from parley.inbox import InterruptFilter
 from parley.metrics import Health, RedisStateCollector
 from parley.notify import Forwarder, NotifyConfig
@@ -890,4 +891,8 @@ def test_sharded_processes_start_and_clients_route_under_the_file(two_acl: list[
         view = reader.show(session)
         assert view is not None and view["messages"][0]["content"] == "hi"
     assert reader.interrupts() == []
+    # `parley worker --replica-acks 1`: the probe write and WAIT after each outcome (no replica
+    # here: short, which is not a refusal)
+    with pytest.raises(ReplicasBehind):
+        Replicas(two_acl[0].connect(WORKER), KEYS, ReplicaPolicy(acks=1, timeout_ms=10)).confirm()
     assert [s.denials() for s in two_acl] == [[], []]

@@ -10,6 +10,10 @@ handled as an outage (the run loop backs off, then claims its pending entries ag
 the replay of an entry already applied is a no-op that flushes what its outbox still holds
 (docs/operations.md, "Failover without loss").
 
+Workers use the same shell (`parley worker --replica-acks K`, workers/jobs.py): an outcome
+lost in a failover would leave its running record on the promoted replica, and the session
+waiting; confirmed after each post, it is posted again until replicas hold it.
+
 The rule is pure (`confirmed`); `Replicas` is the thin shell that asks Redis.
 """
 
@@ -21,6 +25,7 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 from parley import metrics
 from parley.logs import kv
@@ -67,12 +72,17 @@ class ReplicasBehind(RedisConnectionError):
 
 
 class Replicas:
-    """The shell: one WAIT per batch of commits, before their settle."""
+    """The shell: one WAIT per batch of commits, before their settle (a dispatcher), or after
+    each outcome posted (a worker: workers/jobs.py). `behind`: the last WAIT came short, so
+    nothing is being acknowledged until the replicas are back (a dispatcher's /readyz says so)."""
 
-    def __init__(self, redis: Redis, keys: Keys, policy: ReplicaPolicy):
+    def __init__(self, redis: Redis, keys: Keys, policy: ReplicaPolicy,
+                 on_behind: str = "the batch is not acknowledged and will be replayed"):
         self.redis = redis
         self.keys = keys
         self.policy = policy
+        self.on_behind = on_behind
+        self.behind = False
 
     def confirm(self) -> None:
         """Return once `policy.acks` replicas hold every write made so far; raise ReplicasBehind
@@ -88,10 +98,36 @@ class Replicas:
         pipe.execute_command("WAIT", self.policy.acks, self.policy.timeout_ms)
         replies: Any = pipe.execute()
         replicas = int(replies[-1])
-        if confirmed(self.policy, replicas):
+        self.behind = not confirmed(self.policy, replicas)
+        if not self.behind:
             return
         metrics.REPLICA_ACK_TIMEOUTS.inc()
-        log.warning("replicas behind: the batch is not acknowledged and will be replayed",
+        log.warning(f"replicas behind: {self.on_behind}",
                     extra=kv(wanted=self.policy.acks, acked=replicas, timeout_ms=self.policy.timeout_ms))
-        raise ReplicasBehind(f"{replicas} of {self.policy.acks} replicas acknowledged the batch "
+        raise ReplicasBehind(f"{replicas} of {self.policy.acks} replicas acknowledged "
                              f"within {self.policy.timeout_ms} ms")
+
+    def readiness(self) -> str | None:
+        """Why this process is not ready (None: it is, as far as replicas go)."""
+        if self.behind:
+            return (f"replicas behind: fewer than --replica-acks {self.policy.acks} held the last "
+                    f"writes; nothing is acknowledged until they do")
+        return None
+
+    def warn_if_short(self) -> int | None:
+        """At start: warn when the primary has fewer connected replicas than `policy.acks`
+        (nothing would be acknowledged until enough connect). Returns how many it has (None:
+        off, or INFO unreadable, which the first WAIT will tell anyway)."""
+        if not self.policy.enabled:
+            return None
+        try:
+            info: Any = self.redis.info("replication")
+        except RedisError as exc:
+            log.warning("could not read INFO replication", extra=kv(error=repr(exc)))
+            return None
+        connected = int(info.get("connected_slaves", 0))
+        if connected < self.policy.acks:
+            log.warning(f"--replica-acks {self.policy.acks} but the primary has {connected} connected "
+                        f"replica(s): nothing will be acknowledged until {self.policy.acks} connect",
+                        extra=kv(wanted=self.policy.acks, connected=connected))
+        return connected

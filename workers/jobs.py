@@ -19,10 +19,10 @@ from rq import Queue, get_current_job
 from rq.timeouts import JobTimeoutException
 
 from parley import metrics
+from parley.logs import kv
 
 # the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
-from parley.dispatcher.replicas import ReplicaPolicy, Replicas
-from parley.logs import kv
+from parley.replicas import ReplicaPolicy, Replicas
 from parley.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
 from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
@@ -155,7 +155,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         # worker: neither the lost-work nor the unclaimed sweep would fire, and the session
         # would wait for good. Short (ReplicasBehind, a ConnectionError): posted again below.
         Replicas(job.connection, _keys, _replicas,
-                 on_behind="the outcome is posted again until they hold it").confirm()
+                 on_behind="the outcome is posted again until they hold it", log=log).confirm()
 
     # An outcome is the only trace of work done: ride out a Redis restart (or a failover)
     # rather than lose it. Posting twice is harmless: the dispatcher drops an outcome of work

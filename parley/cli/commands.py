@@ -409,7 +409,7 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     With several Redis URLs (shards), `--shard i` serves shard i's queues only; without it,
     one worker per shard is started.
     """
-    from parley.dispatcher.replicas import ReplicaPolicy
+    from parley.replicas import ReplicaPolicy
     from parley.schemas.keys import Keys
     from parley.workers.app import AppError, load_agents, load_app
     from parley.workers.jobs import set_app, set_replica_policy, set_worker_id

@@ -1,97 +1,14 @@
-"""Replica acknowledgements: a batch's entries are acknowledged only once replicas hold it.
+"""The dispatcher's replica acknowledgements (`--replica-acks`): the shell lives on the ops
+floor, in parley/replicas.py, since workers use it too; these are its names, here as well."""
 
-Redis replicates asynchronously: a primary killed right after a commit may take that commit
-with it, and Sentinel promotes a replica that never saw it. Were the entry acknowledged
-(XACK) meanwhile, and its jobs enqueued, the promoted replica could hold the acknowledgement
-without the transition, or jobs of a transition it does not know. With `--replica-acks K`
-the dispatcher asks `WAIT K timeout` after a batch's commits and before its settle: K
-replicas must hold every write so far, or nothing of the batch is acknowledged. Fewer is
-handled as an outage (the run loop backs off, then claims its pending entries again), and
-the replay of an entry already applied is a no-op that flushes what its outbox still holds
-(docs/operations.md, "Failover without loss").
+from parley.replicas import (
+    DEFAULT_REPLICA_ACK_TIMEOUT_MS,
+    WAITS_FIELD,
+    ReplicaPolicy,
+    Replicas,
+    ReplicasBehind,
+    confirmed,
+)
 
-The rule is pure (`confirmed`); `Replicas` is the thin shell that asks Redis.
-"""
-
-from __future__ import annotations
-
-import logging
-from dataclasses import dataclass
-from typing import Any
-
-from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-
-from parley import metrics
-from parley.logs import kv
-from parley.schemas.keys import Keys
-
-log = logging.getLogger("parley.dispatcher")
-
-DEFAULT_REPLICA_ACK_TIMEOUT_MS = 1000
-# The field of the stats hash the probe write bumps (see Replicas.confirm).
-WAITS_FIELD = "replica_waits"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaPolicy:
-    """How many replicas must hold a batch before it is acknowledged (0: none, the default),
-    and how long one WAIT may take."""
-
-    acks: int = 0
-    timeout_ms: int = DEFAULT_REPLICA_ACK_TIMEOUT_MS
-
-    def __post_init__(self) -> None:
-        if self.acks < 0:
-            raise ValueError(f"replica acks must be 0 or more, got {self.acks}")
-        if self.timeout_ms <= 0:
-            # WAIT's 0 means "block forever": a dispatcher would then hang, not back off
-            raise ValueError(f"the replica ack timeout must be positive, got {self.timeout_ms} ms")
-
-    @property
-    def enabled(self) -> bool:
-        return self.acks > 0
-
-
-def confirmed(policy: ReplicaPolicy, replicas: int) -> bool:
-    """Whether WAIT's answer (replicas that hold every write so far) lets a batch be
-    acknowledged."""
-    return not policy.enabled or replicas >= policy.acks
-
-
-class ReplicasBehind(RedisConnectionError):
-    """Fewer replicas than asked hold a batch's commits: nothing of it is acknowledged.
-
-    A ConnectionError, so the dispatcher's loop treats it as what it amounts to, an outage of
-    the replicated store: back off, then replay the entries still pending."""
-
-
-class Replicas:
-    """The shell: one WAIT per batch of commits, before their settle."""
-
-    def __init__(self, redis: Redis, keys: Keys, policy: ReplicaPolicy):
-        self.redis = redis
-        self.keys = keys
-        self.policy = policy
-
-    def confirm(self) -> None:
-        """Return once `policy.acks` replicas hold every write made so far; raise ReplicasBehind
-        (logged and counted) when they do not within the timeout."""
-        if not self.policy.enabled:
-            return
-        # WAIT waits for the replication offset of the last write made on ITS connection. The
-        # commits ran on a connection of the pool, perhaps not this one (the metrics thread
-        # shares the pool), so a write first, on the same connection, in one pipeline: its
-        # offset is past every write the server took before it, the commits included.
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hincrby(self.keys.stats, WAITS_FIELD, 1)
-        pipe.execute_command("WAIT", self.policy.acks, self.policy.timeout_ms)
-        replies: Any = pipe.execute()
-        replicas = int(replies[-1])
-        if confirmed(self.policy, replicas):
-            return
-        metrics.REPLICA_ACK_TIMEOUTS.inc()
-        log.warning("replicas behind: the batch is not acknowledged and will be replayed",
-                    extra=kv(wanted=self.policy.acks, acked=replicas, timeout_ms=self.policy.timeout_ms))
-        raise ReplicasBehind(f"{replicas} of {self.policy.acks} replicas acknowledged the batch "
-                             f"within {self.policy.timeout_ms} ms")
+__all__ = ["DEFAULT_REPLICA_ACK_TIMEOUT_MS", "WAITS_FIELD", "ReplicaPolicy", "Replicas", "ReplicasBehind",
+           "confirmed"]

@@ -13,7 +13,7 @@ prometheus-client multiprocess mode is needed.
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -323,12 +323,16 @@ def served() -> CollectorRegistry:
 
 
 class Health:
-    """Liveness: the process answers. Readiness: Redis answers and the main loop is turning."""
+    """Liveness: the process answers. Readiness: Redis answers, the main loop is turning, and
+    each of `checks` (a reason not to be ready, or None) passes: e.g. a dispatcher with
+    `--replica-acks` whose last settle was refused for want of replicas applies nothing."""
 
-    def __init__(self, redis: Redis, stale_after_s: float = 30):
+    def __init__(self, redis: Redis, stale_after_s: float = 30,
+                 checks: Sequence[Callable[[], str | None]] = ()):
         self.redis = redis
         self.stale_after_s = stale_after_s
         self.last_beat = time.monotonic()
+        self.checks = list(checks)
 
     def beat(self) -> None:
         self.last_beat = time.monotonic()
@@ -340,6 +344,9 @@ class Health:
             return False, f"redis: {exc}"
         if time.monotonic() - self.last_beat > self.stale_after_s:
             return False, "main loop stalled"
+        for check in self.checks:
+            if (why := check()) is not None:
+                return False, why
         return True, "ok"
 
 

@@ -105,13 +105,15 @@ def acl_line(name: str, tenant: str | None, prefix: str = "parley", password: st
     command the function runs against the caller's login). One selector per key type: with
     XADD on the pending hash, or HINCRBY on a stream key, the producer could give one of its
     keys the wrong type and make a dispatcher's command on it fail (docs/operations.md,
-    "Producers and their logins"). And read sessions' events (its tenant's only)."""
+    "Producers and their logins"). And read sessions' events (its tenant's only). WAIT: a careful
+    producer asks a replica to hold its input before counting it sent (docs/operations.md,
+    "Failover without loss")."""
     check_name(name)
     check_tenant(tenant)
     sessions = f"{prefix}:{{{tenant}/*}}" if tenant is not None else f"{prefix}:{{*}}"
     own = f"{prefix}:in:{name}"
     pending = f"~{prefix}:pending:{name}"
-    return (f"user {prefix}-producer-{name} on >{password} resetkeys resetchannels -@all +ping +select "
+    return (f"user {prefix}-producer-{name} on >{password} resetkeys resetchannels -@all +ping +select +wait "
             f"+hget +hmget %R~{prefix}:config %R~{sessions}:meta "
             f"(+fcall ~{own} ~{own}:* {pending}) (+xadd ~{own} ~{own}:*) (+hget +hincrby {pending}) "
             f"(+xread +xrange +xrevrange %R~{sessions}:events)")

@@ -8,6 +8,7 @@ beyond redis-server needs installing. Failover is quick on purpose (`down-after-
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -127,6 +128,34 @@ class ReplicaSet:
         """kill -9 the primary; returns it (stopped)."""
         primary = self.server(self.primary_port())
         primary.stop(kill=True)
+        return primary
+
+    def kill_primary_behind(self, lag_s: float = 0.5) -> RedisServer:
+        """A failover that loses what was not replicated: the replicas are held still
+        (SIGSTOP) and cut off (CLIENT KILL TYPE replica on the primary), the primary takes
+        `lag_s` of writes no replica holds, is killed -9, and the replicas are let go (SIGCONT)
+        for the sentinels to promote one. (Replication on loopback takes well under a
+        millisecond: a kill at a random moment would lose nothing. SIGSTOP alone is not enough
+        either: what the primary sends meanwhile waits in the stopped replica's socket buffer,
+        and is read when it resumes; cut off, nothing more is sent, and held still, it cannot
+        reconnect before the primary is gone.) Returns the old primary (stopped)."""
+        primary = self.server(self.primary_port())
+        held = [s for s in self.servers if s is not primary and s.proc is not None and s.proc.poll() is None]
+        for s in held:
+            assert s.proc is not None
+            os.kill(s.proc.pid, signal.SIGSTOP)
+        try:
+            admin = redis.Redis.from_url(primary.url)
+            try:
+                admin.client_kill_filter(_type="replica")
+            finally:
+                admin.close()
+            time.sleep(lag_s)
+            primary.stop(kill=True)
+        finally:
+            for s in held:
+                assert s.proc is not None
+                os.kill(s.proc.pid, signal.SIGCONT)
         return primary
 
     def wait_promoted(self, old: RedisServer, within_s: float = 30) -> RedisServer:

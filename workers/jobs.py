@@ -20,6 +20,9 @@ from rq.timeouts import JobTimeoutException
 
 from parley import metrics
 from parley.logs import kv
+
+# the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
+from parley.replicas import ReplicaPolicy, Replicas
 from parley.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
 from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
@@ -37,6 +40,8 @@ _app: App | None = None
 # set by `parley worker`: the id under which this process heartbeats, so a dispatcher can tell
 # when the worker running a job has died
 _worker_id: str | None = None
+# set by `parley worker --replica-acks K`: how many replicas must hold a posted outcome
+_replicas = ReplicaPolicy()
 # set by ParleyWorker (`parley worker --prefix`): the key layout of the deployment whose queues
 # it serves; a job's reply_to must be one of its results streams, and its records are under it
 _keys = Keys()
@@ -45,6 +50,11 @@ _keys = Keys()
 def set_worker_id(worker_id: str | None) -> None:
     global _worker_id
     _worker_id = worker_id
+
+
+def set_replica_policy(policy: ReplicaPolicy) -> None:
+    global _replicas
+    _replicas = policy
 
 
 def set_keys(keys: Keys) -> None:
@@ -140,9 +150,17 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
             # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
             pipe.delete(job.key)
         pipe.execute()
+        # --replica-acks K: the outcome counts as posted once K replicas hold it. Lost in a
+        # failover, the promoted replica would still hold this job's running record, of a live
+        # worker: neither the lost-work nor the unclaimed sweep would fire, and the session
+        # would wait for good. Short (ReplicasBehind, a ConnectionError): posted again below.
+        Replicas(job.connection, _keys, _replicas,
+                 on_behind="the outcome is posted again until they hold it", log=log).confirm()
 
-    # An outcome is the only trace of work done: ride out a Redis restart rather than lose it.
-    # Posting twice is harmless (the dispatcher drops the second as already settled).
+    # An outcome is the only trace of work done: ride out a Redis restart (or a failover)
+    # rather than lose it. Posting twice is harmless: the dispatcher drops an outcome of work
+    # no longer running, or of another attempt, as already settled (dispatcher/core/outcomes.py,
+    # `_running`: DropReason.ALREADY_SETTLED / STALE_ATTEMPT; `_decide`: STALE_DECISION).
     through_outages(post, "post an outcome")
     metrics.timed(kind)(time.monotonic() - (started or time.monotonic()), ok)
     log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],

@@ -5,6 +5,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -131,11 +132,12 @@ METRICS_PORT = click.option(
     help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
 
 
-def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis) -> Any:
+def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis,
+                   checks: Sequence[Callable[[], str | None]] = ()) -> Any:
     from parley.metrics import Health, serve
     from parley.schemas.keys import Keys
 
-    health = Health(connection)
+    health = Health(connection, checks=checks)
     if port is not None:
         serve(port, connection, Keys(ctx.obj["prefix"]), health)
     return health
@@ -372,7 +374,9 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                                              messages=max_messages, branches=max_branches),
                    unknown_session_ttl_ms=unknown_session_ttl * 1000, shard=shard,
                    replicas=ReplicaPolicy(replica_acks, replica_ack_timeout_ms))
-    d.health = _serve_metrics(ctx, metrics_port, d.redis)
+    # not ready while replicas hold back every settle; and say so at once if they are missing
+    d.health = _serve_metrics(ctx, metrics_port, d.redis, checks=[d.replicas.readiness])
+    d.replicas.warn_if_short()
     register_producers(d.redis, d.keys, registrations)
     reloader = _reload_keys_on_sighup(keys_file)
     if reloader is not None:
@@ -392,19 +396,25 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
 @click.option("--name", default=None, help="Worker name (default: RQ's).")
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
 @SHARD
+@click.option("--replica-acks", envvar="PARLEY_REPLICA_ACKS", type=click.IntRange(0), default=0,
+              show_default=True,
+              help="Replicas that must hold each outcome posted (Redis WAIT), else it is posted "
+                   "again, so a failover loses none; 0: off (env PARLEY_REPLICA_ACKS, as the "
+                   "dispatcher's).")
 @METRICS_PORT
 @click.pass_context
 def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool,
-           shard: int | None, metrics_port: int | None) -> None:
+           shard: int | None, replica_acks: int, metrics_port: int | None) -> None:
     """Run a worker: execute decide, LLM and tool jobs of the app, post their outcomes.
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
     With several Redis URLs (shards), `--shard i` serves shard i's queues only; without it,
     one worker per shard is started.
     """
+    from parley.replicas import ReplicaPolicy
     from parley.schemas.keys import Keys
     from parley.workers.app import AppError, load_agents, load_app
-    from parley.workers.jobs import set_app, set_worker_id
+    from parley.workers.jobs import set_app, set_replica_policy, set_worker_id
     from parley.workers.worker import Heartbeat, make_worker, worker_id
 
     shard = _per_shard(ctx, shard, metrics_port)
@@ -425,6 +435,7 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     heartbeat.beat()
     heartbeat.start()
     set_worker_id(ident)
+    set_replica_policy(ReplicaPolicy(replica_acks))
     try:
         _work_until_stopped(
             lambda n: make_worker(names, connection, name=ident if n == 0 else f"{ident}-{n}", keys=keys),

@@ -5,17 +5,19 @@
 
 Shard 0 is a plain redis-server (`appendfsync always`), restarted once from its AOF mid-run.
 Shard 1 is Sentinel-managed (a primary, a replica, three sentinels: tests/replica_set.py); its
-primary is killed -9 once mid-run, a replica promoted, and the old primary started again as
-the new one's replica. Each shard has two dispatchers and two workers, started as a user runs
-them: `parley --redis-url U0 --redis-url U1 dispatcher --shard i` (`worker --shard i`);
-shard 1's dispatchers with `--replica-acks 1`. Every couple of seconds one process is killed
--9 and replaced.
+primary is killed -9 once mid-run, its replica held still and cut off for the second before
+(so the primary dies holding writes the replica lacks), the replica promoted, and the old
+primary started again as the new one's replica. Each shard has two dispatchers and two
+workers, started as a user runs them: `parley --redis-url U0 --redis-url U1 dispatcher
+--shard i` (`worker --shard i`); shard 1's dispatchers and workers with `--replica-acks 1`.
+Every couple of seconds one process is killed -9 and replaced.
 
 The driver is a careful producer (registered as `chaos`, so its inputs go through each
 shard's submit function): it sends each input to its session's shard, and on shard 1 counts
-it as sent once `WAIT 1` says a replica holds it, else sends it again (its idempotency key
-makes the copy a no-op). The tool bodies record their runs on shard 0. Then every session is
-checked as run_chaos.py checks it, and each shard for leftovers; exits 1 on any violation.
+it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
+sends it again (its idempotency key makes the copy a no-op). The tool bodies record their
+runs on shard 0. Then every session is checked as run_chaos.py checks it, and each shard for
+leftovers; exits 1 on any violation.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.exceptions import ResponseError
 
 from parley.cli.procs import RedisServer, start_parley
 from parley.client import Client
-from parley.producer import SubmitUnavailable
+from parley.producer import SubmitUnavailable, input_fields, submit_call, submit_error
 from parley.schemas.keys import Keys
 from parley.shards import Shards, connect
 from tests.chaos.run_chaos import APP, Fleet, check, check_closed, drive, leftovers
@@ -65,6 +68,8 @@ class ShardFleet(Fleet):
                 args += ["--replica-acks", "1", "--replica-ack-timeout-ms", "500"]
         else:
             args = ["worker", "--shard", shard]
+            if shard == "1":  # an outcome counts as posted once the replica has it
+                args += ["--replica-acks", "1"]
         self.n += 1
         self.procs[name] = start_parley([*urls, *args], self.env, self.logdir / f"{name}-{self.n}.log")
 
@@ -78,16 +83,29 @@ class CarefulClient(Client):
 
     def send(self, session: str, value: Any, idempotency_key: str | None = None,  # type: ignore[override]
              principal: str | None = None, key: str | None = None) -> str:
+        fields = input_fields(session, value, idempotency_key, principal, key)
+        assert self.producer is not None
         while True:
+            call = submit_call(self.keys, self.producer, session, self.partitions(), fields)
+            # The submit and its WAIT in ONE pipeline, so on one connection: WAIT waits for the
+            # writes of its own connection, and a reconnect between two separate commands would
+            # put the WAIT on a fresh connection that wrote nothing (it would answer at once).
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.fcall(*call)
+            pipe.execute_command("WAIT", self.replicas, PRODUCER_WAIT_MS)
             try:
-                entry = super().send(session, value, idempotency_key, principal, key)
-            except SubmitUnavailable:  # a Redis back empty: a dispatcher loads the function soon
+                entry, replicas = pipe.execute()
+            except ResponseError as err:
+                error = submit_error(str(err)) or err
+                if isinstance(error, SubmitUnavailable):  # a Redis back empty: a dispatcher loads it soon
+                    time.sleep(0.1)
+                    continue
+                raise error from None
+            except (redis.ConnectionError, redis.TimeoutError):  # the failover: send again
                 time.sleep(0.1)
                 continue
-            # the same connection as the send (one thread uses this client): WAIT covers it
-            if not self.replicas or int(self.redis.execute_command("WAIT", self.replicas,
-                                                                   PRODUCER_WAIT_MS)) >= self.replicas:
-                return entry
+            if int(replicas) >= self.replicas:
+                return str(entry.decode() if isinstance(entry, bytes) else entry)
 
 
 def wait_started(shards: Shards, within_s: float = 60) -> None:
@@ -149,7 +167,9 @@ def main() -> int:
                 shard0.start()
                 events.append("restart")
             elif "failover" not in events and elapsed > 10:
-                old = shard1.kill_primary()
+                # the replica held still and cut off first: the primary dies holding writes
+                # the promoted replica never saw (at a random moment, loopback loses nothing)
+                old = shard1.kill_primary_behind(1.2)
                 new = shard1.wait_promoted(old)
                 shard1.rejoin(old, new)
                 events.append("failover")

@@ -44,12 +44,14 @@ from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import get_partitions
 from parley.dispatcher.limits_config import publish_limits
+from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
 from parley.inbox import InterruptFilter
 from parley.metrics import Health, RedisStateCollector
 from parley.notify import Forwarder, NotifyConfig
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
+from parley.shards import Shards, read_view
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker
@@ -214,7 +216,7 @@ def drive(d: Dispatcher, worker_conn: redis.Redis, client: Client, session: str,
           rounds: int = 12) -> list[str]:
     """Dispatcher ticks and worker bursts, in turn, until the producer sees an `until` event."""
     for _ in range(rounds):
-        tick(d)
+        tick(d, 8)
         seen = types(client, session)
         if until in seen:
             return seen
@@ -838,3 +840,59 @@ def test_only_dispatchers_hold_the_engines_key(acl: AclRedis, producer: redis.Re
         assert {u for u, _why, _obj in acl.denials()} == {user}
         acl.reset_denials()
     assert acl.admin.get(KEYS.engine_key) == key.encode()
+
+
+# ---- two shards, each loading the file (docs/operations.md, "Shards") ----------------------------
+
+
+@pytest.fixture
+def two_acl(tmp_path: Path) -> Iterator[list[AclRedis]]:
+    servers = [AclRedis(tmp_path / f"shard{i}") for i in range(2)]
+    for server in servers:
+        Functions(server.connect(DISPATCHER)).ensure()
+        register(server.admin)
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def shards_as(servers: list[AclRedis], user: str) -> Shards:
+    """The shards as `user` sees them: one connection to each, in the deployment's order."""
+    return Shards([s.connect(user) for s in servers], KEYS)
+
+
+def test_sharded_processes_start_and_clients_route_under_the_file(two_acl: list[AclRedis]) -> None:
+    """What a sharded deployment's logins send beyond one Redis's: the dispatcher's start-up
+    check writes the placement; the worker's (`parley worker --shard i`) and every client read
+    it (HMGET of the config); a careful producer WAITs for a replica; a reader's `show` routes by
+    the placement and its `interrupts` reads every shard."""
+    placement = shards_as(two_acl, DISPATCHER).check(4, create=True)
+    assert placement is not None and placement.partitions == 4
+    assert shards_as(two_acl, WORKER).check(create=False) == placement  # the worker's start-up
+    assert read_view(two_acl[1].connect(WORKER), KEYS, 1).placement == placement
+    for i, server in enumerate(two_acl):
+        assert read_view(server.connect(READER), KEYS, i).placement == placement
+
+    producer_shards = shards_as(two_acl, PRODUCER)
+    client = Client(producer_shards, producer=APP)
+    on = {placement.shard_of_session(s): s for s in (f"acl-s{i}" for i in range(16))}
+    assert set(on) == {0, 1}, "a session on each shard"
+    for shard, session in on.items():
+        client.send(session, {"type": "message.create", "content": "hi"}, idempotency_key=session)
+        # a careful producer: a replica must hold the input (none here: WAIT answers 0 at once)
+        assert producer_shards.clients[shard].execute_command("WAIT", 0, 10) == 0
+    for i, server in enumerate(two_acl):
+        d = Dispatcher(server.connect(DISPATCHER), Keys(), app_info(load_app(SCENARIOS)), partitions=4,
+                       shard=i, block_ms=5)
+        d.leases.partitions = 4  # as its start publishes them (make_dispatcher)
+        tick(d, 8)
+    reader = Client(shards_as(two_acl, READER))
+    for session in on.values():
+        view = reader.show(session)
+        assert view is not None and view["messages"][0]["content"] == "hi"
+    assert reader.interrupts() == []
+    # `parley worker --replica-acks 1`: the probe write and WAIT after each outcome (no replica
+    # here: short, which is not a refusal)
+    with pytest.raises(ReplicasBehind):
+        Replicas(two_acl[0].connect(WORKER), KEYS, ReplicaPolicy(acks=1, timeout_ms=10)).confirm()
+    assert [s.denials() for s in two_acl] == [[], []]

@@ -279,6 +279,10 @@ def test_compose_services() -> None:
         data_volumes |= {v.split(":")[0] for v in redis_svc["volumes"] if v.split(":")[1] == "/data"}
     assert len(data_volumes) == len(shards), "each shard keeps its AOF in a volume of its own"
     assert data_volumes <= set(compose["volumes"])
+    # shard 0 keeps the volume of the one-Redis release (`redis-data`): an upgrade finds its
+    # data there, where a new name would start shard 0 empty and orphan it
+    shard0 = next(v.split(":")[0] for v in services["redis-0"]["volumes"] if v.split(":")[1] == "/data")
+    assert shard0 == "redis-data"
     for name, svc in services.items():
         for url in redis_urls(svc.get("environment", {})):
             user, password = re.match(r"redis://([^:]+):([^@]+)@", url).groups()  # type: ignore[union-attr]
@@ -401,6 +405,11 @@ def test_kubernetes_workloads() -> None:
     assert "--aclfile" in redis_c["args"]
     # one pod per shard (redis-0, redis-1: independent primaries, each with its own volume)
     assert redis_sts["metadata"]["name"] == "redis" and redis_sts["spec"]["replicas"] == shard_count
+    # the one-Redis release's StatefulSet, upgraded in place: a field Kubernetes refuses to
+    # change on an existing StatefulSet must keep its old value (the default)
+    assert redis_sts["spec"].get("podManagementPolicy", "OrderedReady") == "OrderedReady"
+    # and its claim's name: pod redis-0 mounts the one-Redis release's PersistentVolume
+    assert [t["metadata"]["name"] for t in redis_sts["spec"]["volumeClaimTemplates"]] == ["data"]
 
     # KEDA: each worker Deployment scaled on its own RQ queue's list.
     scaled = {d["spec"]["scaleTargetRef"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}

@@ -4,8 +4,11 @@ once. The replica is held still with SIGSTOP (it stays connected, but acknowledg
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -16,10 +19,25 @@ from parley.cli.procs import RedisServer
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
 from parley.schemas.keys import Keys
-from tests.integration.conftest import INPUTS, NO_DECIDE, events, pending_count, queue_ids, send, tick
+from parley.schemas.results import WorkOutcome
+from parley.workers import jobs
+from parley.workers.app import load_app
+from parley.workers.worker import make_worker
+from tests.integration.conftest import (
+    INPUTS,
+    NO_DECIDE,
+    RESULTS,
+    enqueue_tool_job,
+    events,
+    pending_count,
+    queue_ids,
+    send,
+    tick,
+)
 from tests.replica_set import FAST_SYNC, ReplicaSet
 
 KEYS = Keys()
+pytestmark = pytest.mark.usefixtures("restore_signals")
 
 
 @pytest.fixture
@@ -113,3 +131,87 @@ def test_a_batch_the_replica_lacks_is_not_acknowledged_then_replayed_once(
     assert len(queue_ids(primary, "llm")) == 1
     assert [e["type"] for e in events(primary, "s-1")] == [
         "session.created", "message.created", "llm.started"]
+
+
+# ---- workers: `parley worker --replica-acks K` ------------------------------------------------
+
+
+def test_a_workers_outcome_is_posted_again_until_the_replica_holds_it(
+        primary: redis.Redis, pair: tuple[RedisServer, RedisServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outcome lost in a failover would leave its running record on the promoted replica
+    (of a live worker: no sweep fires) and the session waiting: with --replica-acks the worker
+    counts it posted only once a replica holds it, and posts it again meanwhile."""
+    monkeypatch.setattr(jobs, "_app", None)
+    jobs.set_app(load_app("tests.apps.scenarios"))
+    monkeypatch.setattr(jobs, "_worker_id", "w-acks")
+    monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=100))
+    job = enqueue_tool_job(primary, "s-w", "call-1", "add", {"a": 1, "b": 2})
+    before = timeouts()
+    freeze(pair[1])
+    seen: dict[str, Any] = {}
+
+    def thaw_after_two_shortfalls() -> None:
+        deadline = time.monotonic() + 30  # a bound, so that a worker that does not wait fails
+        while timeouts() < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the outcome is posted, but the job not done: its running record stays meanwhile
+        seen["shortfalls"] = timeouts() - before
+        seen["posted"] = primary.xlen(RESULTS)
+        seen["running"] = primary.hexists(KEYS.running, job)
+        thaw(pair[1])
+
+    thawer = threading.Thread(target=thaw_after_two_shortfalls, daemon=True)
+    thawer.start()
+    make_worker(["tools"], primary).work(burst=True)  # returns once the outcome is confirmed
+    thawer.join(60)
+    assert seen["shortfalls"] >= 2 and seen["posted"] >= 2  # posted, short, posted again
+    posted = [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in primary.xrange(RESULTS)]
+    # the copies are one outcome of one attempt: the dispatcher applies the first, drops the rest
+    assert {(o.work, o.attempt, o.ok, str(o.value)) for o in posted} == {("call-1", 1, True, "3")}
+    assert not primary.hexists(KEYS.running, job)
+    assert int(primary.hget(KEYS.stats, "replica_waits") or 0) >= 3  # the probe write of each WAIT
+
+
+def test_a_worker_without_replica_acks_asks_no_replica(
+        primary: redis.Redis, pair: tuple[RedisServer, RedisServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs, "_app", None)
+    jobs.set_app(load_app("tests.apps.scenarios"))
+    freeze(pair[1])
+    enqueue_tool_job(primary, "s-w", "call-1", "add", {"a": 1, "b": 2})
+    make_worker(["tools"], primary).work(burst=True)
+    assert primary.xlen(RESULTS) == 1 and primary.hget(KEYS.stats, "replica_waits") is None
+
+
+# ---- readiness and the start-up warning (`parley dispatcher --replica-acks K`) ------------------
+
+
+def test_readyz_says_not_ready_while_settles_are_refused_for_replicas(
+        primary: redis.Redis, pair: tuple[RedisServer, RedisServer]) -> None:
+    d = Dispatcher(primary, KEYS, NO_DECIDE, block_ms=5, replicas=ReplicaPolicy(acks=1, timeout_ms=100))
+    d.leases.partitions = 1
+    health = metrics.Health(primary, checks=[d.replicas.readiness])
+    tick(d, 1)
+    assert health.ready() == (True, "ok")
+    send(primary, "s-r", {"type": "message.create", "content": "hello"})
+    freeze(pair[1])
+    with pytest.raises(ReplicasBehind):
+        tick(d, 1)
+    ok, why = health.ready()
+    assert not ok and "replicas behind" in why
+    thaw(pair[1])
+    d.replicas.policy = ReplicaPolicy(acks=1, timeout_ms=10_000)
+    d.leases.suspect_all()
+    tick(d, 2)
+    assert health.ready() == (True, "ok")
+
+
+def test_a_dispatcher_warns_at_start_when_fewer_replicas_are_connected(
+        primary: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="parley.dispatcher"):
+        assert Replicas(primary, KEYS, ReplicaPolicy(acks=1)).warn_if_short() == 1
+        assert not caplog.records
+        assert Replicas(primary, KEYS, ReplicaPolicy(acks=2)).warn_if_short() == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "--replica-acks 2 but the primary has 1 connected replica(s): nothing will be "
+        "acknowledged until 2 connect"]
+    assert Replicas(primary, KEYS, ReplicaPolicy()).warn_if_short() is None  # off: not asked

@@ -62,7 +62,7 @@ def test_unusable_registrations_are_reported_and_the_rest_kept() -> None:
 def test_the_acl_line_names_the_producers_own_streams_only() -> None:
     line = acl_line("web", None)
     assert line == ("user parley-producer-web on >change-me resetkeys resetchannels -@all +ping +select "
-                    "+hget +hmget %R~parley:config %R~parley:{*}:meta "
+                    "+wait +hget +hmget %R~parley:config %R~parley:{*}:meta "
                     "(+fcall ~parley:in:web ~parley:in:web:* ~parley:pending:web) "
                     "(+xadd ~parley:in:web ~parley:in:web:*) (+hget +hincrby ~parley:pending:web) "
                     "(+xread +xrange +xrevrange %R~parley:{*}:events)")

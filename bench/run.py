@@ -54,7 +54,7 @@ from bench.inbox import QUERIES, listing_rows
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from bench.sessions import QUERY_NAMES as SESSION_QUERIES
 from bench.sessions import listing_rows as session_rows
-from bench.shards import cli_has_shard, shards_row
+from bench.shards import shards_row
 from bench.soak import soak_row
 from bench.sweep import backlog_row
 from parley.dispatcher.enqueue import RECORD_INFLIGHT
@@ -633,10 +633,6 @@ def scenario_10(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) ->
 
 def scenario_11(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
     rows = out.setdefault("scenario_11", [])
-    if not args.shards_standalone and not cli_has_shard():
-        # said in the row's `mode` and here: the figures then come from standalone deployments
-        log("scenario 11: this checkout's dispatcher has no --shard: standalone deployments instead")
-        args.shards_standalone = True
     for shards in args.shard_counts:
         why = out_of_time(args, f"scenario 11 ({shards} shard(s))")
         if why:
@@ -644,10 +640,9 @@ def scenario_11(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) ->
             continue
         log(f"scenario 11: {shards} shard(s), each 1 dispatcher and {args.workers} worker(s), "
             f"{args.shards_partitions} partitions: {args.shards_sessions} seed sessions, then "
-            f"{args.shards_parked} parked" + (" (standalone deployments)" if args.shards_standalone else ""))
+            f"{args.shards_parked} parked")
         row = shards_row(workdir / f"s11-{shards}", shards, args.shards_sessions, args.shards_parked,
-                         args.workers, args.shards_partitions, args.timeout, args.idempotency_keys,
-                         standalone=args.shards_standalone)
+                         args.workers, args.shards_partitions, args.timeout, args.idempotency_keys)
         rows.append(row)
         log(f"  {row['sessions_per_s']} sessions/s; per shard: " + ", ".join(
             f"#{x['shard']} {x['sessions']} at {x['sessions_per_s']}/s, {x['parked']} parked"
@@ -1053,8 +1048,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="scenario 11 sessions parked and left open per row")
     ap.add_argument("--shards-partitions", type=int, default=16,
                     help="scenario 11 partitions, the same in every row (16: the default of shards)")
-    ap.add_argument("--shards-standalone", action="store_true",
-                    help="scenario 11: one deployment of one URL per shard (no --shard), the driver routing")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")

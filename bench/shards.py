@@ -5,11 +5,8 @@ Each shard is a unit of its own: a private redis-server, one `parley dispatcher 
 and no `--shard` for the row of one shard: a deployment of one Redis, as before shards). The
 first dispatcher writes the placement (partition -> shard, p mod S); this driver reads it
 (`Shards.refresh`) and routes each session's inputs and event reads to its shard, as the
-client does. Both rows use the same partition count, so the one difference is the shards.
-
-`standalone=True` starts one deployment of one URL per shard instead (no `--shard`: each
-dispatcher serves every partition of its own Redis), with the placement written by this
-driver: the same routing, for a checkout whose dispatcher has no `--shard` yet.
+client does. Both rows use the same partition count; the row of S shards runs S times the
+processes of the row of one (bench/README.md says what that means on 2 cores).
 """
 
 import time
@@ -31,14 +28,6 @@ APP = "examples.seed_app"
 
 class ShardsError(RuntimeError):
     pass
-
-
-def cli_has_shard() -> bool:
-    """True if `parley dispatcher` and `parley worker` take `--shard` (the scenario's own mode)."""
-    from parley.cli import cli
-
-    return all("--shard" in {o for p in cli.commands[c].params for o in p.opts}
-               for c in ("dispatcher", "worker"))
 
 
 class RoutedProducer(Producer):
@@ -76,13 +65,12 @@ class ShardFleet:
     """S redis-servers and, per shard, a dispatcher and `workers` workers as real processes."""
 
     def __init__(self, workdir: Path, shards: int, workers: int, partitions: int,
-                 appendfsync: str = "always", standalone: bool = False):
+                 appendfsync: str = "always"):
         self.workdir = workdir
         self.count = shards
         self.workers = workers
         self.partitions = partitions
         self.appendfsync = appendfsync
-        self.standalone = standalone
         self.keys = Keys()
         self.servers: list[RedisServer] = []
         self.clients: list[redis.Redis] = []
@@ -102,8 +90,6 @@ class ShardFleet:
                                                 settings=deploy_tuning()).start())
             self.clients = [redis.Redis.from_url(u) for u in self.urls]
             self.shards = Shards(self.clients, self.keys)
-            if self.standalone and self.count > 1:
-                self.shards.check(self.partitions, create=True)
             for i in range(self.count):
                 self._spawn(f"dispatcher-{i}", i, ["dispatcher", "--partitions", str(self.partitions)])
             self._wait(self._placed, "the placement written and every partition's lease held")
@@ -120,7 +106,7 @@ class ShardFleet:
 
     def _spawn(self, name: str, shard: int, args: list[str]) -> None:
         port = free_port()
-        if self.standalone or self.count == 1:
+        if self.count == 1:
             urls, shard_args = [self.urls[shard]], []
         else:
             urls, shard_args = self.urls, ["--shard", str(shard)]
@@ -185,11 +171,11 @@ class ShardFleet:
 
 
 def shards_row(workdir: Path, shards: int, sessions: int, parked: int, workers: int, partitions: int,
-               timeout: float, idempotency_keys: bool, standalone: bool = False) -> dict[str, Any]:
+               timeout: float, idempotency_keys: bool) -> dict[str, Any]:
     """One row: `sessions` seed cycles over `shards` shards (all sent at once, each resumed as
     soon as it parks), then `parked` more sessions parked and left open; per shard, how many
     of each and the shard's Redis memory."""
-    fleet = ShardFleet(workdir, shards, workers, partitions, standalone=standalone).start()
+    fleet = ShardFleet(workdir, shards, workers, partitions).start()
     try:
         assert fleet.shards is not None
         producer = RoutedProducer(fleet.shards, partitions, idempotency_keys)
@@ -232,7 +218,7 @@ def shards_row(workdir: Path, shards: int, sessions: int, parked: int, workers: 
             per_shard[i].update(parked=open_here, used_memory_per_parked_session=per_session)
         return {
             "shards": shards,
-            "mode": "standalone" if standalone else ("--shard" if shards > 1 else "one Redis"),
+            "mode": "--shard" if shards > 1 else "one Redis",
             "partitions": partitions, "dispatchers": shards, "workers": shards * workers,
             "sessions": sessions, "wall_s": round(wall, 2), "sessions_per_s": round(sessions / wall, 1),
             "problems": len(problems), "problem_examples": problems[:5],

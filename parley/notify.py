@@ -51,6 +51,21 @@ DEAD_MAXLEN = 100_000
 SIGNATURE_TOLERANCE_S = 300
 
 
+
+def run_through_outages(stop: threading.Event, step: Callable[[], None]) -> None:
+    """Run `step` until `stop`: a Redis outage (a connection or timeout error out of it) is
+    waited out with backoff and `step` run again; nothing was acknowledged meanwhile."""
+    outages = 0
+    while not stop.is_set():
+        try:
+            step()
+            outages = 0
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            delay = backoff(outages, base=0.25, cap=5.0)
+            outages += 1
+            log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
+            stop.wait(delay)
+
 class FeedEntryError(ValueError):
     """A feed entry that cannot be forwarded as it is (not written by the commit script)."""
 
@@ -223,17 +238,11 @@ class Forwarder:
     def run(self, stop: threading.Event) -> None:
         """Until `stop`; a Redis outage is waited out with backoff (nothing is acknowledged
         meanwhile, so nothing is lost)."""
-        outages = 0
-        while not stop.is_set():
-            try:
-                self.ensure_group()
-                self.tick(stop)
-                outages = 0
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                delay = backoff(outages, base=0.25, cap=5.0)
-                outages += 1
-                log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
-                stop.wait(delay)
+        def step() -> None:
+            self.ensure_group()
+            self.tick(stop)
+
+        run_through_outages(stop, step)
 
     def tick(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -369,18 +378,12 @@ class TimeOrdered:
 
     def run(self, stop: threading.Event) -> None:
         """Until `stop`; a Redis outage is waited out with backoff, as `Forwarder.run`."""
-        outages = 0
-        while not stop.is_set():
-            try:
-                for forwarder in self.forwarders:
-                    forwarder.ensure_group()
-                self.tick(stop)
-                outages = 0
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                delay = backoff(outages, base=0.25, cap=5.0)
-                outages += 1
-                log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
-                stop.wait(delay)
+        def step() -> None:
+            for forwarder in self.forwarders:
+                forwarder.ensure_group()
+            self.tick(stop)
+
+        run_through_outages(stop, step)
 
     def read_round(self) -> list[Sequence[tuple[Any, Any]]]:
         """One batch of every shard (entries taken over from a dead forwarder first). When all

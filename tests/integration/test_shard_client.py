@@ -5,8 +5,6 @@ client never writes inputs by plain XADD."""
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,33 +14,18 @@ import redis.asyncio
 from parley.aclient import AsyncClient
 from parley.cli.procs import RedisServer
 from parley.client import Client
-from parley.dispatcher.functions import Functions
 from parley.producer import SubmitUnavailable
-from parley.schemas.keys import Keys, partition_of
+from parley.schemas.keys import partition_of
 from parley.shards import Shards, write_placement
+from tests.integration import shard_fixtures
+from tests.integration.shard_fixtures import KEYS, N
 
-KEYS = Keys()
+# the two shards' fixtures (tests/integration/shard_fixtures.py)
+servers = shard_fixtures.servers
+shards = shard_fixtures.shards
+
 MESSAGE = {"type": "message.create", "content": "hi"}
-N = 16
 
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[RedisServer]]:
-    started = [RedisServer(tmp_path / f"redis-{i}").start() for i in range(2)]
-    yield started
-    for server in started:
-        server.stop(kill=True)
-
-
-@pytest.fixture
-def shards(servers: list[RedisServer]) -> Shards:
-    """Two shards with the submit function loaded and the first placement written (p mod 2)."""
-    clients = [redis.Redis.from_url(s.url) for s in servers]
-    for r in clients:
-        Functions(r).ensure()
-    placed = Shards(clients, KEYS)
-    placed.check(N, create=True)
-    return placed
 
 
 def entries(r: redis.Redis, session: str) -> list[Any]:

@@ -7,8 +7,6 @@ copied to both shards once; URLs given in the wrong order are refused with a cle
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,36 +18,22 @@ from parley.aclient import AsyncClient
 from parley.cli.procs import RedisServer
 from parley.client import Client
 from parley.dispatcher.enqueue import Outbox
-from parley.dispatcher.functions import Functions
-from parley.schemas.keys import Keys, partition_of
+from parley.schemas.keys import partition_of
 from parley.schemas.resumes import CloseOutcome, CloseStatus
 from parley.schemas.shards import PlacementError
 from parley.shards import Shards, write_placement
+from tests.integration import shard_fixtures
+from tests.integration.shard_fixtures import KEYS, N
 from tests.integration.test_sessions import core_of, put
 
-KEYS = Keys()
+# the two shards' fixtures (tests/integration/shard_fixtures.py)
+servers = shard_fixtures.servers
+shards = shard_fixtures.shards
+
 MESSAGE = {"type": "message.create", "content": "hi"}
-N = 16
 #: a bound on the waits below, not an assertion about speed: a watcher that never follows fails
 BOUND_S = 30
 
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[list[RedisServer]]:
-    started = [RedisServer(tmp_path / f"redis-{i}").start() for i in range(2)]
-    yield started
-    for server in started:
-        server.stop(kill=True)
-
-
-@pytest.fixture
-def shards(servers: list[RedisServer]) -> Shards:
-    clients = [redis.Redis.from_url(s.url) for s in servers]
-    for r in clients:
-        Functions(r).ensure()
-    placed = Shards(clients, KEYS)
-    placed.check(N, create=True)
-    return placed
 
 
 def session_on(shards: Shards, shard: int) -> str:

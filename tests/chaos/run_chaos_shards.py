@@ -16,8 +16,9 @@ Partitions are moved mid-run, each in a window of its own (after shard 0's resta
 the failover; after the failover), kills going on: the driver runs `parley --redis-url U0
 --redis-url U1 partitions move P --to T --drain-timeout 3` as a user would, first for the
 partition of shard 0 holding most of the sessions started by then (to shard 1), then, when
-the run lasts long enough, one of shard 1's (to shard 0). A move that exits non-zero is a
-violation; `parley partitions repair` is then run so the run can end, and said.
+the run lasts long enough, one of shard 1's (to shard 0); as each begins, one of its source's
+workers is killed -9. A move that exits non-zero is a violation; `parley partitions repair` is
+then run so the run can end, and said.
 
 The driver is a careful producer (registered as `chaos`, so its inputs go through each
 shard's submit function): it sends each input to its session's shard, and on shard 1 counts
@@ -97,6 +98,15 @@ class ShardFleet(Fleet):
                 args += ["--replica-acks", "1"]
         self.n += 1
         self.procs[name] = start_parley([*urls, *args], self.env, self.logdir / f"{name}-{self.n}.log")
+
+    def kill_worker(self, shard: int, rng: random.Random) -> str:
+        """Kill -9 one of `shard`'s workers and start it again."""
+        name = rng.choice([n for n in sorted(self.procs) if n.startswith(f"worker-{shard}-")])
+        self.procs[name].kill()
+        self.procs[name].wait()
+        self.kills += 1
+        self.start(name)
+        return name
 
 
 class CarefulClient(Client):
@@ -302,7 +312,9 @@ def main() -> int:
         if p is not None:  # none yet with a started session: asked again at the next tick
             moves.append(start_move(urls, p, source, target, workdir))
             events.append(f"move-{p}")
-            fleet.kill_one(rng)  # as the move begins: a job it drains may lose its worker
+            # as the move begins, a worker of the source: a job of P it ran is drained only at
+            # the timeout (the source's sweeps leave P alone), recorded lost, retried on the target
+            fleet.kill_worker(source, rng)
 
     def chaos() -> None:
         started = time.monotonic()

@@ -45,12 +45,13 @@ chaos: $(STAMP)
 chaos-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos --sessions 40 --spread 25 --timeout 120
 
-# Two shards, one of them Sentinel-managed: kills, shard 0's Redis restarted, and a failover of
-# shard 1's primary (killed -9) mid-run; 0 violations (a few minutes).
+# Two shards, one of them Sentinel-managed: kills, shard 0's Redis restarted, a failover of
+# shard 1's primary (killed -9), and two partitions moved (`parley partitions move`, one each
+# way, each in its own window, kills going on) mid-run; 0 violations (a few minutes).
 chaos-shards: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 120 --spread 45
 
-# The bounded version CI runs (under two minutes).
+# The bounded version CI runs (under two minutes), with the same restart, failover and moves.
 chaos-shards-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 24 --spread 20 --timeout 100
 

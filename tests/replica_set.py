@@ -177,7 +177,12 @@ class ReplicaSet:
 
     def rejoin(self, old: RedisServer, primary: RedisServer, within_s: float = 30) -> None:
         """Start `old` again (empty: no persistence); the sentinels turn it into a replica of the
-        new primary. Returns once the primary has it as a synced replica."""
+        new primary. Returns once the primary has it as a synced replica.
+
+        With `replica-priority 0` the sentinels never promote it: back empty, it would lose every
+        write were they to fail over again before it synced (a loaded machine can keep the new
+        primary from answering for `down-after-milliseconds`; a chaos run once saw exactly that)."""
+        old.settings["replica-priority"] = "0"
         old.start()
         self.wait_replicas(primary, 1, within_s)
 

@@ -114,7 +114,8 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
     """Start the sessions spread over `spread_s` seconds (so kills land at every stage), resume
     each interrupt a random moment after it is raised, close each session of `closing` a random
     moment after its message; return each session's state ("done", or "closed" for those).
-    `route`: the client of each session (its shard's; tests/chaos/run_chaos_shards.py)."""
+    `route`: the client of each session (tests/chaos/run_chaos_shards.py: a client of every
+    shard, whose placement it keeps fresh); its events are read on the session's shard."""
     route = route or (lambda _s: client)
     state = {s: "new" for s in sessions}
     cursors = {s: "0-0" for s in sessions}
@@ -147,7 +148,9 @@ def drive(client: Client, sessions: list[str], spread_s: float, deadline: float,
             if state[s] == "new" or finished(s):
                 continue
             try:
-                reply: Any = route(s).redis.xread({client.keys.events(s): cursors[s]}, count=100)
+                # the session's shard as its client last read the placement (it follows moves)
+                reply: Any = route(s).shards.for_session(s).xread({client.keys.events(s): cursors[s]},
+                                                                  count=100)
             except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
                 time.sleep(0.1)
                 continue

@@ -12,33 +12,49 @@ workers, started as a user runs them: `parley --redis-url U0 --redis-url U1 disp
 --shard i` (`worker --shard i`); shard 1's dispatchers and workers with `--replica-acks 1`.
 Every couple of seconds one process is killed -9 and replaced.
 
+Partitions are moved mid-run, each in a window of its own (after shard 0's restart and before
+the failover; after the failover), kills going on: the driver runs `parley --redis-url U0
+--redis-url U1 partitions move P --to T --drain-timeout 3` as a user would, first for the
+partition of shard 0 holding most of the sessions started by then (to shard 1), then, when
+the run lasts long enough, one of shard 1's (to shard 0); as each begins, one of its source's
+workers is killed -9. A move that exits non-zero is a violation; `parley partitions repair` is
+then run so the run can end, and said.
+
 The driver is a careful producer (registered as `chaos`, so its inputs go through each
 shard's submit function): it sends each input to its session's shard, and on shard 1 counts
 it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
-sends it again (its idempotency key makes the copy a no-op). The tool bodies record their
-runs on shard 0. Then every session is checked as run_chaos.py checks it, and each shard for
-leftovers; exits 1 on any violation.
+sends it again (its idempotency key makes the copy a no-op); refused `moved`, it reads the
+placement again and sends to the shard it names. Its event reads follow the placement too
+(read again every half second). The tool bodies record their runs on shard 0. Then every
+session is checked as run_chaos.py checks it, on the shard the placement names at the end,
+and each shard for leftovers, a moved partition's source for any key or member of it; exits
+1 on any violation.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
-from parley.cli.procs import RedisServer, start_parley
+from parley.cli.procs import RedisServer, parley_command, start_parley
 from parley.client import Client
-from parley.producer import SubmitUnavailable, input_fields, submit_call, submit_error
-from parley.schemas.keys import Keys
+from parley.partitions import Mover
+from parley.producer import SubmitUnavailable, input_fields, is_moved, submit_call, submit_error
+from parley.schemas.keys import Keys, partition_of
+from parley.schemas.shards import Placement
 from parley.shards import Shards, connect
 from tests.chaos.run_chaos import APP, Fleet, check, check_closed, drive, leftovers
 from tests.replica_set import ReplicaSet
@@ -47,6 +63,16 @@ PRODUCER = "chaos"
 PARTITIONS = 4
 #: how long the producer waits for shard 1's replica to hold an input
 PRODUCER_WAIT_MS = 2000
+#: a move's `--drain-timeout`: short, so a job of a worker killed -9 is recorded lost by the move
+MOVE_DRAIN_TIMEOUT_S = 3.0
+#: how often the driver reads the placement again for its event reads (the sends on `moved`)
+REFRESH_EVERY_S = 0.5
+#: how long an input may stay refused `moved` before the driver gives up (a move stuck frozen)
+MOVED_GIVE_UP_S = 180.0
+#: what redis-py puts before the error reply of a command in a pipeline
+PIPELINE_ERROR = "of pipeline caused error: "
+#: a shard restarting or failing over: the caller waits and tries again
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 class ShardFleet(Fleet):
@@ -73,39 +99,151 @@ class ShardFleet(Fleet):
         self.n += 1
         self.procs[name] = start_parley([*urls, *args], self.env, self.logdir / f"{name}-{self.n}.log")
 
+    def kill_worker(self, shard: int, rng: random.Random) -> str:
+        """Kill -9 one of `shard`'s workers and start it again."""
+        name = rng.choice([n for n in sorted(self.procs) if n.startswith(f"worker-{shard}-")])
+        self.procs[name].kill()
+        self.procs[name].wait()
+        self.kills += 1
+        self.start(name)
+        return name
+
 
 class CarefulClient(Client):
-    """One shard's producer client: an input counts as sent once `replicas` replicas hold it."""
+    """The producer over every shard: an input counts as sent once `replicas[i]` replicas of its
+    shard i hold it; refused `moved` (its partition is being moved, or is elsewhere now), it
+    reads the placement again and sends to the shard it names."""
 
-    def __init__(self, r: redis.Redis, replicas: int):
-        super().__init__(r, producer=PRODUCER)
+    def __init__(self, shards: Shards, replicas: list[int]):
+        super().__init__(shards, producer=PRODUCER)
         self.replicas = replicas
+        self.moved_refusals = 0
+        self._read_at = 0.0
 
-    def send(self, session: str, value: Any, idempotency_key: str | None = None,  # type: ignore[override]
+    def refresh(self, every_s: float = 0.0) -> None:
+        """Read the placement again (at most every `every_s`): the shard of each session as a
+        move left it, for the event reads and the final checks."""
+        now = time.monotonic()
+        if now - self._read_at < every_s:
+            return
+        try:
+            self.shards.refresh()
+            self._read_at = now
+        except REDIS_DOWN:  # a shard restarting or failing over: the table read last still routes
+            pass
+
+    def send(self, session: str, value: Any, idempotency_key: str | None = None,
              principal: str | None = None, key: str | None = None) -> str:
         fields = input_fields(session, value, idempotency_key, principal, key)
         assert self.producer is not None
+        moved_since: float | None = None
         while True:
-            call = submit_call(self.keys, self.producer, session, self.partitions(), fields)
+            shard = self.shards.index_of_session(session)
+            call = submit_call(self.keys, self.producer, session, self.partitions(shard), fields)
             # The submit and its WAIT in ONE pipeline, so on one connection: WAIT waits for the
             # writes of its own connection, and a reconnect between two separate commands would
             # put the WAIT on a fresh connection that wrote nothing (it would answer at once).
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.shards.clients[shard].pipeline(transaction=False)
             pipe.fcall(*call)
-            pipe.execute_command("WAIT", self.replicas, PRODUCER_WAIT_MS)
+            pipe.execute_command("WAIT", self.replicas[shard], PRODUCER_WAIT_MS)
             try:
                 entry, replicas = pipe.execute()
             except ResponseError as err:
-                error = submit_error(str(err)) or err
+                # redis-py prefixes a pipeline's error reply with the command that failed
+                error = submit_error(str(err).split(PIPELINE_ERROR, 1)[-1]) or err
                 if isinstance(error, SubmitUnavailable):  # a Redis back empty: a dispatcher loads it soon
                     time.sleep(0.1)
                     continue
-                raise error from None
-            except (redis.ConnectionError, redis.TimeoutError):  # the failover: send again
+                if not is_moved(error):
+                    raise error from None
+                # nothing was written: the move goes on, or it is done and the table read is old
+                self.moved_refusals += 1
+                moved_since = moved_since or time.monotonic()
+                if time.monotonic() - moved_since > MOVED_GIVE_UP_S:
+                    raise RuntimeError(f"{session}: refused `moved` for {MOVED_GIVE_UP_S:g} s") from None
+                time.sleep(0.1)
+                self.refresh()
+                continue
+            except REDIS_DOWN:  # the failover: send again
                 time.sleep(0.1)
                 continue
-            if int(replicas) >= self.replicas:
+            if int(replicas) >= self.replicas[shard]:
                 return str(entry.decode() if isinstance(entry, bytes) else entry)
+
+
+@dataclass
+class Move:
+    """One `parley partitions move`, run by the driver, and what it printed."""
+
+    partition: int
+    source: int
+    target: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+    started: float
+    seconds: float = 0.0
+    code: int | None = None
+    sessions: int | None = None
+    forced_lost: int | None = None
+    repair: str | None = None  # `parley partitions repair`'s output, when the move failed
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def finish(self, urls: list[str]) -> None:
+        """Wait for the command; read its figures; after a failure, repair what it left."""
+        self.code = self.proc.wait()
+        self.seconds = time.monotonic() - self.started
+        out = self.output()
+        if m := re.search(r"^copy: (\d+) sessions", out, re.M):
+            self.sessions = int(m.group(1))
+        if m := re.search(r"^drain: jobs drained \((\d+) recorded lost", out, re.M):
+            self.forced_lost = int(m.group(1))
+        if self.code != 0:
+            done = subprocess.run(parley_command(*url_args(urls), "partitions", "repair"),
+                                  capture_output=True, text=True, timeout=300)
+            self.repair = f"exit {done.returncode}: {(done.stdout + done.stderr).strip()}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def summary(self) -> str:
+        text = (f"partition {self.partition} {self.source}->{self.target}: exit {self.code}, "
+                f"{self.seconds:.1f} s, sessions moved {self.sessions}, drain's forced losses "
+                f"{self.forced_lost}")
+        return text + (f"; repaired ({self.repair})" if self.repair is not None else "")
+
+
+def url_args(urls: list[str]) -> list[str]:
+    return [a for u in urls for a in ("--redis-url", u)]
+
+
+def start_move(urls: list[str], partition: int, source: int, target: int, logdir: Path) -> Move:
+    log = logdir / f"move-{partition}-to-{target}.log"
+    proc = start_parley([*url_args(urls), "partitions", "move", str(partition), "--to", str(target),
+                         "--drain-timeout", str(MOVE_DRAIN_TIMEOUT_S)], {}, log)
+    return Move(partition, source, target, proc, log, time.monotonic())
+
+
+def busiest(placement: Placement, shard: int, started: list[str], exclude: set[int]) -> int | None:
+    """The partition `shard` serves that holds most of the sessions started so far."""
+    on = Counter(partition_of(s, placement.partitions) for s in started)
+    candidates = [p for p in placement.partitions_of(shard) if p not in exclude and on[p]]
+    return max(candidates, key=lambda p: (on[p], -p)) if candidates else None
+
+
+def left_on_source(shards: Shards, move: Move) -> list[str]:
+    """Anything of the moved partition still on its source: a key of its sessions, one of its
+    streams, a member of a shard-wide set. A job that outlived the drain may post its late
+    outcome there (docs/operations.md): the results stream is allowed back only then."""
+    mover = Mover(shards)
+    r, p = shards.clients[move.source], move.partition
+    found = [k for _s, k in mover.session_keys_of(r, p, PARTITIONS)]
+    results = shards.keys.results(p, PARTITIONS)
+    found += [k for k in mover.streams_of(r, p, PARTITIONS)
+              if r.exists(k) and not (k == results and move.forced_lost)]
+    found += [f"{name}: {len(items)} members" for name, _holds, items in mover.members_of(r, p, PARTITIONS)]
+    return found
 
 
 def wait_started(shards: Shards, within_s: float = 60) -> None:
@@ -144,10 +282,13 @@ def main() -> int:
         fleet.start(name)
     wait_started(shards)
     shards.check()  # the placement the dispatchers wrote: how sessions are routed
-    clients = [CarefulClient(r, replicas=i) for i, r in enumerate(shards.clients)]
+    initial = shards.placement
+    assert initial is not None
+    careful = CarefulClient(shards, replicas=[0, 1])
 
-    def route(session: str) -> Client:
-        return clients[shards.index_of_session(session)]
+    def route(_session: str) -> Client:
+        careful.refresh(REFRESH_EVERY_S)  # a moved session's events are read on its new shard
+        return careful
 
     tool_sessions = args.sessions // 2 if args.tool_sessions is None else args.tool_sessions
     sessions = [f"chaos-{i}" for i in range(args.sessions)]
@@ -156,65 +297,110 @@ def main() -> int:
     closing = frozenset(rng.sample(sessions, round(len(sessions) * args.close_fraction)))
     stop = threading.Event()
     events: list[str] = []
+    moves: list[Move] = []
+    # the second move no earlier than this far into the run: the sessions started by then spread
+    # over every partition, and the ones started later are sent while it runs
+    second_move_at = 0.6 * args.spread
+
+    def move(source: int, target: int, elapsed: float) -> None:
+        """Start moving the busiest partition of `source` to `target` (its own placement read:
+        this thread's, not the driver's)."""
+        placement = Shards([connect(u, socket_timeout=5) for u in urls], Keys()).refresh()
+        assert placement is not None
+        started = sessions[:int(len(sessions) * min(1.0, elapsed / max(args.spread, 0.1))) + 1]
+        p = busiest(placement, source, started, {m.partition for m in moves})
+        if p is not None:  # none yet with a started session: asked again at the next tick
+            moves.append(start_move(urls, p, source, target, workdir))
+            events.append(f"move-{p}")
+            # as the move begins, a worker of the source: a job of P it ran is drained only at
+            # the timeout (the source's sweeps leave P alone), recorded lost, retried on the target
+            fleet.kill_worker(source, rng)
 
     def chaos() -> None:
         started = time.monotonic()
         while not stop.wait(args.kill_every * rng.uniform(0.5, 1.5)):
             elapsed = time.monotonic() - started
-            if "restart" not in events and elapsed > 5:
+            if moves and moves[-1].code is None and moves[-1].done():
+                moves[-1].finish(urls)
+                events.append(f"moved-{moves[-1].partition}")
+            if moves and moves[-1].code is None:  # kills go on; a restart or failover waits for its end
+                fleet.kill_one(rng)
+            elif "restart" not in events and elapsed > 5:
                 shard0.stop(kill=True)  # kill -9: appendfsync always keeps every ack
                 time.sleep(0.5)
                 shard0.start()
                 events.append("restart")
-            elif "failover" not in events and elapsed > 10:
+            elif not moves and "restart" in events:
+                move(0, 1, elapsed)
+            elif "failover" not in events and moves and elapsed > 10:
                 # the replica held still and cut off first: the primary dies holding writes
                 # the promoted replica never saw (at a random moment, loopback loses nothing)
                 old = shard1.kill_primary_behind(1.2)
                 new = shard1.wait_promoted(old)
                 shard1.rejoin(old, new)
                 events.append("failover")
+            elif len(moves) == 1 and "failover" in events and elapsed > second_move_at:
+                move(1, 0, elapsed)
             else:
                 fleet.kill_one(rng)
+        if moves and moves[-1].code is None:  # the sessions finished during a move: its end first
+            moves[-1].finish(urls)
+            events.append(f"moved-{moves[-1].partition}")
 
     chaos_thread = threading.Thread(target=chaos, daemon=True)
     t0 = time.monotonic()
     chaos_thread.start()
-    state = drive(clients[0], sessions, args.spread, t0 + args.timeout, stop, rng, closing, route=route)
+    state = drive(careful, sessions, args.spread, t0 + args.timeout, stop, rng, closing, route=route)
     chaos_thread.join()
     elapsed = time.monotonic() - t0
+    careful.refresh()  # the checks read each session where the placement says it is now
+    final = shards.placement
+    assert final is not None
     records = shards.clients[0]
     violations: dict[str, list[str]] = {}
     tally: Counter[str] = Counter()
     for s in sessions:
         if s in closing:
-            problems = check_closed(route(s), s, tally, records) if state[s] == "closed" else [
+            problems = check_closed(careful, s, tally, records) if state[s] == "closed" else [
                 f"not closed (state {state[s]})"]
         else:
-            problems = check(route(s), s, tally, records) if state[s] == "done" else [
+            problems = check(careful, s, tally, records) if state[s] == "done" else [
                 f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
     if "failover" not in events:
         violations["failover"] = ["the run ended before shard 1's primary was killed: a longer --spread"]
-    for i, c in enumerate(clients):
-        if not violations and (left := leftovers(c)):
+    if not moves:
+        violations["move"] = ["the run ended before a partition was moved: a longer --spread"]
+    for m in moves:
+        if m.code != 0:
+            violations[f"move of partition {m.partition}"] = [f"exit {m.code}: {m.output().strip()}"]
+        elif final.shard_of(m.partition) != m.target or m.partition in final.moving:
+            violations[f"move of partition {m.partition}"] = [f"placed {final.route(m.partition)} at the end"]
+        elif left := left_on_source(shards, m):
+            violations[f"move of partition {m.partition}"] = [f"left on shard {m.source}: {left[:10]}"]
+    for i, r in enumerate(shards.clients):
+        if not violations and (left := leftovers(Client(r))):
             violations[f"leftovers on shard {i}"] = left
     for s in sorted(violations)[:3]:
         if s in state:
-            c = route(s)
-            seen = [e["type"] for _id, e in c.events(s, block_ms=1, until=time.monotonic() + 0.2)]
-            (workdir / f"{s}.txt").write_text(f"events: {seen}\nview: {c.show(s)}\n")
+            seen = [e["type"] for _id, e in careful.events(s, block_ms=1, until=time.monotonic() + 0.2)]
+            (workdir / f"{s}.txt").write_text(f"events: {seen}\nview: {careful.show(s)}\n")
     crashed = [name for name, proc in fleet.procs.items() if proc.poll() is not None]
     codes = fleet.stop()
     shard1.stop()
     shard0.stop()
     if crashed or any(codes):
         violations["fleet"] = [f"died on their own: {crashed}", f"exit codes on SIGTERM: {codes}"]
-    on = Counter(shards.index_of_session(s) for s in sessions)
+    on = Counter(final.shard_of_session(s) for s in sessions)
+    moved = {m.partition for m in moves if m.code == 0}
     print(f"chaos-shards: sessions={len(sessions)} (tool sessions {tool_sessions}, closed {len(closing)}, "
-          f"on shard 0: {on[0]}, on shard 1: {on[1]}) "
+          f"on shard 0: {on[0]}, on shard 1: {on[1]}, in moved partitions: "
+          f"{sum(partition_of(s, PARTITIONS) in moved for s in sessions)}) "
           f"finished={sum(v in ('done', 'closed') for v in state.values())} kills={fleet.kills} "
           f"chaos={','.join(events)} violations={len(violations)} seconds={elapsed:.1f} exit_codes={codes}")
+    print(f"moves ({careful.moved_refusals} sends refused `moved`, then sent again): "
+          + ("; ".join(m.summary() for m in moves) or "none"))
     print("tools: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))
     for s, problems in sorted(violations.items())[:20]:
         print(f"  {s}: {'; '.join(problems)}")

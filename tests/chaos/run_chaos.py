@@ -291,18 +291,23 @@ def leftovers(client: Client, within_s: float = 30.0) -> list[str]:
         time.sleep(0.5)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=200, help="seed sessions")
+def chaos_arguments(doc: str, sessions: int, spread: float, close_fraction: float) -> argparse.Namespace:
+    """The options of a chaos driver (this one and run_chaos_shards.py), with its defaults."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=sessions, help="seed sessions")
     parser.add_argument("--tool-sessions", type=int, default=None,
                         help="sessions running the recording tools (default: half --sessions)")
     parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills")
-    parser.add_argument("--spread", type=float, default=60.0, help="seconds over which sessions start")
+    parser.add_argument("--spread", type=float, default=spread, help="seconds over which sessions start")
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--close-fraction", type=float, default=0.25,
+    parser.add_argument("--close-fraction", type=float, default=close_fraction,
                         help="share of the sessions (of both kinds) closed at a random moment")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = chaos_arguments(__doc__ or "", sessions=200, spread=60.0, close_fraction=0.25)
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="parley-chaos-"))
     server = RedisServer(workdir / "redis", appendonly=True, appendfsync="always").start()

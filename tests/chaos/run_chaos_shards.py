@@ -33,7 +33,6 @@ and each shard for leftovers, a moved partition's source for any key or member o
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import subprocess
@@ -56,7 +55,7 @@ from parley.producer import SubmitUnavailable, input_fields, is_moved, submit_ca
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import Placement
 from parley.shards import Shards, connect
-from tests.chaos.run_chaos import APP, Fleet, check, check_closed, drive, leftovers
+from tests.chaos.run_chaos import APP, Fleet, chaos_arguments, check, check_closed, drive, leftovers
 from tests.replica_set import ReplicaSet
 
 PRODUCER = "chaos"
@@ -259,17 +258,7 @@ def wait_started(shards: Shards, within_s: float = 60) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=120, help="seed sessions")
-    parser.add_argument("--tool-sessions", type=int, default=None,
-                        help="sessions running the recording tools (default: half --sessions)")
-    parser.add_argument("--kill-every", type=float, default=2.0, help="seconds between kills")
-    parser.add_argument("--spread", type=float, default=45.0, help="seconds over which sessions start")
-    parser.add_argument("--timeout", type=float, default=240.0)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--close-fraction", type=float, default=0.2,
-                        help="share of the sessions (of both kinds) closed at a random moment")
-    args = parser.parse_args()
+    args = chaos_arguments(__doc__ or "", sessions=120, spread=45.0, close_fraction=0.2)
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="parley-chaos-shards-"))
     shard0 = RedisServer(workdir / "shard0", appendonly=True, appendfsync="always").start()

@@ -22,7 +22,6 @@ from parley.schemas.inputs import Input, InterruptResume, SessionClose
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.producers import PRODUCER_NAME_RE
 from parley.schemas.resumes import OutcomeOf, OutcomeT
-from parley.schemas.shards import Placement
 from parley.schemas.signing import signed_fields
 from parley.schemas.state import SessionState
 from parley.schemas.view import show
@@ -125,13 +124,6 @@ class MovedRetry:
         return SubmitUnavailable(f"session {session!r}: its partition is being moved between shards and "
                                  f"was not served again within {self.timeout_s:g} s (refused `moved` "
                                  f"{self.attempts + 1} times); nothing was written, send again later")
-
-
-def newest_placement(raws: Iterable[Any]) -> Placement | None:
-    """The newest of the placements the shards hold (their `placement` config fields; a move
-    writes them one after another, so they may differ for a moment)."""
-    held = [Placement.from_json(raw) for raw in raws if raw]
-    return max(held, key=lambda p: p.version) if held else None
 
 
 SHARDED_NEEDS_PRODUCER = ("a deployment of several shards takes inputs through the submit function: "

@@ -30,6 +30,8 @@ def root_session(session: str) -> str:
     """The root of a session id: a sub-agent's `<parent>:sub-<n>` (nested to any depth) is its
     top parent's id. Partitions are computed from it, so a family of sessions shares a
     partition, and a shard (schemas/shards.py)."""
+    if ":sub-" not in session:  # most ids: no regex on the hot path (every submit and enqueue)
+        return session
     return _CHILD_SUFFIXES_RE.sub("", session)
 
 

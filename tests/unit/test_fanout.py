@@ -1,5 +1,5 @@
 """Listings over several shards (parley/fanout.py, the merge; parley/producer.py `MovedRetry`,
-`newest_placement`; parley/follow.py, when a reader reads the placement again): pure, no Redis."""
+parley/follow.py, when a reader reads the placement again): pure, no Redis."""
 
 import pytest
 
@@ -15,7 +15,7 @@ from parley.inbox import (
     merged_rows,
     time_member,
 )
-from parley.producer import MovedRetry, SubmitRefused, is_moved, newest_placement
+from parley.producer import MovedRetry, SubmitRefused, is_moved
 from parley.schemas.keys import partition_of
 from parley.schemas.shards import Placement
 from parley.sessions import SessionFilter, SessionPage, SessionRow
@@ -108,13 +108,6 @@ def test_only_the_moved_refusal_is_retried() -> None:
     assert is_moved(SubmitRefused("moved", "partition 3 is moving"))
     assert not is_moved(SubmitRefused("rate_limited", "slow down"))
     assert not is_moved(ValueError("moved"))
-
-
-def test_the_newest_placement_wins() -> None:
-    old = Placement.default(4, 2)
-    new = old.freeze(1, 0)
-    assert newest_placement([old.to_json(), None, new.to_json()]) == new
-    assert newest_placement([None, b""]) is None
 
 
 # ---- a session listed on two shards while its partition moves ------------------------------------

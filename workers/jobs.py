@@ -105,6 +105,17 @@ def through_outages(action: Callable[[], Any], what: str) -> None:
             time.sleep(delay)
 
 
+def confirm_take(connection: Any) -> None:
+    """`--replica-acks K`: return once K replicas hold this worker's take of a job (through
+    outages and shortfalls, as an outcome post; raises once OUTAGE_PATIENCE_S has run out).
+    The replication stream is ordered: a replica that holds the take holds the settle that
+    enqueued the job too, so a failover cannot replay that settle and run the job twice."""
+    through_outages(lambda: Replicas(connection, _keys, _replicas,
+                                     on_behind="the job taken is run once they hold its take",
+                                     log=log).confirm(),
+                    "confirm a take")
+
+
 _agents: dict[str, App] = {}
 
 

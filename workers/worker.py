@@ -220,6 +220,9 @@ class ParleyWorker(SimpleWorker):
                     popped, token = reply[1].decode(), secrets.token_hex(8)
                     continue
                 job, queue = taken  # type: ignore[misc]
+                if not self.confirm_take(job):
+                    token = secrets.token_hex(8)
+                    continue
                 if self.log.isEnabledFor(logging.DEBUG):
                     self.log.debug("Worker %s: took job %s from %s", self.name, job.id, queue.name)
                 return job, queue
@@ -232,6 +235,22 @@ class ParleyWorker(SimpleWorker):
                 self.log.error("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
                                self.name, conn_err, wait_s)
                 time.sleep(wait_s)
+
+    def confirm_take(self, job: Job) -> bool:
+        """`--replica-acks K`: a job is run only once K replicas hold its take (on this
+        connection: WAIT covers the take script's writes). Otherwise a failover could promote a
+        replica that lacks the settle which enqueued it, whose replay enqueues it again: run
+        twice. Replicas away past the outage patience: the job is given up as lost work (its
+        running record released, so a dispatcher posts the loss) and False returned."""
+        try:
+            jobs.confirm_take(self.connection)
+            return True
+        except redis.exceptions.RedisError as exc:
+            self.log.error("Worker %s: replicas never held the take of job %s (%r); not running it",
+                           self.name, job.id, exc)
+            if getattr(job, "parley_claimed", False):
+                self.release_running(job.id)
+            return False
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         if not getattr(job, "parley_claimed", False) or job.func_name not in self.lean_funcs:

@@ -398,8 +398,9 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
 @SHARD
 @click.option("--replica-acks", envvar="PARLEY_REPLICA_ACKS", type=click.IntRange(0), default=0,
               show_default=True,
-              help="Replicas that must hold each outcome posted (Redis WAIT), else it is posted "
-                   "again, so a failover loses none; 0: off (env PARLEY_REPLICA_ACKS, as the "
+              help="Replicas that must hold each job's take before it runs, and each outcome "
+                   "posted, else it is posted again (Redis WAIT), so a failover loses none and "
+                   "runs none twice; 0: off (env PARLEY_REPLICA_ACKS, as the "
                    "dispatcher's).")
 @METRICS_PORT
 @click.pass_context

@@ -145,6 +145,8 @@ def test_a_workers_outcome_is_posted_again_until_the_replica_holds_it(
     jobs.set_app(load_app("tests.apps.scenarios"))
     monkeypatch.setattr(jobs, "_worker_id", "w-acks")
     monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=100))
+    # the take confirmed at once (its own test below): the shortfalls here are the outcome's
+    monkeypatch.setattr(jobs, "confirm_take", lambda connection: None)
     job = enqueue_tool_job(primary, "s-w", "call-1", "add", {"a": 1, "b": 2})
     before = timeouts()
     freeze(pair[1])
@@ -170,6 +172,54 @@ def test_a_workers_outcome_is_posted_again_until_the_replica_holds_it(
     assert {(o.work, o.attempt, o.ok, str(o.value)) for o in posted} == {("call-1", 1, True, "3")}
     assert not primary.hexists(KEYS.running, job)
     assert int(primary.hget(KEYS.stats, "replica_waits") or 0) >= 3  # the probe write of each WAIT
+
+
+def test_a_worker_runs_a_job_only_once_the_replica_holds_its_take(
+        primary: redis.Redis, pair: tuple[RedisServer, RedisServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settle that enqueued a job may not be on the replica yet: promoted, it would replay
+    that settle and enqueue the job again, and a tool would run twice. With --replica-acks the
+    worker runs a job only once a replica holds its take (and so, the stream being ordered,
+    the settle before it)."""
+    monkeypatch.setattr(jobs, "_app", None)
+    app = load_app("tests.apps.scenarios")
+    calls: list[tuple[int, int]] = []
+    add = app.tools["add"]
+
+    def counted(a: int, b: int) -> int:
+        calls.append((a, b))
+        return add(a, b)
+
+    monkeypatch.setitem(app.tools, "add", counted)
+    jobs.set_app(app)
+    monkeypatch.setattr(jobs, "_worker_id", "w-take")
+    monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=100))
+    job = enqueue_tool_job(primary, "s-t", "call-1", "add", {"a": 1, "b": 2})
+    before = timeouts()
+    freeze(pair[1])
+    seen: dict[str, Any] = {}
+
+    def thaw_after_two_shortfalls() -> None:
+        deadline = time.monotonic() + 30  # a bound, so that a worker that does not wait fails
+        while timeouts() < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # taken (recorded as running on this worker, off its queue), but not run
+        seen["shortfalls"] = timeouts() - before
+        seen["calls"] = list(calls)
+        seen["posted"] = primary.xlen(RESULTS)
+        seen["running"] = primary.hexists(KEYS.running, job)
+        seen["queued"] = queue_ids(primary, "tools")
+        thaw(pair[1])
+
+    thawer = threading.Thread(target=thaw_after_two_shortfalls, daemon=True)
+    thawer.start()
+    make_worker(["tools"], primary).work(burst=True)
+    thawer.join(60)
+    assert seen.pop("shortfalls") >= 2
+    assert seen == {"calls": [], "posted": 0, "running": True, "queued": []}  # taken, not run
+    assert calls == [(1, 2)]  # run once the replica was back, and once only
+    posted = [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in primary.xrange(RESULTS)]
+    assert {(o.work, o.attempt, o.ok, str(o.value)) for o in posted} == {("call-1", 1, True, "3")}
+    assert not primary.hexists(KEYS.running, job)
 
 
 def test_a_worker_without_replica_acks_asks_no_replica(

@@ -182,9 +182,33 @@ class ReplicaSet:
         With `replica-priority 0` the sentinels never promote it: back empty, it would lose every
         write were they to fail over again before it synced (a loaded machine can keep the new
         primary from answering for `down-after-milliseconds`; a chaos run once saw exactly that)."""
+        self.wait_all_name(primary, within_s)
         old.settings["replica-priority"] = "0"
+        # Started as the new primary's replica, never as a master: back empty, a master would be
+        # a candidate for a sentinel whose view is a step behind, which may fail over to it and
+        # wipe the shard (a chaos run on a loaded machine once saw exactly that).
+        old.settings["replicaof"] = f"127.0.0.1 {primary.port}"
         old.start()
         self.wait_replicas(primary, 1, within_s)
+
+    def wait_all_name(self, primary: RedisServer, within_s: float = 30) -> None:
+        """Until every sentinel names `primary` as the primary (the failover has converged)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            named = set()
+            for s in self.sentinels:
+                c = redis.Redis(host="127.0.0.1", port=s.port, decode_responses=True)
+                try:
+                    named.add(int(c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)[1]))
+                except redis.ConnectionError:
+                    named.add(-1)
+                finally:
+                    c.close()
+            if named == {primary.port}:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the sentinels name {sorted(named)}, not {primary.port}")
+            time.sleep(0.1)
 
     @staticmethod
     def wait_replicas(primary: RedisServer, n: int, within_s: float = 30) -> None:

@@ -110,6 +110,8 @@ def confirm_take(connection: Any) -> None:
     outages and shortfalls, as an outcome post; raises once OUTAGE_PATIENCE_S has run out).
     The replication stream is ordered: a replica that holds the take holds the settle that
     enqueued the job too, so a failover cannot replay that settle and run the job twice."""
+    if not _replicas.enabled:  # the default: nothing on a job's hot path
+        return
     through_outages(lambda: Replicas(connection, _keys, _replicas,
                                      on_behind="the job taken is run once they hold its take",
                                      log=log).confirm(),
@@ -165,8 +167,9 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         # failover, the promoted replica would still hold this job's running record, of a live
         # worker: neither the lost-work nor the unclaimed sweep would fire, and the session
         # would wait for good. Short (ReplicasBehind, a ConnectionError): posted again below.
-        Replicas(job.connection, _keys, _replicas,
-                 on_behind="the outcome is posted again until they hold it", log=log).confirm()
+        if _replicas.enabled:
+            Replicas(job.connection, _keys, _replicas,
+                     on_behind="the outcome is posted again until they hold it", log=log).confirm()
 
     # An outcome is the only trace of work done: ride out a Redis restart (or a failover)
     # rather than lose it. Posting twice is harmless: the dispatcher drops an outcome of work

@@ -39,6 +39,7 @@ an error on `answer`).
 """
 
 import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -257,16 +258,16 @@ def _number_field(node: dict[str, Any], html_required: bool, common: dict[str, A
     if integer:  # an exclusive bound is an inclusive one for whole numbers
         above, below = _number(node.get("exclusiveMinimum")), _number(node.get("exclusiveMaximum"))
         if above is not None and (low is None or above >= low):
-            low = int(above) + 1 if above >= 0 or above == int(above) else int(above)
+            low = math.floor(above) + 1
         if below is not None and (high is None or below <= high):
-            high = int(below) - 1 if below <= 0 or below == int(below) else int(below)
+            high = math.ceil(below) - 1
     if low is not None:
         attrs["min"] = _number_text(low)
     if high is not None:
         attrs["max"] = _number_text(high)
     step = _number(node.get("multipleOf"))
     # the browser counts steps from `min`: a multipleOf is a step only when min is one of its multiples
-    if step is not None and step > 0 and (low is None or float(low / step).is_integer()):
+    if step is not None and step > 0 and (low is None or _is_multiple(low, step)):
         attrs["step"] = _number_text(step)
     else:
         attrs["step"] = "1" if integer else "any"  # HTML's default step (1) would refuse 0.5
@@ -393,7 +394,9 @@ def _sort_out(root: FormField, items: Sequence[tuple[str, str]]) -> _Submitted:
         if placed is None:
             continue
         position, node = placed
-        if node.kind in (FieldKind.OBJECT, FieldKind.ARRAY):
+        if not isinstance(raw, str):  # a file upload (multipart), not typed text
+            out.errors.setdefault(name, "not a text value")
+        elif node.kind in (FieldKind.OBJECT, FieldKind.ARRAY):
             out.errors.setdefault(ROOT, f"the form has no field {_short_name(name)}")
         elif position in out.raw:
             out.errors.setdefault(name, "given more than once")
@@ -711,6 +714,13 @@ def _number_text(value: int | float) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return str(int(value))
     return repr(value)
+
+
+def _is_multiple(value: int | float, step: int | float) -> bool:
+    try:
+        return float(value / step).is_integer()
+    except (OverflowError, ZeroDivisionError):
+        return False
 
 
 def _cap(array: FormField) -> int:

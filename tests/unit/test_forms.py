@@ -401,6 +401,19 @@ def test_a_field_given_twice_is_an_error():
     assert result.errors == {"answer.a": "given more than once"}
 
 
+def test_a_file_upload_instead_of_text_is_an_error():
+    upload: Any = object()  # what a multipart form parser gives for a file part
+    result = read_answer(obj(a={"type": "string"}), [("answer.a", upload)])
+    assert result.errors == {"answer.a": "not a text value"}
+
+
+def test_odd_number_keywords_do_not_break_the_form():
+    assert root_of({"type": "integer", "exclusiveMinimum": -1.5, "exclusiveMaximum": 2.5}).attrs == \
+        {"min": "-1", "max": "2", "step": "1"}
+    huge = root_of({"type": "number", "minimum": 10**400, "multipleOf": 1e-300})
+    assert huge.attrs["step"] == "any"
+
+
 def test_error_messages_are_kept_short():
     result = read_answer({"type": "string", "maxLength": 3}, [("answer", "x" * 100_000)])
     assert len(result.errors["answer"]) <= 300

@@ -294,7 +294,9 @@ class FeedHub:
             self.publish(RESET)
             generated = STREAM_START if info is None else info.get("last-generated-id", STREAM_START)
             if stream_id(generated) < stream_id(position):
-                self.positions[shard] = STREAM_START  # a new stream: all of it is unread
+                # a feed that went back (a new one, or a replica promoted before it had all of
+                # it): go on from its end; what it held before is in the reloaded pages
+                self.positions[shard] = _text(generated)
 
     @staticmethod
     def _lost(position: str, info: dict[Any, Any] | None) -> str | None:

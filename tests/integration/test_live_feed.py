@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import redis
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -244,7 +245,11 @@ def test_a_feed_that_lost_unread_entries_resets_every_page(r: redis.Redis, redis
     run_hub(hub, body)
 
 
-def test_a_shard_back_without_its_data_resets_every_page(r: redis.Redis, redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("written_since", [False, True])
+def test_a_shard_back_without_its_data_resets_every_page(r: redis.Redis, redis_server: RedisServer,
+                                                         written_since: bool) -> None:
+    """The shard lost its data (or a replica that had not all of the feed took over): the
+    pages reset, and the hub goes on from the end of the feed as it is now."""
     hub = FeedHub([no_retry(redis_server.url)], KEYS, backoff_base_s=1.0, backoff_cap_s=1.0)
 
     async def body(task: asyncio.Task[None]) -> None:
@@ -253,11 +258,15 @@ def test_a_shard_back_without_its_data_resets_every_page(r: redis.Redis, redis_s
         assert [summary(c) for c in await take(sub, 1)] == [("raised", "s-1", "i-1")]
         redis_server.stop(kill=True)
         await until(lambda: not hub.connected[0])
-        shutil.rmtree(redis_server.directory)  # its data is lost: the feed starts again
+        shutil.rmtree(redis_server.directory)  # its data is lost
         redis_server.start()
-        assert await take(sub, 1) == [RESET]
-        assert hub.positions == ["0-0"]
         w = redis.Redis.from_url(redis_server.url)
+        if written_since:  # a feed older than the last entry the hub read
+            w.xadd(KEYS.feed, {"session": "s-0", "type": "interrupt.raised", "event_id": "1-0",
+                               "event": orjson.dumps({"type": "interrupt.raised", "interrupt_id": "i-0"})},
+                   id="1-0")
+        assert await take(sub, 1) == [RESET]
+        assert hub.positions == ["1-0" if written_since else "0-0"]
         raised(w, "s-9", "i-9")
         assert [summary(c) for c in await take(sub, 1)] == [("raised", "s-9", "i-9")]
         w.close()

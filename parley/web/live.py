@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio import client as redis_client
 from redis.exceptions import RedisError, ResponseError
 
 from parley.logs import kv
@@ -41,6 +42,8 @@ GONE_TYPES = frozenset({"interrupt.resumed", "interrupt.cancelled"})
 STREAM_START = "0-0"
 #: how long a browser waits before it reconnects a dropped event stream (the `retry:` field)
 RECONNECT_MS = 3000
+#: what redis-py waits for a reply when the client does not say (None before redis-py 8)
+DEFAULT_SOCKET_TIMEOUT: float | None = getattr(redis_client, "DEFAULT_SOCKET_TIMEOUT", None)
 #: how long a stopping hub waits for its reads to give up before it closes their connections
 STOP_GRACE_S = 0.2
 
@@ -342,7 +345,11 @@ def block_within(block_ms: int, client: Redis) -> int:
     """How long a read may block on `client`: `block_ms`, but well within the client's socket
     timeout (redis-py 8 defaults to 5 s), which would otherwise cut an idle read off as an
     outage."""
-    timeout_s = client.connection_pool.connection_kwargs.get("socket_timeout")
+    connection = getattr(client, "connection", None)  # a single-connection client's, once used
+    if connection is not None:
+        timeout_s = connection.socket_timeout
+    else:
+        timeout_s = client.connection_pool.connection_kwargs.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     if not timeout_s:
         return block_ms
     return max(1, min(block_ms, int(timeout_s * 1000 * 0.8)))

@@ -5,6 +5,7 @@ feed that lost entries the hub had not read resets the pages."""
 
 import asyncio
 import contextlib
+import logging
 import shutil
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -132,6 +133,23 @@ def test_an_empty_feed_is_read_from_its_start(r: redis.Redis, redis_server: Redi
         assert [summary(c) for c in await take(sub, 1)] == [("raised", "s-1", "i-1")]
 
     run_hub(hub, body)
+
+
+def test_an_idle_feed_is_not_an_outage(r: redis.Redis, redis_server: RedisServer,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A read blocks within the client's socket timeout: an idle feed is read again and again,
+    never cut off as if the shard were gone."""
+    hub = FeedHub([Redis.from_url(redis_server.url, socket_timeout=0.5)], KEYS, block_ms=5000)
+
+    async def body(task: asyncio.Task[None]) -> None:
+        sub = hub.subscribe()
+        await asyncio.sleep(1.5)
+        raised(r, "s-1", "i-1")
+        assert [summary(c) for c in await take(sub, 1)] == [("raised", "s-1", "i-1")]
+
+    with caplog.at_level(logging.WARNING, logger="parley.web.live"):
+        run_hub(hub, body)
+    assert [rec.getMessage() for rec in caplog.records] == []
 
 
 def second_server(tmp_path: Path) -> RedisServer:

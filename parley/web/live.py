@@ -343,8 +343,8 @@ class FeedHub:
 
 def block_within(block_ms: int, client: Redis) -> int:
     """How long a read may block on `client`: `block_ms`, but well within the client's socket
-    timeout (redis-py 8 defaults to 5 s), which would otherwise cut an idle read off as an
-    outage."""
+    timeout (redis-py 8 defaults to 5 s: 4 s then), which would otherwise cut an idle read off
+    as an outage."""
     connection = getattr(client, "connection", None)  # a single-connection client's, once used
     if connection is not None:
         timeout_s = connection.socket_timeout
@@ -352,7 +352,10 @@ def block_within(block_ms: int, client: Redis) -> int:
         timeout_s = client.connection_pool.connection_kwargs.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     if not timeout_s:
         return block_ms
-    return max(1, min(block_ms, int(timeout_s * 1000 * 0.8)))
+    # Redis answers a timed-out block on its next cron tick (up to 100 ms late at hz 10), and a
+    # busy machine adds to that: half the timeout is left over, up to a second.
+    timeout_ms = int(timeout_s * 1000)
+    return max(1, min(block_ms, timeout_ms - min(1000, timeout_ms // 2)))
 
 
 def _entries(reply: Any) -> list[tuple[Any, Any]]:

@@ -12,6 +12,12 @@
   agree with PARLEY_METRICS_PORT; every file a deployment file names exists;
 - the dashboard's and the alert rules' queries name only metrics that a live dispatcher
   and worker expose on /metrics, after one seed session (so labelled series exist);
+- the approvers' inbox (`parley inbox`) runs in both deployments: every shard's URL as its own
+  login, submitting as the registered producer `inbox`, the users file and the keys file the
+  dispatchers verify with mounted from secrets, a shared session secret on Kubernetes, probes
+  and healthcheck on /healthz, scraped on its page's port; under that login, with the shipped
+  ACL file, a live inbox signs a person in, lists, shows and answers an interrupt with an
+  empty ACL LOG;
 - with promtool installed (Debian: `apt-get install prometheus`): the rules and the
   compose scrape config check, the alert rules' unit tests pass and every dashboard query
   parses; with kubectl installed: `kubectl kustomize deploy` renders.
@@ -40,6 +46,7 @@ from parley.cli import cli
 from parley.cli.procs import free_port
 from parley.client import Client
 from parley.schemas.keys import Keys
+from parley.schemas.signing import parse_keys
 from tests.conftest import Procs, eventually, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +56,9 @@ DASHBOARD = DEPLOY / "grafana" / "dashboards" / "parley.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 
 METRICS_PORT = 9100
+#: the inbox serves its page, /metrics and /healthz on one port
+INBOX_PORT = 8080
+INBOX_PRODUCER = "inbox"
 PROJECT_IMAGE = "parley"
 OFFICIAL_IMAGES = {"redis", "prom/prometheus", "grafana/grafana"}
 QUEUES = ("decide", "llm", "tools")
@@ -231,6 +241,9 @@ def test_compose_services() -> None:
         assert [url_host(u) for u in urls] == shards, f"{name}: URLs {urls} are not the shards in order"
         assert all(u.startswith("redis://") for u in urls)
         sub = check_parley_args(svc["command"], env, f"compose {name}")
+        if sub == "inbox":
+            check_compose_inbox(compose, name, svc, env)
+            continue
         if sub not in ("dispatcher", "worker", "notify"):
             # the producer: a one-shot command, not a long-running process to scrape
             assert svc.get("profiles"), f"{name}: an example producer is started only when asked"
@@ -260,7 +273,8 @@ def test_compose_services() -> None:
     assert sorted(worker_queues) == sorted((q, i) for q in QUEUES for i in range(len(shards))), \
         "per shard, one worker fleet per queue"
     producers = [n for n, svc in services.items() if is_project_image(svc["image"])
-                 and svc["command"][0] not in ("dispatcher", "worker", "notify")]
+                 and svc["command"][0] not in ("dispatcher", "worker", "notify", "inbox")]
+    assert [n for n, svc in services.items() if svc.get("command", [""])[0] == "inbox"] == ["inbox"]
     assert producers, "an app (producer) service, given every shard's URL"
 
     data_volumes = set()
@@ -287,6 +301,46 @@ def test_compose_services() -> None:
         for url in redis_urls(svc.get("environment", {})):
             user, password = re.match(r"redis://([^:]+):([^@]+)@", url).groups()  # type: ignore[union-attr]
             assert f"user {user} on >{password} " in acl_text, f"{name}: {user}'s password is not the ACL's"
+
+
+def compose_secret_path(compose: dict[str, Any], svc: dict[str, Any], path: str, where: str) -> Path:
+    """The file of deploy/ a container reads at `path`: a Compose secret it is given
+    (/run/secrets/<name>), whose file exists."""
+    assert path.startswith("/run/secrets/"), f"{where}: {path} is not a secret's file"
+    name = path.removeprefix("/run/secrets/")
+    given = [s if isinstance(s, str) else s["source"] for s in svc.get("secrets", [])]
+    assert name in given, f"{where}: reads {path} but is not given the secret {name}"
+    source = DEPLOY / compose["secrets"][name]["file"]
+    assert source.is_file(), f"{where}: secret {name}'s file {source} does not exist"
+    return source.resolve()
+
+
+def check_compose_inbox(compose: dict[str, Any], name: str, svc: dict[str, Any], env: dict[str, str]) -> None:
+    """The inbox: its page (with /metrics and /healthz) on one published port, its healthcheck
+    on /healthz, submitting as the registered producer `inbox`, the users file and the keys file
+    the dispatchers verify with mounted as secrets."""
+    where = f"compose {name}"
+    build = svc["build"]
+    assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile")
+    assert option_value(svc["command"], "--port") == str(INBOX_PORT), where
+    assert option_value(svc["command"], "--host") == "0.0.0.0", f"{where}: reachable outside its container"
+    assert [str(p) for p in svc["expose"]] == [str(INBOX_PORT)], where
+    assert svc["ports"] == [f"127.0.0.1:{INBOX_PORT}:{INBOX_PORT}"], f"{where}: published on localhost"
+    assert f"127.0.0.1:{INBOX_PORT}/healthz" in " ".join(svc["healthcheck"]["test"]), where
+    assert "PARLEY_METRICS_PORT" not in env, f"{where}: /metrics is on the page's port"
+    assert env["PARLEY_PRODUCER"] == INBOX_PRODUCER, where
+    assert "--shard" not in svc["command"], f"{where}: the inbox serves every shard"
+    users = compose_secret_path(compose, svc, env["PARLEY_INBOX_USERS"], where)
+    json.loads(users.read_text())
+    keys = compose_secret_path(compose, svc, env["PARLEY_KEYS_FILE"], where)
+    parse_keys(keys.read_text(), str(keys))
+    assert "PARLEY_INBOX_SECRET" in env, f"{where}: the session secret comes from the environment"
+    # the dispatchers verify what the inbox signs: the same keys file
+    for other, osvc in compose["services"].items():
+        if osvc.get("command", [""])[0] == "dispatcher":
+            denv = {k: compose_value(v) for k, v in osvc["environment"].items()}
+            assert compose_secret_path(compose, osvc, denv["PARLEY_KEYS_FILE"], other) == keys, other
+            assert INBOX_PRODUCER in str(denv["PARLEY_REGISTER_PRODUCERS"]).split(), other
 
 
 # ---- Kubernetes ---------------------------------------------------------------------------
@@ -324,6 +378,9 @@ def test_kubernetes_workloads() -> None:
     dispatchers: dict[int, int] = {}
     shard_count = len(redis_urls({"PARLEY_REDIS_URLS": secrets["parley-redis"]["dispatcher-urls"]}))
     assert shard_count == 2, "the example deployment runs two shards"
+    inboxes: list[str] = []
+    inbox_keys: tuple[str, str] | None = None
+    dispatcher_keys: set[tuple[str, str]] = set()
     for d in docs:
         if d["kind"] not in ("Deployment", "StatefulSet"):
             continue
@@ -337,9 +394,13 @@ def test_kubernetes_workloads() -> None:
             env: dict[str, str] = {}
             for e in c.get("env", []):
                 ref = e.get("valueFrom", {}).get("secretKeyRef")
+                map_ref = e.get("valueFrom", {}).get("configMapKeyRef")
                 if ref:
                     assert ref["key"] in secrets[ref["name"]], f"{where}: no secret key {ref}"
                     env[e["name"]] = str(secrets[ref["name"]][ref["key"]])
+                elif map_ref:
+                    assert map_ref["key"] in maps[map_ref["name"]], f"{where}: no ConfigMap key {map_ref}"
+                    env[e["name"]] = maps[map_ref["name"]][map_ref["key"]]
                 else:
                     env[e["name"]] = str(e["value"])
             for source in c.get("envFrom", []):
@@ -365,6 +426,12 @@ def test_kubernetes_workloads() -> None:
             assert c.get("command") in (None, ["parley"]), f"{where}: the image's entrypoint is parley"
             assert set(env) <= allowed_env, f"{where}: env the code never reads: {set(env) - allowed_env}"
             sub = check_parley_args(c["args"], env, where)
+            if sub == "inbox":
+                inboxes.append(name)
+                inbox_keys = check_k8s_inbox(d, c, env, secrets, shard_count, where)
+                continue
+            if sub == "dispatcher":
+                dispatcher_keys.add(k8s_mounted_secret(pod, c, env["PARLEY_KEYS_FILE"], secrets, where))
             port = int(env["PARLEY_METRICS_PORT"])
             assert port == METRICS_PORT
             ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -394,6 +461,16 @@ def test_kubernetes_workloads() -> None:
     assert dispatchers == {i: 2 for i in range(shard_count)}, "two dispatchers per shard"
     assert sorted(workers.values()) == sorted((q, i) for q in QUEUES for i in range(shard_count)), \
         "per shard, one worker Deployment per queue"
+    # the inbox: one Deployment, its Service, and the keys file the dispatchers verify with
+    assert inboxes == ["parley-inbox"], inboxes
+    assert dispatcher_keys == {inbox_keys}, \
+        f"dispatchers verify with {dispatcher_keys}, the inbox signs with {inbox_keys}"
+    inbox_pod = next(d for d in docs if d["metadata"]["name"] == "parley-inbox"
+                     and d["kind"] == "Deployment")["spec"]["template"]
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "parley-inbox"]
+    assert service["spec"]["selector"].items() <= inbox_pod["metadata"]["labels"].items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    assert set(maps["parley-config"]["PARLEY_REGISTER_PRODUCERS"].split()) >= {INBOX_PRODUCER}
     pdbs = {d["spec"]["selector"]["matchLabels"].get("parley/shard") for d in docs
             if d["kind"] == "PodDisruptionBudget"}
     assert pdbs == {str(i) for i in range(shard_count)}, "a PodDisruptionBudget per shard's dispatchers"
@@ -428,13 +505,78 @@ def test_kubernetes_workloads() -> None:
             assert ref["key"] in secrets[ref["name"]]
 
 
+def k8s_mounted_secret(pod: dict[str, Any], container: dict[str, Any], path: str,
+                       secrets: dict[str, dict[str, str]], where: str) -> tuple[str, str]:
+    """(Secret, key) of the file a container reads at `path`: a whole Secret volume mounted at
+    the file's folder (no subPath: a Secret updated later reaches the pod), holding the key."""
+    folder, _, key = path.rpartition("/")
+    mounts = [m for m in container.get("volumeMounts", []) if m["mountPath"].rstrip("/") == folder]
+    mount = mounts[0] if len(mounts) == 1 else None
+    assert mount is not None, f"{where}: nothing is mounted at {folder} (for {path})"
+    assert "subPath" not in mount, f"{where}: {path} through subPath is never updated"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]["secretName"]
+    assert key in secrets[secret], f"{where}: Secret {secret} has no key {key} (for {path})"
+    return secret, key
+
+
+def check_k8s_inbox(d: dict[str, Any], c: dict[str, Any], env: dict[str, str],
+                    secrets: dict[str, dict[str, str]], shard_count: int, where: str) -> tuple[str, str]:
+    """The inbox's Deployment: its page port (with /metrics and /healthz) scraped and probed,
+    every shard's URL as login parley-inbox, submitting as producer `inbox`, the session secret
+    from a Secret (the replicas share it), the users and keys files mounted from Secrets.
+    Returns the (Secret, key) of its keys file."""
+    pod = d["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == "parley", where
+    assert labels["app.kubernetes.io/component"] == "inbox", where
+    assert "parley/shard" not in labels, f"{where}: the inbox serves every shard"
+    assert option_value(c["args"], "--port") == str(INBOX_PORT), where
+    assert option_value(c["args"], "--host") == "0.0.0.0", where
+    assert "--secure-cookies" in c["args"], f"{where}: behind TLS, the cookie goes over HTTPS only"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": INBOX_PORT}, where
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(INBOX_PORT), where
+    assert annotations["prometheus.io/path"] == "/metrics", where
+    for probe in ("livenessProbe", "readinessProbe"):
+        http = c[probe]["httpGet"]
+        assert http["path"] == "/healthz" and http["port"] in ("http", INBOX_PORT), f"{where}: {probe}"
+    assert "PARLEY_METRICS_PORT" not in env, f"{where}: /metrics is on the page's port"
+    assert env["PARLEY_PRODUCER"] == INBOX_PRODUCER, where
+    urls = redis_urls(env)
+    assert [url_host(u) for u in urls] == [f"redis-{i}.redis.parley.svc" for i in range(shard_count)], where
+    acl_text = (DEPLOY / "redis" / "users.acl").read_text()
+    for url in urls:
+        user, password = re.match(r"redis://([^:]+):([^@]+)@", url).groups()  # type: ignore[union-attr]
+        assert user == "parley-inbox" and f"user {user} on >{password} " in acl_text, f"{where}: {url}"
+    (secret_env,) = [e for e in c["env"] if e["name"] == "PARLEY_INBOX_SECRET"]
+    assert "secretKeyRef" in secret_env.get("valueFrom", {}), f"{where}: the session secret, from a Secret"
+    assert d["spec"]["replicas"] >= 2, f"{where}: replicas, sharing the session secret"
+    users, users_key = k8s_mounted_secret(pod, c, env["PARLEY_INBOX_USERS"], secrets, where)
+    json.loads(secrets[users][users_key])
+    keys = k8s_mounted_secret(pod, c, env["PARLEY_KEYS_FILE"], secrets, where)
+    parse_keys(secrets[keys[0]][keys[1]], where)
+    return keys
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kustomize_renders() -> None:
     out = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
-    # per shard (two): a dispatcher Deployment, three worker Deployments and their ScaledObjects
-    assert kinds.count("Deployment") == 8 and kinds.count("ScaledObject") == 6 and "StatefulSet" in kinds
+    # per shard (two): a dispatcher Deployment, three worker Deployments and their ScaledObjects;
+    # and the inbox's Deployment
+    assert kinds.count("Deployment") == 9 and kinds.count("ScaledObject") == 6 and "StatefulSet" in kinds
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    # kustomize renames generated Secrets (a hash suffix) and the references to them; the keys
+    # file keeps its name, so a rotation updates it in place (the pods read it again)
+    secret_names = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    assert "parley-keys" in secret_names
+    for d in docs:
+        if d["kind"] == "Deployment":
+            for v in d["spec"]["template"]["spec"].get("volumes", []):
+                if "secret" in v:
+                    assert v["secret"]["secretName"] in secret_names, (d["metadata"]["name"], v)
 
 
 # ---- Prometheus and Grafana ---------------------------------------------------------------
@@ -444,11 +586,13 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
     config = load(DEPLOY / "prometheus" / "prometheus.yml")
     services = load(DEPLOY / "compose.yaml")["services"]
     parley_services = {n for n, s in services.items() if is_project_image(s["image"])
-                       and s["command"][0] in ("dispatcher", "worker", "notify")}
+                       and s["command"][0] in ("dispatcher", "worker", "notify", "inbox")}
     scraped: set[str] = set()
     for job in config["scrape_configs"]:
         for sd in job.get("dns_sd_configs", []):
-            assert sd["port"] == METRICS_PORT, job["job_name"]
+            # the inbox serves /metrics on its page's port
+            expected = INBOX_PORT if sd["names"] == ["inbox"] else METRICS_PORT
+            assert sd["port"] == expected, job["job_name"]
             scraped |= set(sd["names"])
         if any(SHARD_SUFFIX.search(n) for sd in job.get("dns_sd_configs", []) for n in sd["names"]):
             # per-shard targets get shard="<i>" from their name, the label their series carry
@@ -465,8 +609,15 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
         assert (DEPLOY / "prometheus" / rule_file).is_file()
     k8s = load(DEPLOY / "prometheus" / "prometheus-k8s.yml")
     relabels = k8s["scrape_configs"][0]["relabel_configs"]
-    port_name = ["__meta_kubernetes_pod_container_port_name"]
-    assert any(r.get("regex") == "metrics" and r["source_labels"] == port_name for r in relabels)
+    # kept: the port named `metrics` of any pod, and the inbox's page port `http`
+    port_name = "__meta_kubernetes_pod_container_port_name"
+    (keep,) = [r for r in relabels if r.get("action") == "keep" and port_name in r["source_labels"]]
+    assert keep["source_labels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component",
+                                     "__meta_kubernetes_pod_container_port_name"]
+    for component, port, kept in (("dispatcher", "metrics", True), ("worker", "metrics", True),
+                                  ("inbox", "http", True), ("dispatcher", "http", False),
+                                  ("worker", "redis", False), ("inbox", "other", False)):
+        assert bool(re.fullmatch(keep["regex"], f"{component};{port}")) is kept, (component, port)
     assert k8s["scrape_configs"][0].get("honor_labels") is True
     assert any(r.get("target_label") == "shard" and r["source_labels"]
                == ["__meta_kubernetes_pod_label_parley_shard"] for r in relabels)

@@ -32,10 +32,12 @@ import time
 import tomllib
 import urllib.request
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 import orjson
 import pytest
 import redis
@@ -43,11 +45,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from parley.cli import cli
-from parley.cli.procs import free_port
+from parley.cli.procs import free_port, start_parley, stop_process
 from parley.client import Client
 from parley.schemas.keys import Keys
 from parley.schemas.signing import parse_keys
+from parley.web.users import hash_password
 from tests.conftest import Procs, eventually, wait_for
+from tests.integration.test_acl import DISPATCHER, PRODUCER, WORKER, AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -240,7 +244,9 @@ def test_compose_services() -> None:
         urls = redis_urls(env)
         assert [url_host(u) for u in urls] == shards, f"{name}: URLs {urls} are not the shards in order"
         assert all(u.startswith("redis://") for u in urls)
-        sub = check_parley_args(svc["command"], env, f"compose {name}")
+        # files the command reads (click checks that they exist): the deploy/ files mounted there
+        files = with_compose_files(compose, svc, env, name)
+        sub = check_parley_args(svc["command"], files, f"compose {name}")
         if sub == "inbox":
             check_compose_inbox(compose, name, svc, env)
             continue
@@ -315,6 +321,14 @@ def compose_secret_path(compose: dict[str, Any], svc: dict[str, Any], path: str,
     return source.resolve()
 
 
+def with_compose_files(compose: dict[str, Any], svc: dict[str, Any], env: dict[str, str],
+                       where: str) -> dict[str, str]:
+    """`env` with each file path of a secret the container is given replaced by the deploy/
+    file the secret is made from (to parse the command where those files are)."""
+    return {k: str(compose_secret_path(compose, svc, v, where)) if v.startswith("/run/secrets/") else v
+            for k, v in env.items()}
+
+
 def check_compose_inbox(compose: dict[str, Any], name: str, svc: dict[str, Any], env: dict[str, str]) -> None:
     """The inbox: its page (with /metrics and /healthz) on one published port, its healthcheck
     on /healthz, submitting as the registered producer `inbox`, the users file and the keys file
@@ -369,7 +383,7 @@ def test_kustomization_names_every_manifest_and_file() -> None:
     assert {i["name"] for i in kustomization["images"]} == {PROJECT_IMAGE}
 
 
-def test_kubernetes_workloads() -> None:
+def test_kubernetes_workloads(tmp_path: Path) -> None:
     docs = k8s_docs()
     maps, secrets = _configmaps_and_secrets(docs)
     allowed_env = code_env_names()
@@ -425,7 +439,7 @@ def test_kubernetes_workloads() -> None:
             assert tag == version, f"{where}: image tag {tag} is not {version}"
             assert c.get("command") in (None, ["parley"]), f"{where}: the image's entrypoint is parley"
             assert set(env) <= allowed_env, f"{where}: env the code never reads: {set(env) - allowed_env}"
-            sub = check_parley_args(c["args"], env, where)
+            sub = check_parley_args(c["args"], with_k8s_files(pod, c, env, secrets, tmp_path, where), where)
             if sub == "inbox":
                 inboxes.append(name)
                 inbox_keys = check_k8s_inbox(d, c, env, secrets, shard_count, where)
@@ -518,6 +532,23 @@ def k8s_mounted_secret(pod: dict[str, Any], container: dict[str, Any], path: str
     secret = volume["secret"]["secretName"]
     assert key in secrets[secret], f"{where}: Secret {secret} has no key {key} (for {path})"
     return secret, key
+
+
+def with_k8s_files(pod: dict[str, Any], container: dict[str, Any], env: dict[str, str],
+                   secrets: dict[str, dict[str, str]], tmp: Path, where: str) -> dict[str, str]:
+    """`env` with each path of a file the container has mounted from a Secret replaced by a copy
+    of that Secret's key written under `tmp` (to parse the command where those files are)."""
+    folders = {m["mountPath"].rstrip("/") for m in container.get("volumeMounts", [])
+               if any(v["name"] == m["name"] and "secret" in v for v in pod["spec"].get("volumes", []))}
+    out = dict(env)
+    for name, value in env.items():
+        if value.rpartition("/")[0] in folders:
+            secret, key = k8s_mounted_secret(pod, container, value, secrets, where)
+            copy = tmp / secret / key
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(secrets[secret][key])
+            out[name] = str(copy)
+    return out
 
 
 def check_k8s_inbox(d: dict[str, Any], c: dict[str, Any], env: dict[str, str],
@@ -728,6 +759,118 @@ def test_queries_name_only_metrics_a_live_scrape_exposes(procs: Procs, r: redis.
     missing = {(where, name) for where, expr in queries for name in METRIC_TOKEN.findall(expr)
                if name not in exposed}
     assert not missing, f"queries name metrics the processes do not expose: {sorted(missing)}"
+
+
+# ---- the inbox under its own login --------------------------------------------------------
+
+
+def acl_password(user: str) -> str:
+    """The placeholder password users.acl ships for `user`."""
+    for line in (DEPLOY / "redis" / "users.acl").read_text().splitlines():
+        if line.startswith(f"user {user} "):
+            return re.search(r" >(\S+)", line).group(1)  # type: ignore[union-attr]
+    raise AssertionError(f"users.acl has no user {user}")
+
+
+class Page(HTMLParser):
+    """What this test reads of a page: the hidden inputs of each form (by the form's id), the
+    `data-status` of `#outcome`, and the sessions of the list's rows."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.forms: dict[str, dict[str, str]] = {}
+        self.outcome: str | None = None
+        self.rows: list[str] = []
+        self._form: str | None = None
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form":
+            self._form = a.get("id", "")
+            self.forms.setdefault(self._form, {})
+        elif tag == "input" and self._form is not None and a.get("type") == "hidden":
+            self.forms[self._form][a.get("name", "")] = a.get("value", "")
+        if a.get("id") == "outcome":
+            self.outcome = a.get("data-status")
+        if tag == "tr" and "interrupt" in a.get("class", "").split():
+            self.rows.append(a.get("data-session", ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._form = None
+
+
+@pytest.mark.e2e
+def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Path) -> None:
+    """The deployment's inbox: login parley-inbox of the shipped users.acl, producer `inbox`
+    registered by the dispatcher, the keys file the dispatcher verifies with. A person signs in,
+    sees the open interrupt, opens it and approves it: delivered, and Redis refused nothing to
+    anyone (ACL LOG empty)."""
+    acl = AclRedis(tmp_path / "redis")
+    keys, users = tmp_path / "keys.json", tmp_path / "inbox-users.json"
+    keys.write_text(json.dumps({"alice": "alice-signing-key-0123456789"}))
+    users.write_text(json.dumps({"alice": {"password": hash_password("alice-password")}}))
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    base = {"PARLEY_APP": "examples.seed_app", "PYTHONPATH": path, "PARLEY_LOG_LEVEL": "INFO"}
+    port = free_port()
+    procs = [
+        start_parley(["dispatcher", "--keys-file", str(keys)],
+                     {**base, "PARLEY_REDIS_URL": acl.url(DISPATCHER, acl_password(DISPATCHER)),
+                      "PARLEY_REGISTER_PRODUCERS": "app inbox"}, tmp_path / "dispatcher.log"),
+        start_parley(["worker"], {**base, "PARLEY_REDIS_URL": acl.url(WORKER, acl_password(WORKER))},
+                     tmp_path / "worker.log"),
+        start_parley(["--producer", INBOX_PRODUCER, "inbox", "--port", str(port), "--users-file", str(users),
+                      "--keys-file", str(keys)],
+                     {**base, "PARLEY_REDIS_URL": acl.url("parley-inbox", acl_password("parley-inbox"))},
+                     tmp_path / "inbox.log"),
+    ]
+    try:
+        producer = Client(acl.connect(PRODUCER, acl_password(PRODUCER)), producer="app")
+
+        def sent() -> bool:  # once the dispatcher has loaded the submit function
+            try:
+                producer.send("deploy-inbox-1", {"type": "message.create",
+                                                 "content": "Email bob@example.com: the launch moved."})
+                return True
+            except Exception:
+                return False
+
+        eventually(sent, timeout=20)
+        wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "interrupt.raised")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as web:
+            eventually(lambda: _inbox_healthy(web), timeout=20)
+            form = Page(web.get("/signin").text).forms["signin"]
+            signed = web.post("/signin", data={**form, "principal": "alice", "secret": "alice-password"})
+            assert signed.status_code == 303, signed.text[:500]
+            assert Page(web.get("/").text).rows == ["deploy-inbox-1"]
+            page = web.get("/interrupt", params={"session": "deploy-inbox-1", "id": "int-1"})
+            assert page.status_code == 200
+            answer = Page(page.text).forms["answer"]
+            assert answer["session"] == "deploy-inbox-1" and answer["interrupt_id"] == "int-1"
+            done = web.post("/interrupt/answer", data={**answer, "decision": "approve"})
+            assert done.status_code == 200 and Page(done.text).outcome == "delivered", done.text[-2000:]
+            metrics = web.get("/metrics").text
+            assert 'parley_inbox_answers_total{outcome="delivered"} 1.0' in metrics
+        resumed = wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "interrupt.resumed")[-1]
+        assert resumed["principal"] == "alice"
+        wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "turn.completed")
+        assert acl.denials() == []
+    except BaseException:
+        for log in sorted(tmp_path.glob("*.log")):
+            print(f"----- {log.name} -----\n{log.read_text(errors='replace')[-3000:]}")
+        raise
+    finally:
+        for proc in procs:
+            stop_process(proc)
+        acl.stop()
+
+
+def _inbox_healthy(web: httpx.Client) -> bool:
+    try:
+        return web.get("/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 # ---- promtool -----------------------------------------------------------------------------

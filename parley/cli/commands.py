@@ -948,12 +948,14 @@ def main() -> None:
 
 def _add_groups() -> None:
     from parley.cli.inbox import inbox
+    from parley.cli.inbox_users import inbox_user
     from parley.cli.partitions import partitions
     from parley.cli.producers import producers
 
     cli.add_command(producers)
     cli.add_command(partitions)
     cli.add_command(inbox)
+    cli.add_command(inbox_user)
 
 
 _add_groups()

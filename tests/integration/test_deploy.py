@@ -49,6 +49,7 @@ from parley.cli.procs import free_port, start_parley, stop_process
 from parley.client import Client
 from parley.schemas.keys import Keys
 from parley.schemas.signing import parse_keys
+from parley.web.observe import metrics_body
 from parley.web.users import hash_password
 from tests.conftest import Procs, eventually, wait_for
 from tests.integration.test_acl import DISPATCHER, PRODUCER, WORKER, AclRedis
@@ -344,6 +345,8 @@ def check_compose_inbox(compose: dict[str, Any], name: str, svc: dict[str, Any],
     assert "PARLEY_METRICS_PORT" not in env, f"{where}: /metrics is on the page's port"
     assert env["PARLEY_PRODUCER"] == INBOX_PRODUCER, where
     assert "--shard" not in svc["command"], f"{where}: the inbox serves every shard"
+    # started when asked: it refuses to start while the users file names nobody, as shipped
+    assert svc.get("profiles") == ["inbox"], where
     users = compose_secret_path(compose, svc, env["PARLEY_INBOX_USERS"], where)
     json.loads(users.read_text())
     keys = compose_secret_path(compose, svc, env["PARLEY_KEYS_FILE"], where)
@@ -656,10 +659,13 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
 
 def test_alert_rules() -> None:
     rules = {r["alert"]: r for r in alert_rules()}
-    assert set(rules) == {"ParleyConsumerLagGrowing", "ParleyInterruptOpenTooLong", "ParleyDecisionsFailing"}
+    assert set(rules) == {"ParleyConsumerLagGrowing", "ParleyInterruptOpenTooLong", "ParleyDecisionsFailing",
+                          "ParleyInboxErrors", "ParleyInboxAnswersUnconfirmed"}
     assert "parley_stream_lag" in rules["ParleyConsumerLagGrowing"]["expr"]
     assert "parley_oldest_open_interrupt_age_seconds" in rules["ParleyInterruptOpenTooLong"]["expr"]
     assert "parley_decisions_failed_total" in rules["ParleyDecisionsFailing"]["expr"]
+    assert "parley_inbox_requests_total" in rules["ParleyInboxErrors"]["expr"]
+    assert "parley_inbox_answers_total" in rules["ParleyInboxAnswersUnconfirmed"]["expr"]
     assert all(r.get("for") for r in rules.values())
 
 
@@ -716,9 +722,13 @@ def test_grafana_provisioning_finds_the_dashboard() -> None:
 
 
 def live_metric_names(port: int) -> set[str]:
-    """Every metric name a process exposes: families (declared even before a labelled series
-    exists), their samples, and the `_total` / `_bucket` / `_count` / `_sum` forms."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    """Every metric name a process exposes on /metrics."""
+    return metric_names(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+
+def metric_names(text: str) -> set[str]:
+    """Every metric name of a Prometheus text exposition: families (declared even before a
+    labelled series exists), their samples, and the `_total` / `_bucket` / `_count` / `_sum` forms."""
     names: set[str] = set()
     for family in text_string_to_metric_families(text):
         names.add(family.name)
@@ -754,6 +764,9 @@ def test_queries_name_only_metrics_a_live_scrape_exposes(procs: Procs, r: redis.
     time.sleep(0.3)
     exposed = live_metric_names(dport) | live_metric_names(wport)
     assert "parley_stream_lag" in exposed and "parley_job_seconds_bucket" in exposed
+    # the inbox's /metrics: its own registry (the live inbox's is checked under its login below)
+    exposed |= metric_names(metrics_body()[0].decode())
+    assert "parley_inbox_answers_total" in exposed
     queries = all_queries()
     assert len(queries) >= 20
     missing = {(where, name) for where, expr in queries for name in METRIC_TOKEN.findall(expr)
@@ -852,6 +865,9 @@ def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Pa
             assert done.status_code == 200 and Page(done.text).outcome == "delivered", done.text[-2000:]
             metrics = web.get("/metrics").text
             assert 'parley_inbox_answers_total{outcome="delivered"} 1.0' in metrics
+            # every inbox metric the alert rules name is served
+            named = {m for _where, expr in all_queries() for m in METRIC_TOKEN.findall(expr)}
+            assert {m for m in named if m.startswith("parley_inbox_")} <= metric_names(metrics)
         resumed = wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "interrupt.resumed")[-1]
         assert resumed["principal"] == "alice"
         wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "turn.completed")

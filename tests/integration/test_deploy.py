@@ -858,7 +858,7 @@ def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Pa
             assert signed.status_code == 303, signed.text[:500]
             assert Page(web.get("/").text).rows == ["deploy-inbox-1"]
             page = web.get("/interrupt", params={"session": "deploy-inbox-1", "id": "int-1"})
-            assert page.status_code == 200
+            assert page.status_code == 200, (acl.denials(), page.text[-1500:])
             answer = Page(page.text).forms["answer"]
             assert answer["session"] == "deploy-inbox-1" and answer["interrupt_id"] == "int-1"
             done = web.post("/interrupt/answer", data={**answer, "decision": "approve"})

@@ -818,8 +818,8 @@ class Page(HTMLParser):
 def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Path) -> None:
     """The deployment's inbox: login parley-inbox of the shipped users.acl, producer `inbox`
     registered by the dispatcher, the keys file the dispatcher verifies with. A person signs in,
-    sees the open interrupt, opens it and approves it: delivered, and Redis refused nothing to
-    anyone (ACL LOG empty)."""
+    sees the open interrupt, opens it and approves it: delivered; a new one reaches the page
+    live; and Redis refused nothing to anyone (ACL LOG empty)."""
     acl = AclRedis(tmp_path / "redis")
     keys, users = tmp_path / "keys.json", tmp_path / "inbox-users.json"
     keys.write_text(json.dumps({"alice": "alice-signing-key-0123456789"}))
@@ -863,6 +863,14 @@ def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Pa
             assert answer["session"] == "deploy-inbox-1" and answer["interrupt_id"] == "int-1"
             done = web.post("/interrupt/answer", data={**answer, "decision": "approve"})
             assert done.status_code == 200 and Page(done.text).outcome == "delivered", done.text[-2000:]
+            # live updates: the feed read under this login, the new row rendered from the index
+            with web.stream("GET", "/events") as events:
+                assert events.status_code == 200
+                producer.send("deploy-inbox-2", {"type": "message.create",
+                                                 "content": "Email carol@example.com: the launch moved."})
+                lines = events.iter_lines()  # (an earlier `gone` may come first)
+                next(line for line in lines if line == "event: raised")
+                assert '"deploy-inbox-2"' in next(lines)
             metrics = web.get("/metrics").text
             assert 'parley_inbox_answers_total{outcome="delivered"} 1.0' in metrics
             # every inbox metric the alert rules name is served

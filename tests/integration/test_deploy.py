@@ -890,6 +890,36 @@ def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Pa
         acl.stop()
 
 
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.xadd("parley:in:app", {"session": "s", "input": "{}"}), id="another-producer"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="the-shared-stream"),
+    pytest.param(lambda r: r.hincrby("parley:in:inbox", "x", 1), id="its-stream-as-another-type"),
+    pytest.param(lambda r: r.xadd("parley:pending:inbox", {"x": "1"}), id="its-pending-hash-as-a-stream"),
+    pytest.param(lambda r: r.xgroup_create("parley:feed", "mine", id="$"), id="a-group-on-the-feed"),
+    pytest.param(lambda r: r.xadd("parley:feed", {"event": "{}"}), id="write-the-feed"),
+    pytest.param(lambda r: r.hset("parley:{s-1}:meta", "core", "{}"), id="write-a-session"),
+    pytest.param(lambda r: r.xadd("parley:{s-1}:events", {"event": "{}"}), id="write-events"),
+    pytest.param(lambda r: r.zadd("parley:interrupts", {"s-1/int-1": 1}), id="write-the-index"),
+    pytest.param(lambda r: r.zrange("parley:sessions:parked", 0, -1), id="the-list-of-sessions"),
+    pytest.param(lambda r: r.get("parley:engine:key"), id="the-engines-key"),
+    pytest.param(lambda r: r.hgetall("parley:producers"), id="the-producer-registry"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    pytest.param(lambda r: r.llen("rq:queue:decide"), id="rq"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.config_get("requirepass"), id="config"),
+])
+def test_the_inbox_login_is_refused_the_rest(tmp_path: Path, attempt: Any) -> None:
+    """parley-inbox reads what the page shows and submits as producer `inbox`; nothing else."""
+    acl = AclRedis(tmp_path / "redis")
+    try:
+        inbox = acl.connect("parley-inbox", acl_password("parley-inbox"))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt(inbox)
+        assert {user for user, _why, _obj in acl.denials()} == {"parley-inbox"}
+    finally:
+        acl.stop()
+
+
 def _inbox_healthy(web: httpx.Client) -> bool:
     try:
         return web.get("/healthz").status_code == 200

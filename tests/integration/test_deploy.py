@@ -869,7 +869,11 @@ def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Pa
                 producer.send("deploy-inbox-2", {"type": "message.create",
                                                  "content": "Email carol@example.com: the launch moved."})
                 lines = events.iter_lines()  # (an earlier `gone` may come first)
-                next(line for line in lines if line == "event: raised")
+                deadline = time.monotonic() + 20  # a comment line comes every 15 s at least
+                for line in lines:
+                    if line == "event: raised":
+                        break
+                    assert time.monotonic() < deadline, "no `raised` event on the page's stream"
                 assert '"deploy-inbox-2"' in next(lines)
             metrics = web.get("/metrics").text
             assert 'parley_inbox_answers_total{outcome="delivered"} 1.0' in metrics

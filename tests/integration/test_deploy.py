@@ -489,8 +489,12 @@ def test_kubernetes_workloads(tmp_path: Path) -> None:
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
     assert set(maps["parley-config"]["PARLEY_REGISTER_PRODUCERS"].split()) >= {INBOX_PRODUCER}
     pdbs = {d["spec"]["selector"]["matchLabels"].get("parley/shard") for d in docs
-            if d["kind"] == "PodDisruptionBudget"}
+            if d["kind"] == "PodDisruptionBudget"
+            and d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "dispatcher"}
     assert pdbs == {str(i) for i in range(shard_count)}, "a PodDisruptionBudget per shard's dispatchers"
+    (inbox_pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"
+                    and d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "inbox"]
+    assert inbox_pdb["spec"]["selector"]["matchLabels"].items() <= inbox_pod["metadata"]["labels"].items()
 
     redis_sts = next(d for d in docs if d["kind"] == "StatefulSet")
     assert redis_sts["spec"]["volumeClaimTemplates"], "Redis needs a PersistentVolume for its AOF"

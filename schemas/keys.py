@@ -141,6 +141,11 @@ class Keys:
         with the index, so `parley_parked_branches` (`stats` field `parked`) is one HGET."""
         return f"{self.prefix}:interrupts:anchors"
 
+    def inbox_signin(self, sid: str) -> str:
+        """String, with a TTL: one sign-in to the inbox page (parley/web/signins.py), on the
+        first shard; deleted on sign-out."""
+        return f"{self.prefix}:inbox:signin:{sid}"
+
     @property
     def feed(self) -> str:
         """Stream, capped: the fleet-wide feed of interrupt and turn events of every session,

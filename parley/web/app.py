@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
@@ -46,6 +47,8 @@ from parley.web.live import Change, ChangeKind, FeedHub, event_stream
 from parley.web.observe import ANSWERS, LIVE_PAGES, SIGNINS, metrics_body, observed, secured
 from parley.web.present import AnswerResult, AnswerStatus
 from parley.web.query import ListQuery, QueryError
+from parley.web.signins import SignIns
+from parley.web.throttle import Throttle
 from parley.web.users import Users
 
 log = logging.getLogger("parley.inbox")
@@ -67,14 +70,20 @@ class Inbox:
     keys: Reloading[Keyring]
     hub: FeedHub
     templates: Jinja2Templates
+    signins: SignIns
+    throttle: Throttle
 
-    def principal(self, request: Request) -> str | None:
-        """The signed-in principal: None without a session, or when the users file no longer
-        lists it (removing a person signs them out)."""
-        principal = request.session.get("principal")
-        if isinstance(principal, str) and principal in self.users.current().credentials:
-            return principal
-        return None
+    async def principal(self, request: Request) -> str | None:
+        """The signed-in principal: None without a sign-in, or when its record is gone (signed
+        out, expired), or the users file no longer has the credential it signed in with (a
+        new password, a removal)."""
+        principal, sid = request.session.get("principal"), request.session.get("sid")
+        if not isinstance(principal, str) or not isinstance(sid, str):
+            return None
+        signin = await self.signins.find(sid)
+        if signin is None or not signin.holds(principal, self.users.current().credentials):
+            return None
+        return principal
 
     def signing_key(self, principal: str) -> str | None:
         listed = self.keys.current().secrets_of(principal)
@@ -129,10 +138,12 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         else Reloading.fixed(Keyring({})),
         hub=FeedHub(shards, keys),
         templates=templates,
+        signins=SignIns(shards[0], keys, config.session_max_age_s),
+        throttle=Throttle(),
     )
 
     def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
-        context = {"principal": inbox.principal(request), "csrf": csrf_token(request),
+        context = {"principal": getattr(request.state, "principal", None), "csrf": csrf_token(request),
                    "now_ms": now_ms(), **context}
         return templates.TemplateResponse(request, name, context, status_code=status)
 
@@ -140,7 +151,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
 
     def signed_in(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def gate(request: Request) -> Response:
-            principal = inbox.principal(request)
+            principal = request.state.principal = await inbox.principal(request)
             if principal is None:
                 if request.method != "GET" or request.url.path == "/events":
                     return PlainTextResponse("sign in first", status_code=401)
@@ -148,6 +159,11 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
                 return RedirectResponse(f"/signin?{_query(next=target)}", status_code=303)
             return await handler(request, principal)
         return gate
+
+    async def signed_in_now(request: Request) -> bool:
+        """Whether the request's sign-in still holds (for a long-lived response: an event
+        stream ends when its person signs out or is removed)."""
+        return await inbox.principal(request) is not None
 
     def render_row(row: OpenInterrupt, principal: str) -> str:
         return templates.get_template("_row.html").render(
@@ -178,25 +194,39 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         if not csrf.matches(request.session.get("csrf"), _text(form.get(csrf.FIELD))):
             SIGNINS.labels("csrf").inc()
             return PlainTextResponse("the form is stale or forged (CSRF): reload the page", status_code=403)
-        principal, secret = _text(form.get("principal")), _text(form.get("secret"))
+        principal, secret = _text(form.get("principal")) or "", _text(form.get("secret")) or ""
         target = local_path(_text(form.get("next")))
+        address = request.client.host if request.client else "?"
+        guesses = [f"principal:{principal[:256]}", f"address:{address}"]
+        wait_s = inbox.throttle.wait_s(guesses, time.monotonic())
+        if wait_s > 0:
+            SIGNINS.labels("throttled").inc()
+            return page(request, "signin.html", {"next": target, "error": "Too many failed sign-ins: try "
+                                                 f"again in {present.duration(int(wait_s * 1000) + 999)}."},
+                        status=429)
+        users = inbox.users.current()
         # scrypt costs tens of milliseconds: off the event loop, so one sign-in stalls no page
-        ok = bool(principal and secret) and await asyncio.to_thread(
-            inbox.users.current().check, principal or "", secret or "")
+        ok = bool(principal and secret) and await asyncio.to_thread(users.check, principal, secret)
         if not ok:
+            inbox.throttle.failed(guesses, time.monotonic())
             SIGNINS.labels("refused").inc()
-            log.info("sign-in refused", extra=kv(principal=(principal or "")[:64]))
+            log.info("sign-in refused", extra=kv(principal=principal[:64]))
             return page(request, "signin.html", {"next": target, "error": "Unknown name or wrong password."},
                         status=401)
+        inbox.throttle.succeeded(guesses[0])
+        sid = await inbox.signins.start(principal, users.credentials[principal])
         SIGNINS.labels("ok").inc()
         request.session.clear()  # a new session: nothing of the anonymous one carries over
-        request.session.update({"principal": principal, "csrf": csrf.new_token()})
+        request.session.update({"principal": principal, "sid": sid, "csrf": csrf.new_token()})
         return RedirectResponse(target, status_code=303)
 
     async def signout(request: Request) -> Response:
         form = await read_form(request)
         if form is None or not csrf.matches(request.session.get("csrf"), _text(form.get(csrf.FIELD))):
             return PlainTextResponse("the form is stale or forged (CSRF): reload the page", status_code=403)
+        sid = request.session.get("sid")
+        if isinstance(sid, str):
+            await inbox.signins.end(sid)  # for every copy of the cookie, on every replica
         request.session.clear()
         return RedirectResponse("/signin", status_code=303)
 
@@ -281,7 +311,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         values: dict[str, Any] = {}
         row = await inbox.client.open_interrupt(session, interrupt_id)
         if row is None:
-            return await _answered(request, principal, session, interrupt_id, present.no_longer_open())
+            answered = await resumed_event(session, interrupt_id)
+            return await _answered(request, principal, session, interrupt_id,
+                                   present.no_longer_open(answered, principal))
         if not inbox.may_answer(principal, row):
             ANSWERS.labels("forbidden").inc()
             return await interrupt_view(request, principal, session, interrupt_id, status=403)
@@ -334,6 +366,18 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         status = {AnswerStatus.UNAVAILABLE: 503, AnswerStatus.INVALID: 422}.get(result.status, 200)
         return await interrupt_view(request, principal, session, interrupt_id, result, values, errors, status)
 
+    async def resumed_event(session: str, interrupt_id: str) -> dict[str, Any] | None:
+        """The event that ended an interrupt (resumed or cancelled), among the session's latest
+        events; None when not found there."""
+        shard = await inbox.client.index_of_session(session)
+        entries: Any = await shards[shard].xrevrange(keys.events(session), count=500)
+        for _id, fields in entries or []:
+            event = event_of(fields)
+            if (event is not None and event.get("interrupt_id") == interrupt_id
+                    and event.get("type") in ("interrupt.resumed", "interrupt.cancelled")):
+                return event
+        return None
+
     # ---- operations ---------------------------------------------------------------------------
 
     async def healthz(request: Request) -> Response:
@@ -342,6 +386,18 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         return JSONResponse({"status": "ok" if ok else "unavailable",
                              "shards": ["ok" if s else "unavailable" for s in states]},
                             status_code=200 if ok else 503)
+
+    async def livez(request: Request) -> Response:
+        """The process serves (no Redis asked): for a liveness probe, which must not restart
+        every replica while one shard is down."""
+        return JSONResponse({"status": "ok"})
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        log.warning("redis unavailable", extra=kv(path=request.url.path, error=repr(exc)))
+        if request.url.path == "/interrupt/answer":
+            ANSWERS.labels(AnswerStatus.UNAVAILABLE.value).inc()
+        return PlainTextResponse("Parley is unavailable (Redis could not be reached): try again in a moment.",
+                                 status_code=503)
 
     async def metrics(request: Request) -> Response:
         body, content_type = metrics_body()
@@ -368,6 +424,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         Route("/signin", signin, methods=["POST"]),
         Route("/signout", signout, methods=["POST"]),
         Route("/healthz", healthz),
+        Route("/livez", livez),
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
@@ -378,7 +435,8 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         Middleware(SessionMiddleware, secret_key=secret, session_cookie=COOKIE,
                    max_age=config.session_max_age_s, same_site="lax", https_only=config.secure_cookies),
     ]
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={RedisError: unavailable, OSError: unavailable})
     app.state.inbox = inbox
     return app
 
@@ -388,6 +446,16 @@ async def _ping(r: Redis) -> bool:
         return bool(await asyncio.wait_for(r.ping(), timeout=2.0))
     except (TimeoutError, RedisError, OSError):
         return False
+
+
+def event_of(fields: Any) -> dict[str, Any] | None:
+    """The event of a session's events entry (its `event` field holds the JSON)."""
+    raw = fields.get(b"event", fields.get("event")) if isinstance(fields, dict) else None
+    try:
+        event = orjson.loads(raw) if raw is not None else None
+    except orjson.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def _text(value: Any) -> str | None:

@@ -19,14 +19,14 @@ SIGNINS = Counter("parley_inbox_signins", "Sign-in attempts, by outcome (ok, ref
 for _outcome in ("delivered", "not_delivered", "refused", "already_answered", "ignored", "timeout", "invalid",
                  "unavailable", "forbidden", "csrf"):
     ANSWERS.labels(_outcome)
-for _outcome in ("ok", "refused", "csrf"):
+for _outcome in ("ok", "refused", "throttled", "csrf"):
     SIGNINS.labels(_outcome)
 LIVE_PAGES = Gauge("parley_inbox_live_pages", "Pages following live updates (open event streams)",
                    registry=REGISTRY)
 
 #: the routes a request is counted under (anything else is `other`: the label stays bounded)
 ROUTES = frozenset({"/", "/events", "/interrupt", "/interrupt/answer", "/signin", "/signout", "/healthz",
-                    "/metrics"})
+                    "/livez", "/metrics"})
 
 
 def route_of(path: str) -> str:
@@ -50,12 +50,22 @@ class observed:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def counting(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 REQUESTS.labels(route_of(scope["path"]), scope["method"], str(message["status"])).inc()
             await send(message)
 
-        await self.app(scope, receive, counting)
+        try:
+            await self.app(scope, receive, counting)
+        except Exception:
+            # an unhandled error becomes Starlette's 500 outside this middleware: count it here
+            if not started:
+                REQUESTS.labels(route_of(scope["path"]), scope["method"], "500").inc()
+            raise
 
 
 #: no inline script or style, no framing, no other origin: a field an app filled with HTML

@@ -1,8 +1,10 @@
 """How the inbox words things for a person (pure): what became of an answer, how old a
 question is, how long until its deadline."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from parley.schemas.codes import IgnoreCode
 from parley.schemas.resumes import ResumeOutcome, ResumeStatus
@@ -72,11 +74,26 @@ def answer_result(outcome: ResumeOutcome) -> AnswerResult:
                         outcome.message)
 
 
-def no_longer_open() -> AnswerResult:
-    """An answer to a question that closed before it was sent (nothing is sent)."""
-    return AnswerResult(AnswerStatus.ALREADY_ANSWERED,
-                        "This question is no longer open: someone else answered it, its deadline "
-                        "passed, or its session closed. Nothing was sent.")
+def no_longer_open(ended_by: Mapping[str, Any] | None = None, me: str | None = None) -> AnswerResult:
+    """An answer to a question that closed before it was sent (nothing is sent), worded by the
+    event that closed it when it was found (`interrupt.resumed` or `interrupt.cancelled`)."""
+    nothing = "Nothing was sent this time."
+    if ended_by is None:
+        return AnswerResult(AnswerStatus.ALREADY_ANSWERED,
+                            "This question is no longer open: someone else answered it, its deadline "
+                            "passed, or its session closed.", nothing)
+    if ended_by.get("type") == "interrupt.cancelled":
+        return AnswerResult(AnswerStatus.IGNORED, "This question was cancelled: its session was closed.",
+                            nothing)
+    if ended_by.get("timed_out"):
+        return AnswerResult(AnswerStatus.ALREADY_ANSWERED, "Its deadline passed before your answer: the "
+                            "session went on with the default answer.", nothing)
+    who = ended_by.get("principal")
+    if who is not None and who == me:
+        return AnswerResult(AnswerStatus.ALREADY_ANSWERED, "You have already answered this question "
+                            "(this form was sent again).", nothing)
+    by = f"by {who}" if who else "by someone else"
+    return AnswerResult(AnswerStatus.ALREADY_ANSWERED, f"Already answered {by}.", nothing)
 
 
 def duration(ms: int) -> str:

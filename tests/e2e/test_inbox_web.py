@@ -40,7 +40,8 @@ def deployment(procs: Procs, r: redis.Redis, client: Client, tmp_path: Path) -> 
 
 def app_of(procs: Procs, tmp_path: Path) -> TestClient:
     config = InboxConfig(redis_urls=(procs.url,), users_file=str(tmp_path / "users.json"),
-                         keys_file=str(tmp_path / "keys.json"), resume_timeout_s=15)
+                         keys_file=str(tmp_path / "keys.json"), resume_timeout_s=15,
+                         session_secret="replicas-share-this-secret")  # two apps: two replicas
     return TestClient(create_app(config), follow_redirects=False)
 
 
@@ -147,3 +148,42 @@ def test_health_metrics_and_limits(deployment: tuple[Procs, Path], r: redis.Redi
         text = web.get("/metrics").text
         assert 'parley_inbox_requests_total{method="GET",route="/healthz",status="200"}' in text
         assert 'parley_inbox_signins_total{outcome="ok"}' in text
+
+
+def test_signing_out_or_a_new_password_ends_every_copy_of_the_sign_in(
+        deployment: tuple[Procs, Path], r: redis.Redis, client: Client) -> None:
+    procs, tmp_path = deployment
+    asking(r, client, "web-out")
+    with app_of(*deployment) as web, app_of(*deployment) as thief:
+        token = sign_in(web, "alice", "alice-password")
+        # a copy of the cookie, taken before the sign-out
+        thief.cookies.set("parley_inbox", web.cookies.get("parley_inbox") or "")
+        assert thief.get("/").status_code == 200
+        assert web.post("/signout", data={"csrf": token}).status_code == 303
+        assert thief.get("/").status_code == 303
+        stolen = thief.post("/interrupt/answer", data={"session": "web-out", "interrupt_id": "int-1",
+                                                       "decision": "approve", "csrf": token})
+        assert stolen.status_code == 401 and client.open_interrupt("web-out", "int-1") is not None
+        # a new password ends the sign-ins made with the old one
+        sign_in(web, "alice", "alice-password")
+        assert web.get("/").status_code == 200
+        users = tmp_path / "users.json"
+        entries = json.loads(users.read_text())
+        entries["alice"] = {"password": hash_password("a-new-password")}
+        users.write_text(json.dumps(entries))
+        assert web.get("/").status_code == 303
+
+
+def test_with_redis_down_pages_say_so_and_liveness_still_answers(tmp_path: Path) -> None:
+    (tmp_path / "keys.json").write_text(json.dumps({"alice": ALICE_KEY}))
+    (tmp_path / "users.json").write_text(json.dumps({"alice": {"password": hash_password("alice-password")}}))
+    config = InboxConfig(redis_urls=("redis://127.0.0.1:1/0",), users_file=str(tmp_path / "users.json"),
+                         keys_file=str(tmp_path / "keys.json"))
+    with TestClient(create_app(config), follow_redirects=False) as web:
+        token = csrf_of(web.get("/signin").text)
+        reply = web.post("/signin", data={"principal": "alice", "secret": "alice-password", "csrf": token})
+        assert reply.status_code == 503 and "unavailable" in reply.text
+        assert "content-security-policy" in reply.headers
+        assert web.get("/healthz").status_code == 503
+        assert web.get("/livez").status_code == 200
+        assert 'route="/signin",status="503"' in web.get("/metrics").text

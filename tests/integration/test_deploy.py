@@ -576,9 +576,9 @@ def check_k8s_inbox(d: dict[str, Any], c: dict[str, Any], env: dict[str, str],
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(INBOX_PORT), where
     assert annotations["prometheus.io/path"] == "/metrics", where
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/healthz")):
         http = c[probe]["httpGet"]
-        assert http["path"] == "/healthz" and http["port"] in ("http", INBOX_PORT), f"{where}: {probe}"
+        assert http["path"] == path and http["port"] in ("http", INBOX_PORT), f"{where}: {probe}"
     assert "PARLEY_METRICS_PORT" not in env, f"{where}: /metrics is on the page's port"
     assert env["PARLEY_PRODUCER"] == INBOX_PRODUCER, where
     urls = redis_urls(env)

@@ -94,3 +94,56 @@ def test_the_query_string_round_trips_and_drops_defaults() -> None:
 def test_a_bad_query_is_refused_naming_the_parameter(params: dict[str, str]) -> None:
     with pytest.raises(QueryError, match=next(iter(params)) if "order" not in params else "order"):
         ListQuery.parse(params)
+
+
+def test_an_answer_too_late_says_who_or_what_answered_first() -> None:
+    from parley.web.present import no_longer_open
+
+    resumed = {"type": "interrupt.resumed", "interrupt_id": "int-1", "principal": "bob"}
+    assert "by bob" in no_longer_open(resumed, "alice").headline
+    assert "You have already answered" in no_longer_open(resumed, "bob").headline
+    assert "deadline" in no_longer_open({**resumed, "timed_out": True, "principal": None}, "bob").headline
+    cancelled = no_longer_open({"type": "interrupt.cancelled", "interrupt_id": "int-1"}, "bob")
+    assert cancelled.status is AnswerStatus.IGNORED and "closed" in cancelled.headline
+    assert no_longer_open(None, "bob").status is AnswerStatus.ALREADY_ANSWERED
+
+
+def test_a_sign_in_holds_only_for_its_principal_and_the_credential_it_used() -> None:
+    from parley.web.signins import SignIn, fingerprint
+
+    signin = SignIn.from_json(SignIn("alice", fingerprint("scrypt$old")).to_json())
+    assert signin is not None and signin.holds("alice", {"alice": "scrypt$old"})
+    assert not signin.holds("alice", {"alice": "scrypt$new"})  # a new password
+    assert not signin.holds("alice", {})  # removed from the users file
+    assert not signin.holds("bob", {"alice": "scrypt$old", "bob": "scrypt$old"})
+    assert SignIn.from_json(b"not json") is None and SignIn.from_json(None) is None
+
+
+def test_password_guessing_is_slowed_per_principal_and_per_address() -> None:
+    from parley.web.throttle import Throttle
+
+    throttle = Throttle(free=3, window_s=60, base_s=2, cap_s=10)
+    keys = ["principal:alice", "address:10.0.0.1"]
+    for n in range(3):
+        assert throttle.wait_s(keys, 100 + n) == 0
+        throttle.failed(keys, 100 + n)
+    assert throttle.wait_s(keys, 102.5) == 1.5  # locked 2 s after the third failure
+    assert throttle.wait_s(["address:10.0.0.1"], 102.5) == 1.5  # the same address, another name
+    assert throttle.wait_s(["principal:bob", "address:10.0.0.2"], 102.5) == 0
+    throttle.failed(keys, 105)
+    assert throttle.wait_s(keys, 105) == 4  # doubles
+    for n in range(10):
+        throttle.failed(keys, 106 + n)
+    assert throttle.wait_s(keys, 115) == 10  # capped
+    throttle.succeeded("principal:alice")
+    assert throttle.wait_s(["principal:alice"], 115) == 0
+    assert throttle.wait_s(keys, 200) == 0  # the window has passed
+
+
+def test_the_throttle_table_stays_bounded() -> None:
+    from parley.web.throttle import Throttle
+
+    throttle = Throttle(max_tracked=100)
+    for n in range(1_000):
+        throttle.failed([f"address:{n}"], 0)
+    assert len(throttle._failures) == 100

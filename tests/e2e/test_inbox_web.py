@@ -152,7 +152,7 @@ def test_health_metrics_and_limits(deployment: tuple[Procs, Path], r: redis.Redi
 
 def test_signing_out_or_a_new_password_ends_every_copy_of_the_sign_in(
         deployment: tuple[Procs, Path], r: redis.Redis, client: Client) -> None:
-    procs, tmp_path = deployment
+    _procs, tmp_path = deployment
     asking(r, client, "web-out")
     with app_of(*deployment) as web, app_of(*deployment) as thief:
         token = sign_in(web, "alice", "alice-password")

@@ -324,7 +324,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
             payload: Any = APPROVE if decision == "approve" else DECLINE
         else:
             items = [(k, v) for k, v in form.multi_items() if isinstance(v, str)]
-            read = read_answer(row.response_schema, items)
+            # off the event loop: an app's `pattern` may backtrack on a hostile value, and that
+            # must stall this request only, not every page and event stream of the process
+            read = await asyncio.to_thread(read_answer, row.response_schema, items)
             values = read.values
             if not read.ok:
                 result = AnswerResult(AnswerStatus.INVALID, "Not sent: the answer does not fit the form.")

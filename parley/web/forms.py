@@ -21,21 +21,32 @@ Which schema becomes which field:
   browsers send) are read as LF.
 - `type: number` / `integer`: a number input with min / max / step from `minimum` /
   `maximum` / `multipleOf`.
-- `type: boolean`: a checkbox. No hidden companion field is sent, so an unchecked box cannot be
-  told from a missing one: an unchecked *required* boolean is read as `false`, an unchecked
-  optional one is left out of the answer. An array's boolean items are a yes / no select
-  instead (an unchecked box would make the item vanish).
+- `type: boolean`: a checkbox only where an unticked box can stand for `false`: a required
+  property none of whose enclosing fields may be left out (the root, a required property of a
+  required object, ...). A checkbox sends nothing when unticked, so there unticked is `false`.
+  Every other boolean (an optional one, one inside an optional object or an array item) is a
+  select of no answer / Yes / No, preselected from its `default`: an optional boolean's "no
+  answer" leaves it out, its No is `false` (a checkbox there could not say `false` at all).
+  An array's boolean items are a Yes / No select (an ENUM field; an empty one is dropped).
 - `type: object` with `properties`: a fieldset of its properties' fields, in the schema's order.
 - `type: array` with an `items` schema: a fieldset of items, each the item schema's field.
 - anything else (`oneOf`, `anyOf`, `$ref`, a list of types, no type, an object without
   `properties`, `prefixItems`, nesting deeper than MAX_DEPTH): a textarea read as JSON.
 
-Empty fields: an empty text, number, select or JSON field is left out of the answer (an empty
-required field is then the schema's "required" error beside it). An object none of whose fields
-is filled is left out when optional (`{}` when required, so its own required fields are
-reported); an array item none of whose fields is filled is dropped, and the remaining items
-keep their order. The root is always present (`{}` / `[]` when empty; a missing root scalar is
-an error on `answer`).
+Empty fields: an empty text field of a *required* string property (and the root's) is `""`:
+the schema decides whether that will do (a `minLength` of 1 gives its error beside the field),
+and such a field has no HTML `required` attribute unless `minLength` is at least 1. Any other
+empty field (an optional string, a number, a select, a JSON text area, an array item) is left
+out of the answer (an empty required number, select or JSON field is then the schema's
+"required" error beside it). An object whose fields give nothing but those empty strings and
+unticked boxes is left out when optional (when required it is there, so its own required fields
+are reported); an array item made only of empty fields is dropped, even when the item schema
+would take `""`, and the remaining items keep their order. The root is always present (`{}` /
+`[]` when empty; a root scalar not submitted at all, or an empty root number, select or JSON
+field, is an error on `answer`).
+
+Size: a single submitted value over MAX_VALUE_BYTES is an error beside its field and is never
+parsed nor checked (a schema's `pattern` can take long on a long text).
 """
 
 import json
@@ -65,6 +76,9 @@ MAX_DEPTH = 16
 #: the most items an array field reads when its schema sets no smaller `maxItems`: a submitted
 #: name like `answer.tags.999999999` must not make a huge list
 MAX_ARRAY_ITEMS = 1000
+#: a submitted value longer than this (UTF-8 bytes) is refused beside its field before it is
+#: parsed or checked: a backtracking `pattern` must never run over a huge text
+MAX_VALUE_BYTES = 64 * 1024
 #: a string longer than this (`maxLength`) or marked `x-multiline` is a textarea
 MULTILINE_ABOVE = 200
 #: schema errors looked at (an answer can fail in as many places as it has items)
@@ -139,6 +153,9 @@ class FormField:
     #: ARRAY: items rendered at least, and at most (None: MAX_ARRAY_ITEMS)
     min_items: int = 0
     max_items: int | None = None
+    #: BOOLEAN: a checkbox (unticked is `false`); else a no answer / Yes / No select, so an
+    #: optional boolean can be answered `false` and left out too
+    checkbox: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,7 +224,9 @@ def _field(schema: Any, *, name: str, path: str, segment: str, key: str, label: 
         if in_array and not key:  # an array's item: a yes / no select (see the module doc)
             return FormField(kind=FieldKind.ENUM, options=(True, False), option_values=("true", "false"),
                              option_labels=("Yes", "No"), **common)
-        return FormField(kind=FieldKind.BOOLEAN, **common)
+        # unticked may mean false only where the value cannot be left out: wherever the
+        # browser would require a field (a required box itself would have to be ticked)
+        return FormField(kind=FieldKind.BOOLEAN, checkbox=html_required, **common)
     properties = node.get("properties")
     if kind in ("object", None) and isinstance(properties, dict) and properties \
             and not _has_combinators(node):
@@ -247,8 +266,10 @@ def _string_field(node: dict[str, Any], html_required: bool, common: dict[str, A
     string_format = node.get("format")
     input_type = _INPUT_TYPE_OF_FORMAT.get(string_format, "text") if isinstance(string_format, str) \
         else "text"
+    # an empty required string is "" (which the schema may allow): the browser refuses it only
+    # when the schema does
     return FormField(kind=FieldKind.STRING, attrs=attrs, input_type=input_type, multiline=multiline,
-                     html_required=html_required, **common)
+                     html_required=html_required and bool(min_length), **common)
 
 
 def _number_field(node: dict[str, Any], html_required: bool, common: dict[str, Any]) -> FormField:
@@ -329,7 +350,7 @@ def _raw_text(form_field: FormField, value: Any) -> str | None:
         number = _number(value)
         return None if number is None else _number_text(number)
     if kind is FieldKind.BOOLEAN:
-        return "true" if value is True else None
+        return "true" if value is True else "false" if value is False else None
     if kind is FieldKind.ENUM:
         text = json_text(value)
         return text if text in form_field.option_values else None
@@ -400,6 +421,10 @@ def _sort_out(root: FormField, items: Sequence[tuple[str, str]]) -> _Submitted:
             out.errors.setdefault(ROOT, f"the form has no field {_short_name(name)}")
         elif position in out.raw:
             out.errors.setdefault(name, "given more than once")
+        elif len(raw) > MAX_VALUE_BYTES or len(raw.encode()) > MAX_VALUE_BYTES:
+            # kept out of `raw`: never parsed nor matched; shown again so it can be shortened
+            out.errors.setdefault(name, f"too long: at most {MAX_VALUE_BYTES // 1024} KiB")
+            out.values[name] = raw
         else:
             out.raw[position] = raw
             out.values[name] = raw
@@ -452,11 +477,11 @@ def _read(form_field: FormField, position: tuple[str | int, ...], name: str,
                                    (*path, child.key), child.required, reading)
             if present:
                 found[child.key] = value
-        if not found and not required:
-            return False, None
-        # an unchecked required box is false, once its object is there at all
+        if not required and all(_blank(c, found[c.key]) for c in form_field.children if c.key in found):
+            return False, None  # nothing filled in (a required string's "" is not an answer alone)
+        # an unticked required box is false, once its object is there at all
         return True, {c.key: found.get(c.key, False) for c in form_field.children
-                      if c.key in found or (c.kind is FieldKind.BOOLEAN and c.required)}
+                      if c.key in found or (c.kind is FieldKind.BOOLEAN and c.checkbox)}
     if kind is FieldKind.ARRAY:
         assert form_field.item is not None  # an ARRAY always has its item's field
         values: list[Any] = []
@@ -468,7 +493,7 @@ def _read(form_field: FormField, position: tuple[str | int, ...], name: str,
         return (True, values) if values or required else (False, None)
     raw = reading.submitted.raw.get(position)
     if kind is FieldKind.BOOLEAN:
-        if raw is None:
+        if raw is None or raw == "":  # unticked, or the select's "no answer"
             return False, None
         if raw in ("true", "on"):
             return True, True
@@ -476,13 +501,34 @@ def _read(form_field: FormField, position: tuple[str | int, ...], name: str,
             return True, False
         reading.error(name, "not a yes / no value")
         return False, None
-    if raw is None or raw == "" or (kind is not FieldKind.STRING and not raw.strip()):
+    if raw is None:
+        return False, None
+    if raw == "" and kind is FieldKind.STRING and required:
+        return True, ""  # the schema decides whether "" will do (minLength)
+    if raw == "" or (kind is not FieldKind.STRING and not raw.strip()):
         return False, None
     value, problem = _coerce(form_field, raw)
     if problem is not None:
         reading.error(name, problem)
         return False, None
     return True, value
+
+
+def _blank(form_field: FormField, value: Any) -> bool:
+    """Whether `value`, read from `form_field`, is only what untouched fields give (a required
+    string's "", an unticked box, an object or array of nothing else): an optional object or an
+    array item of only such values is left out, as if nothing were filled in."""
+    kind = form_field.kind
+    if kind is FieldKind.STRING:
+        return value == ""
+    if kind is FieldKind.BOOLEAN:
+        return form_field.checkbox and value is False
+    if kind is FieldKind.OBJECT:
+        return isinstance(value, dict) and all(
+            _blank(c, value[c.key]) for c in form_field.children if c.key in value)
+    if kind is FieldKind.ARRAY:
+        return value == []
+    return False
 
 
 def _coerce(form_field: FormField, raw: str) -> tuple[Any, str | None]:

@@ -114,6 +114,10 @@ def submitted(root: Element) -> list[tuple[str, str]]:
     return out
 
 
+def selected(select: Element) -> list[str | None]:
+    return [o.attrs["value"] for o in select.all("option") if "selected" in o.attrs]
+
+
 def obj(required: list[str] | None = None, **properties: Any) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required or []}
 
@@ -122,11 +126,13 @@ def obj(required: list[str] | None = None, **properties: Any) -> dict[str, Any]:
 
 
 def test_each_kind_has_its_control_name_and_type() -> None:
-    schema = obj(["name"], name={"type": "string", "minLength": 1, "maxLength": 9, "pattern": "^[a-z]+$"},
+    schema = obj(["name", "sure"],
+                 name={"type": "string", "minLength": 1, "maxLength": 9, "pattern": "^[a-z]+$"},
                  mail={"type": "string", "format": "email"}, day={"type": "string", "format": "date"},
                  site={"type": "string", "format": "uri"}, note={"type": "string", "maxLength": 1000},
                  n={"type": "integer", "minimum": 1, "maximum": 5}, x={"type": "number"},
-                 ok={"type": "boolean"}, meta={"oneOf": [{"type": "string"}, {"type": "integer"}]})
+                 ok={"type": "boolean"}, sure={"type": "boolean"},
+                 meta={"oneOf": [{"type": "string"}, {"type": "integer"}]})
     root = page(schema)
     name = root.one("input", name="answer.name")
     assert name.attrs | {} == {"type": "text", "id": "f-answer.name", "name": "answer.name", "value": "",
@@ -139,8 +145,13 @@ def test_each_kind_has_its_control_name_and_type() -> None:
     n = root.one("input", name="answer.n")
     assert (n.attrs["type"], n.attrs["min"], n.attrs["max"], n.attrs["step"]) == ("number", "1", "5", "1")
     assert root.one("input", name="answer.x").attrs["step"] == "any"
-    ok = root.one("input", name="answer.ok")
-    assert (ok.attrs["type"], ok.attrs["value"]) == ("checkbox", "true")
+    sure = root.one("input", name="answer.sure")  # required: unticked is false
+    assert (sure.attrs["type"], sure.attrs["value"]) == ("checkbox", "true")
+    # optional: no answer / Yes / No, so it can be answered false
+    ok = root.one("select", name="answer.ok")
+    assert [(o.attrs["value"], o.full_text()) for o in ok.all("option")] == \
+        [("", "—"), ("true", "Yes"), ("false", "No")]
+    assert root.all("input", name="answer.ok") == []
     assert "json" in (root.one("textarea", name="answer.meta").attrs["class"] or "")
     # each control has its label
     for control in root.all("input") + root.all("textarea") + root.all("select"):
@@ -148,11 +159,13 @@ def test_each_kind_has_its_control_name_and_type() -> None:
 
 
 def test_required_fields_are_marked_and_the_browser_requires_only_what_may_not_be_left_empty() -> None:
-    schema = obj(["name", "ok", "color"], name={"type": "string"}, nick={"type": "string"},
+    schema = obj(["name", "ok", "color", "note"], name={"type": "string", "minLength": 1},
+                 nick={"type": "string"}, note={"type": "string"},
                  ok={"type": "boolean"}, color={"enum": ["r", "g"]},
-                 billing=obj(["city"], city={"type": "string"}))
+                 billing=obj(["city"], city={"type": "string", "minLength": 1}))
     root = page(schema)
     assert "required" in root.one("input", name="answer.name").attrs
+    assert "required" not in root.one("input", name="answer.note").attrs  # "" is an answer
     assert "required" not in root.one("input", name="answer.nick").attrs
     assert "required" not in root.one("input", name="answer.ok").attrs  # unticked is false
     assert "required" in root.one("select", name="answer.color").attrs
@@ -160,7 +173,7 @@ def test_required_fields_are_marked_and_the_browser_requires_only_what_may_not_b
     marked = {e.attrs["data-name"] for e in root.all() if e.attrs.get("data-name")
               and any(c.attrs.get("class") == "required-marker" for c in e.walk()
                       if c.parent is not None and c.parent.parent is e)}
-    assert marked == {"answer.name", "answer.color", "answer.billing.city"}
+    assert marked == {"answer.name", "answer.color", "answer.note", "answer.billing.city"}
 
 
 def test_a_select_offers_every_value_as_json_text_after_an_empty_choice() -> None:
@@ -260,13 +273,21 @@ def test_a_fresh_form_shows_the_defaults_and_a_submitted_one_what_was_sent() -> 
                  tags={"type": "array", "items": {"type": "string"}, "default": ["a", "b"]})
     fresh = page(schema)
     assert fresh.one("input", name="answer.city").attrs["value"] == "Paris"
-    assert "checked" in fresh.one("input", name="answer.ok").attrs
+    assert selected(fresh.one("select", name="answer.ok")) == ["true"]
+    off = page(obj(ok={"type": "boolean", "default": False}))
+    assert selected(off.one("select", name="answer.ok")) == ["false"]
     assert [e.attrs["value"] for e in fresh.all("input", type="text")] == ["Paris", "a", "b"]
-    # after an error the box stays unticked and the city stays as typed
-    result = read_answer(schema, [("answer.city", "Lyon"), ("answer.tags.0", "z")])
+    # after an error the choice and the city stay as sent
+    result = read_answer(schema, [("answer.city", "Lyon"), ("answer.ok", "false"), ("answer.tags.0", "z")])
     again = page(schema, result.values, {"answer.city": "no"})
     assert again.one("input", name="answer.city").attrs["value"] == "Lyon"
-    assert "checked" not in again.one("input", name="answer.ok").attrs
+    assert selected(again.one("select", name="answer.ok")) == ["false"]
+    unanswered = page(schema, read_answer(schema, [("answer.ok", "")]).values, {"answer.city": "no"})
+    assert selected(unanswered.one("select", name="answer.ok")) == [""]
+    box = obj(["sure"], sure={"type": "boolean", "default": True})
+    assert "checked" in page(box).one("input", name="answer.sure").attrs
+    assert "checked" not in page(box, {"answer.sure": "false"}, {"answer": "no"}).one(
+        "input", name="answer.sure").attrs
     assert [e.attrs["name"] for e in again.all("input", type="text")] == ["answer.city", "answer.tags.0"]
 
 
@@ -286,6 +307,15 @@ def test_what_a_browser_sends_from_a_fresh_form_reads_back_to_its_defaults() -> 
                  arr={"type": "array", "items": obj(name={"type": "string"},
                                                     flags={"type": "array", "items": {"type": "boolean"}})},
                  j={})
+    schema["default"] = value
+    result = read_answer(schema, submitted(page(schema)))
+    assert result.ok, result.errors
+    assert result.value == value
+
+
+@pytest.mark.parametrize("value", [{"ok": False, "note": ""}, {"ok": True, "note": "x"}, {"note": ""}])
+def test_a_false_optional_box_and_an_empty_required_string_read_back_as_shown(value: dict[str, Any]) -> None:
+    schema = obj(["note"], ok={"type": "boolean"}, note={"type": "string"})
     schema["default"] = value
     result = read_answer(schema, submitted(page(schema)))
     assert result.ok, result.errors
@@ -342,5 +372,25 @@ def test_forms_js_adds_removes_and_renumbers_items_in_a_browser(browser: Any) ->
         result = read_answer(schema, [(name, value) for name, value in sent])
         assert result.ok, result.errors
         assert result.value == {"lines": [{"sku": "second"}, {"sku": "third", "tags": ["t0", "t1"]}]}
+    finally:
+        tab.close()
+
+
+def test_an_optional_box_answered_no_and_an_empty_required_text_are_sent_in_a_browser(browser: Any) -> None:
+    schema = obj(["note"], notify_customer={"type": "boolean", "default": True}, note={"type": "string"})
+    tab = browser.new_page()
+    tab.set_default_timeout(5000)
+    try:
+        tab.set_content(f'<form id="answer">{render(answer_form(schema))}</form>')
+        tab.add_script_tag(path=str(WEB / "static" / "forms.js"))
+        tab.select_option('[name="answer.notify_customer"]', label="No")
+        # the browser lets the empty required text through (no `required` attribute)
+        assert tab.evaluate("() => document.getElementById('answer').checkValidity()") is True
+        sent = tab.evaluate("() => Array.from(new FormData(document.getElementById('answer')).entries())")
+        result = read_answer(schema, [(name, value) for name, value in sent])
+        assert (result.value, result.errors) == ({"notify_customer": False, "note": ""}, {})
+        tab.select_option('[name="answer.notify_customer"]', label="—")
+        sent = tab.evaluate("() => Array.from(new FormData(document.getElementById('answer')).entries())")
+        assert read_answer(schema, [(name, value) for name, value in sent]).value == {"note": ""}
     finally:
         tab.close()

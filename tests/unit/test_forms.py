@@ -135,15 +135,18 @@ def test_objects_keep_the_schemas_order_labels_descriptions_and_required_marks()
 
 
 def test_the_browser_requires_a_field_only_when_nothing_around_it_may_be_left_empty():
-    schema = obj(["name", "shipping", "ok", "lines"],
-                 name={"type": "string"},
-                 shipping=obj(["city"], city={"type": "string"}),
-                 billing=obj(["city"], city={"type": "string"}),
+    schema = obj(["name", "shipping", "ok", "lines", "note"],
+                 name={"type": "string", "minLength": 1},
+                 shipping=obj(["city"], city={"type": "string", "minLength": 1}),
+                 billing=obj(["city"], city={"type": "string", "minLength": 1}),
+                 note={"type": "string"},
                  ok={"type": "boolean"},
                  lines={"type": "array", "items": obj(["sku"], sku={"type": "string"})})
     root = root_of(schema)
     assert child(root, "name").html_required
     assert child(child(root, "shipping"), "city").html_required
+    # a required string without minLength may be "": the browser must let it be sent empty
+    assert child(root, "note").required and not child(root, "note").html_required
     # an optional object may be left empty as a whole
     assert child(child(root, "billing"), "city").required
     assert not child(child(root, "billing"), "city").html_required
@@ -191,7 +194,8 @@ def test_defaults_fill_a_fresh_form():
                  tags={"type": "array", "items": {"type": "string"}, "default": ["a", "b"]},
                  meta={"default": {"k": 1}})
     assert answer_form(schema).initial == {
-        "answer.city": "Paris", "answer.n": "3", "answer.ok": "true", "answer.color": "1",
+        "answer.city": "Paris", "answer.n": "3", "answer.ok": "true", "answer.off": "false",
+        "answer.color": "1",
         "answer.tags": ["answer.tags.0", "answer.tags.1"], "answer.tags.0": "a", "answer.tags.1": "b",
         "answer.meta": '{\n  "k": 1\n}'}
     # an object's default is the instance: it wins over its properties' own
@@ -261,17 +265,46 @@ def test_unreadable_values_are_errors_beside_their_field(schema, raw, message):
 
 
 def test_empty_optional_fields_are_left_out_and_empty_required_ones_are_required():
-    schema = obj(["name", "n", "color"], name={"type": "string"}, n={"type": "integer"},
-                 color={"enum": ["r"]}, note={"type": "string"}, k={"type": "number"}, meta={})
-    result = read_answer(schema, [("answer.name", ""), ("answer.n", " "), ("answer.color", ""),
-                                  ("answer.note", ""), ("answer.k", ""), ("answer.meta", "  ")])
+    schema = obj(["n", "color", "meta"], n={"type": "integer"}, color={"enum": ["r"]}, meta={},
+                 note={"type": "string"}, k={"type": "number"}, j={})
+    result = read_answer(schema, [("answer.n", " "), ("answer.color", ""), ("answer.meta", "  "),
+                                  ("answer.note", ""), ("answer.k", ""), ("answer.j", "")])
     assert result.value == {}
-    assert result.errors == {"answer.name": "required", "answer.n": "required", "answer.color": "required"}
+    assert result.errors == {"answer.n": "required", "answer.color": "required", "answer.meta": "required"}
+
+
+def test_an_empty_required_string_is_the_empty_string_and_the_schema_decides():
+    note = obj(["note"], note={"type": "string"})
+    result = read_answer(note, [("answer.note", "")])
+    assert (result.value, result.errors) == ({"note": ""}, {})  # what the engine accepts
+    short = obj(["note"], note={"type": "string", "minLength": 1})
+    assert read_answer(short, [("answer.note", "")]).errors == {"answer.note": "'' should be non-empty"}
+    # an optional one left empty is left out, not ""
+    assert read_answer(obj(note={"type": "string"}), [("answer.note", "")]).value == {}
+    assert read_answer({"type": "string"}, [("answer", "")]).value == ""  # the root is required
+
+
+def test_an_empty_required_string_alone_does_not_make_an_optional_object_present():
+    schema = obj(extra=obj(["note"], note={"type": "string"}, n={"type": "integer"}),
+                 to=obj(inner=obj(["city"], city={"type": "string"})))
+    assert read_answer(schema, [("answer.extra.note", ""), ("answer.extra.n", ""),
+                                ("answer.to.inner.city", "")]).value == {}
+    assert read_answer(schema, [("answer.extra.note", ""), ("answer.extra.n", "2")]).value == \
+        {"extra": {"note": "", "n": 2}}
+
+
+def test_empty_array_items_are_dropped_even_when_the_item_schema_takes_the_empty_string():
+    schema = {"type": "array", "items": {"type": "string"}}
+    assert read_answer(schema, [("answer.0", ""), ("answer.1", "x"), ("answer.2", "")]).value == ["x"]
+    # an item object of a required string is dropped when it is empty, kept with "" when not
+    lines = {"type": "array", "items": obj(["sku"], sku={"type": "string"}, n={"type": "integer"})}
+    assert read_answer(lines, [("answer.0.sku", ""), ("answer.0.n", ""), ("answer.1.sku", ""),
+                               ("answer.1.n", "3")]).value == [{"sku": "", "n": 3}]
 
 
 def test_a_missing_root_scalar_is_an_error_on_the_answer():
     assert read_answer({"type": "string"}, []).errors == {"answer": "an answer is required"}
-    assert read_answer({"type": "string"}, [("answer", "")]).errors == {"answer": "an answer is required"}
+    assert read_answer({"type": "integer"}, [("answer", "")]).errors == {"answer": "an answer is required"}
 
 
 def test_an_unticked_box_is_false_when_required_and_left_out_when_optional():
@@ -283,18 +316,66 @@ def test_an_unticked_box_is_false_when_required_and_left_out_when_optional():
     assert read_answer({"type": "boolean"}, [("answer", "true")]).value is True
 
 
+def test_an_optional_boolean_is_a_select_that_can_say_no_or_nothing():
+    schema = obj(notify_customer={"type": "boolean", "default": True})
+    field = child(root_of(schema), "notify_customer")
+    assert (field.kind, field.checkbox) == (FieldKind.BOOLEAN, False)
+    assert answer_form(schema).initial == {"answer.notify_customer": "true"}  # Yes preselected
+    assert read_answer(schema, [("answer.notify_customer", "false")]).value == {"notify_customer": False}
+    assert read_answer(schema, [("answer.notify_customer", "true")]).value == {"notify_customer": True}
+    assert read_answer(schema, [("answer.notify_customer", "")]).value == {}  # no answer
+    assert answer_form(obj(off={"type": "boolean", "default": False})).initial == {"answer.off": "false"}
+
+
+def test_a_box_is_a_checkbox_only_where_unticked_can_mean_false():
+    schema = obj(["must", "to"], must={"type": "boolean"}, may={"type": "boolean"},
+                 to=obj(["sure"], sure={"type": "boolean"}),
+                 extra=obj(["sure"], sure={"type": "boolean"}),
+                 lines={"type": "array", "items": obj(["gift"], gift={"type": "boolean"})})
+    root = root_of(schema)
+    assert child(root, "must").checkbox and child(child(root, "to"), "sure").checkbox
+    assert root_of({"type": "boolean"}).checkbox
+    assert not child(root, "may").checkbox
+    # inside an optional object or an array item a required box unticked could not say false
+    # without making its object present: a select there
+    assert not child(child(root, "extra"), "sure").checkbox
+    item = child(root, "lines").item
+    assert item is not None and not child(item, "gift").checkbox
+    assert read_answer(schema, [("answer.extra.sure", "false"), ("answer.lines.0.gift", "false")]).value == \
+        {"must": False, "to": {"sure": False}, "extra": {"sure": False}, "lines": [{"gift": False}]}
+    left = read_answer(schema, [("answer.lines.0.gift", "")])
+    assert (left.value, left.errors) == ({"must": False, "to": {"sure": False}}, {})
+
+
 def test_an_optional_object_left_empty_is_left_out_even_with_a_required_box_inside():
     schema = obj(extra=obj(["sure"], sure={"type": "boolean"}, note={"type": "string"}))
-    assert read_answer(schema, [("answer.extra.note", "")]).value == {}
-    assert read_answer(schema, [("answer.extra.note", "hi")]).value == \
+    assert read_answer(schema, [("answer.extra.note", ""), ("answer.extra.sure", "")]).value == {}
+    # the box is a select there: left without an answer it is the schema's "required"
+    result = read_answer(schema, [("answer.extra.note", "hi"), ("answer.extra.sure", "")])
+    assert result.errors == {"answer.extra.sure": "required"}
+    assert read_answer(schema, [("answer.extra.note", "hi"), ("answer.extra.sure", "false")]).value == \
         {"extra": {"note": "hi", "sure": False}}
 
 
 def test_a_required_object_left_empty_reports_its_own_required_fields():
-    schema = obj(["to"], to=obj(["city"], city={"type": "string"}))
-    result = read_answer(schema, [("answer.to.city", "")])
+    schema = obj(["to"], to=obj(["zip"], zip={"type": "integer"}))
+    result = read_answer(schema, [("answer.to.zip", "")])
     assert result.value == {"to": {}}
-    assert result.errors == {"answer.to.city": "required"}
+    assert result.errors == {"answer.to.zip": "required"}
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "pattern": "^(a+)+$"}, {"type": "integer"}, {}, {"enum": ["a"]},
+])
+def test_a_value_over_64_kib_is_an_error_beside_its_field_and_is_never_parsed(schema):
+    huge = "a" * (64 * 1024) + "!"  # would make the pattern backtrack for ages
+    result = read_answer(obj(["v"], v=schema), [("answer.v", huge)])
+    assert result.errors == {"answer.v": "too long: at most 64 KiB"}
+    assert result.values == {"answer.v": huge}  # shown again, to be shortened
+    # counted in UTF-8 bytes, as sent
+    wide = read_answer(obj(v={"type": "string"}), [("answer.v", "é" * (32 * 1024 + 1))])
+    assert wide.errors == {"answer.v": "too long: at most 64 KiB"}
+    assert read_answer(obj(v={"type": "string"}), [("answer.v", "é" * (32 * 1024))]).ok
 
 
 def test_arrays_are_read_in_index_order_closing_up_over_dropped_items():
@@ -356,7 +437,7 @@ def test_a_whole_payload_error_goes_on_the_answer():
 
 
 def test_an_unreadable_field_does_not_hide_the_other_fields_errors():
-    schema = obj(["name"], name={"type": "string"}, n={"type": "integer"})
+    schema = obj(["name"], name={"type": "integer"}, n={"type": "integer"})
     result = read_answer(schema, [("answer.name", ""), ("answer.n", "x")])
     assert result.errors == {"answer.n": "not a number", "answer.name": "required"}
     required = read_answer(obj(["n"], n={"type": "integer"}), [("answer.n", "x")])
@@ -471,17 +552,17 @@ def test_a_value_of_every_json_type_round_trips_through_the_form():
 
 
 @pytest.mark.parametrize("value", [
-    {"s": "", "i": 0, "b": False},  # an empty optional string is left out: "" is not sent back
+    {"s": "", "i": 0, "b": False},  # a required string's "" comes back as ""
     {"s": "x", "i": 0, "b": False, "e": None, "o": {"p": "", "q": []}},
 ])
-def test_empty_values_come_back_as_left_out(value):
+def test_empty_values_come_back_as_shown(value):
     schema = dict(EVERY_TYPE, default=value)
     result = read_answer(schema, pairs(answer_form(schema).initial))
-    # an empty required string is "required"; an empty optional object / array is left out
+    # an optional object of nothing but a required string's "" is left out
+    assert result.ok, result.errors
     assert result.value.get("e", "absent") == value.get("e", "absent")
+    assert result.value["s"] == value["s"] and result.value["b"] is False
     assert "o" not in result.value
-    if value["s"] == "":
-        assert result.errors == {"answer.s": "required"}
 
 
 @settings(max_examples=150, deadline=None)

@@ -43,7 +43,7 @@ from parley.web.config import InboxConfig
 from parley.web.conversation import path_to, pretty_json
 from parley.web.files import Reloading
 from parley.web.forms import APPROVE, DECLINE, answer_form, field_of_path, read_answer
-from parley.web.live import Change, ChangeKind, FeedHub, event_stream
+from parley.web.live import Change, ChangeKind, FeedHub, event_stream, shown_by, since_of
 from parley.web.observe import ANSWERS, LIVE_PAGES, SIGNINS, metrics_body, observed, secured
 from parley.web.present import AnswerResult, AnswerStatus
 from parley.web.query import ListQuery, QueryError
@@ -171,15 +171,12 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
             duration=present.duration)
 
     async def raised_row(change: Change) -> OpenInterrupt | None:
-        """The row of an interrupt the feed says was raised. The index is written by the
-        commit's outbox flush, just after the feed entry: a row not there yet is asked again
-        for a moment (and one resumed meanwhile stays None)."""
-        for delay in (0.0, 0.05, 0.1, 0.2, 0.4, 0.8):
-            await asyncio.sleep(delay)
-            row = await inbox.client.open_interrupt(change.session, change.interrupt_id)
-            if row is not None:
-                return row
-        return None
+        """The row of an interrupt the feed says was raised, looked up once for every page of
+        this process (live.RowCache: the index follows the feed entry by the outbox flush, so a
+        row not there yet is asked again for a moment; one resumed meanwhile stays None)."""
+        row: OpenInterrupt | None = await inbox.hub.rows.get(
+            change.session, change.interrupt_id, inbox.client.open_interrupt)
+        return row
 
     # ---- sign-in ----------------------------------------------------------------------------
 
@@ -252,19 +249,29 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
             query = ListQuery.parse(request.query_params)
         except QueryError as exc:
             return PlainTextResponse(str(exc), status_code=400)
+        try:
+            since = since_of(request.query_params.get("since"))
+        except ValueError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
         where = query.interrupt_filter(principal)
 
         async def render(change: Change) -> str | None:
-            if change.kind is not ChangeKind.RAISED:
-                return None
+            if change.kind is not ChangeKind.RAISED or not shown_by(where, change):
+                return None  # the feed's event tells: no lookup for a row this page drops
             row = await raised_row(change)
             if row is None or not where.matches(row):
                 return None
             return render_row(row, principal)
 
+        # TODO(live2): `signed_in_now(request)` is the lead's server-side sign-in check (not in
+        # app.py yet when this was written); until then the users file is asked again
+        async def still_signed_in() -> bool:
+            return inbox.principal(request) == principal
+
         async def body() -> AsyncIterator[str]:
             with LIVE_PAGES.track_inprogress():
-                async for frame in event_stream(inbox.hub.subscribe(), render, request.is_disconnected):
+                async for frame in event_stream(inbox.hub.subscribe(since), render, request.is_disconnected,
+                                                still_allowed=still_signed_in):
                     yield frame
 
         return StreamingResponse(body(), media_type="text/event-stream",

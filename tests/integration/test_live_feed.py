@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,19 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from parley.aclient import AsyncClient
 from parley.cli.procs import RedisServer
 from parley.schemas.keys import Keys
-from parley.web.live import RESET, Change, FeedHub, Subscription
+from parley.web.live import (
+    CLOCK_MARGIN_MS,
+    RESET,
+    ROW_DELAYS_S,
+    Change,
+    FeedHub,
+    RowCache,
+    Subscription,
+    stream_id,
+)
 
 KEYS = Keys()
 
@@ -307,3 +318,131 @@ def test_a_slow_page_gets_one_reset(r: redis.Redis, redis_server: RedisServer) -
         assert slow.resets == 1 and quick.resets == 0
 
     run_hub(hub, body)
+
+
+# ---- nothing lost between a page's render and its stream, nor across a reconnect or restart
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def read_up_to(hub: FeedHub, entry_id: str) -> Callable[[], bool]:
+    return lambda: hub.positions[0] is not None and stream_id(hub.positions[0]) >= stream_id(entry_id)
+
+
+def test_a_change_between_render_and_stream_is_delivered(r: redis.Redis, redis_server: RedisServer) -> None:
+    hub = FeedHub([Redis.from_url(redis_server.url)], KEYS)
+
+    async def body(task: asyncio.Task[None]) -> None:
+        await asyncio.sleep(CLOCK_MARGIN_MS / 1000)  # pages rendered after the hub started
+        rendered = now_ms()  # the page is rendered: body[data-now]
+        last = raised(r, "s-1", "i-1")  # raised before its stream opens
+        xadd(r, "interrupt.resumed", "s-0", "i-0", delivered=True, timed_out=False)  # answered
+        await until(read_up_to(hub, last))
+        await until(lambda: hub.positions[0] != last)
+        page = hub.subscribe(rendered)
+        assert [summary(c) for c in await take(page, 2)] == [("raised", "s-1", "i-1"), ("gone", "s-0", "i-0")]
+        raised(r, "s-2", "i-2")  # then live, as before
+        assert [summary(c) for c in await take(page, 1)] == [("raised", "s-2", "i-2")]
+        # a reconnect (same URL, same since) gets them all again; the page skips what it has
+        again = hub.subscribe(rendered)
+        assert [c.interrupt_id for c in await take(again, 3)] == ["i-1", "i-0", "i-2"]
+        assert await hub.subscribe().get(timeout=0.2) is None  # without since: from now on
+
+    run_hub(hub, body)
+
+
+def test_a_since_older_than_the_buffer_gets_reset(r: redis.Redis, redis_server: RedisServer) -> None:
+    hub = FeedHub([Redis.from_url(redis_server.url)], KEYS, replay_size=2)
+
+    async def body(task: asyncio.Task[None]) -> None:
+        await asyncio.sleep(CLOCK_MARGIN_MS / 1000)
+        rendered = now_ms()
+        await asyncio.sleep(0.01)
+        for i in range(3):
+            last = raised(r, "s-1", f"i-{i}")
+        await until(read_up_to(hub, last))
+        assert await take(hub.subscribe(rendered), 1) == [RESET]  # i-0 dropped out of the buffer
+        assert await hub.subscribe(now_ms() + CLOCK_MARGIN_MS).get(timeout=0.2) is None
+
+    run_hub(hub, body)
+
+
+def test_a_page_rendered_before_a_restart_of_the_inbox_replays_or_resets(r: redis.Redis,
+                                                                         redis_server: RedisServer) -> None:
+    """The inbox process restarts (a deploy): a page reconnects to the new hub with its since.
+    Nothing written meanwhile: it goes on with nothing lost; a change written while no hub read
+    the feed: it reloads."""
+    raised(r, "s-0", "i-0")
+    time.sleep(CLOCK_MARGIN_MS / 1000 + 0.01)
+    rendered = now_ms()
+    for written_while_down in (False, True):
+        if written_while_down:
+            raised(r, "s-1", "i-down")
+        hub = FeedHub([Redis.from_url(redis_server.url)], KEYS)
+
+        async def body(task: asyncio.Task[None], hub: FeedHub = hub, down: bool = written_while_down) -> None:
+            page = hub.subscribe(rendered)
+            if down:
+                assert await take(page, 1) == [RESET]
+                return
+            raised(r, "s-2", "i-2")
+            assert [summary(c) for c in await take(page, 1)] == [("raised", "s-2", "i-2")]
+
+        run_hub(hub, body)
+
+
+@pytest.mark.parametrize("read_before", [True, False])
+def test_a_feed_that_lost_entries_resets_a_page_rendered_before(r: redis.Redis, redis_server: RedisServer,
+                                                                read_before: bool) -> None:
+    """Entries lost while the hub was away (read from an entry on, or from the start of a feed
+    that was empty)."""
+    hub = FeedHub([no_retry(redis_server.url)], KEYS, backoff_base_s=1.0, backoff_cap_s=1.0)
+
+    async def body(task: asyncio.Task[None]) -> None:
+        await asyncio.sleep(CLOCK_MARGIN_MS / 1000)
+        rendered = now_ms()
+        sub = hub.subscribe()
+        if read_before:
+            raised(r, "s-0", "i-0")
+            assert [c.interrupt_id for c in await take(sub, 1)] == ["i-0"]
+        redis_server.stop(kill=True)
+        await until(lambda: not hub.connected[0])
+        redis_server.start()
+        w = redis.Redis.from_url(redis_server.url)
+        for i in (1, 2):
+            raised(w, "s-1", f"i-{i}")
+        w.xtrim(KEYS.feed, maxlen=0, approximate=False)  # gone unread
+        assert await take(sub, 1) == [RESET]
+        # the page rendered before the loss, whose stream opens (or reconnects) now: reset too
+        assert await take(hub.subscribe(rendered), 1) == [RESET]
+        w.close()
+
+    run_hub(hub, body)
+
+
+# ---- a raised row is looked up once per process, and briefly
+
+
+def test_a_row_never_there_is_looked_up_once_for_all_pages_and_briefly(redis_server: RedisServer) -> None:
+    async def main() -> tuple[list[Any], int, float]:
+        client = AsyncClient([Redis.from_url(redis_server.url)], KEYS.prefix)
+        reads = 0
+
+        async def open_interrupt(session: str, interrupt_id: str) -> Any:
+            nonlocal reads
+            reads += 1
+            return await client.open_interrupt(session, interrupt_id)
+
+        rows = RowCache()
+        began = time.monotonic()
+        got = await asyncio.gather(*(rows.get("s-gone", "i-gone", open_interrupt) for _ in range(20)))
+        took = time.monotonic() - began
+        await client.redis.aclose()
+        return got, reads, took
+
+    got, reads, took = asyncio.run(main())
+    assert got == [None] * 20
+    assert reads == len(ROW_DELAYS_S)  # not 20 pages x 6
+    assert took < 1.0  # 0.35 s of waits (it was 1.55 s per page, one page after another)

@@ -2,6 +2,7 @@
 hub follows, and the server-sent events of one page (parley/web/live.py)."""
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -9,16 +10,21 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from parley.inbox import InterruptFilter
 from parley.notify import FeedEntry, FeedEntryError
 from parley.schemas.keys import Keys
 from parley.web.live import (
     RESET,
+    ROW_DELAYS_S,
     Change,
     ChangeKind,
     FeedHub,
+    RowCache,
     Subscription,
     change_of,
     event_stream,
+    shown_by,
+    since_of,
 )
 
 RAISED = Change(ChangeKind.RAISED, "s-1", "i-1", {"type": "interrupt.raised", "interrupt_id": "i-1"})
@@ -200,6 +206,11 @@ def test_what_lost_feed_entries_look_like() -> None:
     assert "lost its data" in (lost("5-0", {**fine, "last-generated-id": b"0-0"}) or "")
     assert lost("5-0", None) == "the feed is gone"
     assert lost("0-0", None) is None  # never written yet
+    # read from the start of an empty feed: what was added since is all there, or some is not
+    assert lost("0-0", {"last-generated-id": b"9-0", "entries-added": 2, "length": 2}) is None
+    assert "empty" in (lost("5-0", {"last-generated-id": b"9-0", "length": 0}) or "")
+    assert lost("9-0", {"last-generated-id": b"9-0", "length": 0}) is None
+    assert "trimmed" in (lost("0-0", {"last-generated-id": b"9-0", "entries-added": 2, "length": 0}) or "")
     # Redis before 7 (no recorded-first-entry-id): the oldest entry left is past ours
     assert lost("5-0", {"last-generated-id": "9-0", "first-entry": ["7-0", {}]}) is not None
     assert lost("5-0", {"last-generated-id": "9-0", "first-entry": ["5-0", {}]}) is None
@@ -320,3 +331,194 @@ def test_ping_interval_must_be_positive() -> None:
 
     with pytest.raises(ValueError, match="ping_s"):
         asyncio.run(main())
+
+
+# ---- replay: nothing lost between a page's render and its stream, nor across a reconnect
+
+
+def at(change: Change, ms: int) -> Change:
+    return Change(change.kind, change.session, change.interrupt_id, change.event, ms)
+
+
+def started_hub(**kwargs: Any) -> FeedHub:
+    """A hub as if it had read every shard's feed from feed time 1000 on."""
+    hub = FeedHub([Redis()], Keys(), **kwargs)
+    hub._shard_from_ms = [1000]
+    return hub
+
+
+async def drain(sub: Subscription) -> list[Change]:
+    got = []
+    while (change := await sub.get(timeout=0.01)) is not None:
+        got.append(change)
+    return got
+
+
+def test_a_change_between_render_and_stream_is_replayed_to_the_page() -> None:
+    async def main() -> None:
+        hub = started_hub()
+        hub.publish(at(RAISED, 4000))  # before the page (and its margin): not replayed
+        hub.publish(at(ANSWERED, 9000))  # after the page rendered at 10000, minus the margin
+        hub.publish(at(TIMED_OUT, 10500))  # after the render, before the stream opened
+        assert await drain(hub.subscribe(10_000)) == [at(ANSWERED, 9000), at(TIMED_OUT, 10500)]
+        # a reconnect reuses the URL: the same changes again (the page skips what it has)
+        assert await drain(hub.subscribe(10_000)) == [at(ANSWERED, 9000), at(TIMED_OUT, 10500)]
+        assert await drain(hub.subscribe()) == []  # without since: from now on
+
+    asyncio.run(main())
+
+
+def test_a_since_older_than_the_buffer_gets_reset_first() -> None:
+    async def main() -> None:
+        hub = started_hub(replay_size=2)
+        assert await drain(hub.subscribe(2000)) == [RESET]  # before the hub started reading
+        for ms in (5000, 6000, 7000):  # the first drops out: covered from 5001 on
+            hub.publish(at(RAISED, ms))
+        assert hub.covered_from_ms == 5001
+        assert await drain(hub.subscribe(7000)) == [RESET]
+        assert await drain(hub.subscribe(7001)) == [at(RAISED, 6000), at(RAISED, 7000)]
+
+    asyncio.run(main())
+
+
+def test_a_hub_not_reading_yet_or_that_lost_entries_covers_nothing_before() -> None:
+    async def main() -> None:
+        hub = FeedHub([Redis()], Keys())
+        assert hub.covered_from_ms is None
+        assert await drain(hub.subscribe(10**13)) == [RESET]
+        hub._shard_from_ms = [1000]
+        hub.publish(at(RAISED, 5000))
+        hub.publish(RESET)  # the feed lost entries: nothing before now is sure
+        covered = hub.covered_from_ms
+        assert covered is not None and covered > 5000
+        assert await drain(hub.subscribe(10_000)) == [RESET]
+
+    asyncio.run(main())
+
+
+def test_since_of_a_stream_url() -> None:
+    assert since_of(None) is None and since_of("") is None
+    assert since_of("1733000000000") == 1733000000000
+    for bad in ("-1", "1.5", "abc", "١٢", "9" * 16):
+        with pytest.raises(ValueError, match="since"):
+            since_of(bad)
+
+
+# ---- raised rows: looked up once per process, a slow one holds up the others by its own time
+
+
+def test_the_feed_event_drops_rows_before_any_lookup() -> None:
+    raised = Change(ChangeKind.RAISED, "team-a/1", "i-1", {"reason": "approval"})
+    assert shown_by(InterruptFilter(), raised)
+    assert shown_by(InterruptFilter(reason="approval", session_prefix="team-a/"), raised)
+    assert not shown_by(InterruptFilter(reason="budget"), raised)
+    assert not shown_by(InterruptFilter(session_prefix="team-b/"), raised)
+    assert shown_by(InterruptFilter(reason="budget"), Change(ChangeKind.RAISED, "s", "i", {}))
+
+
+def test_a_row_is_looked_up_once_for_every_page_and_gives_up_soon() -> None:
+    reads: list[tuple[str, str]] = []
+
+    async def never_there(session: str, interrupt_id: str) -> None:
+        reads.append((session, interrupt_id))
+
+    async def main() -> tuple[list[Any], float]:
+        rows = RowCache()
+        began = time.monotonic()
+        got = await asyncio.gather(*(rows.get("s-1", "i-1", never_there) for _ in range(50)))
+        return got, time.monotonic() - began
+
+    got, took = asyncio.run(main())
+    assert got == [None] * 50
+    assert reads == [("s-1", "i-1")] * len(ROW_DELAYS_S)  # 4 reads, not 50 pages x 6
+    assert took < 1.0
+
+
+def test_a_page_cancelled_while_waiting_does_not_cancel_the_others_lookup() -> None:
+    async def slow(session: str, interrupt_id: str) -> str:
+        await asyncio.sleep(0.05)
+        return "row"
+
+    async def main() -> Any:
+        rows = RowCache()
+        first = asyncio.create_task(rows.get("s", "i", slow))
+        await asyncio.sleep(0.01)
+        first.cancel()
+        return await rows.get("s", "i", slow)
+
+    assert asyncio.run(main()) == "row"
+
+
+def test_row_cache_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="delay"):
+        RowCache(delays_s=())
+    with pytest.raises(ValueError, match="keep_s"):
+        RowCache(keep_s=0)
+
+
+def test_slow_rows_are_rendered_side_by_side_and_sent_in_order() -> None:
+    async def slow_row(change: Change) -> str | None:
+        await asyncio.sleep(0.3)
+        return change.interrupt_id
+
+    async def main() -> tuple[list[str], float]:
+        sub = Subscription()
+        for n in range(10):
+            sub.offer(Change(ChangeKind.RAISED, "s", f"i-{n}", {}))
+            sub.offer(Change(ChangeKind.GONE, "s", f"i-{n}", {}))
+        began = time.monotonic()
+        body = await collect(sub, slow_row, disconnect_after=20)
+        return body, time.monotonic() - began
+
+    body, took = asyncio.run(main())
+    events = frames("".join(body))
+    expected = [e for n in range(10) for e in (("raised", f"i-{n}"), ("gone", f"i-{n}"))]
+    assert [(e["event"], e["data"]["interrupt_id"]) for e in events[1:]] == expected
+    assert took < 1.5  # one after the other would be 3 s
+
+
+# ---- a stream ends once its person may no longer see it
+
+
+def test_the_stream_ends_when_the_person_is_no_longer_allowed() -> None:
+    async def main() -> tuple[list[str], int]:
+        sub = Subscription()
+        asked = 0
+
+        async def connected() -> bool:
+            return False
+
+        async def allowed() -> bool:
+            nonlocal asked
+            asked += 1
+            return asked < 3
+
+        body = [f async for f in event_stream(sub, row, connected, ping_s=0.05, still_allowed=allowed)]
+        assert sub.closed
+        return body, asked
+
+    body, asked = asyncio.run(asyncio.wait_for(main(), 5))
+    assert asked == 3 and body[0].startswith("retry:")
+
+
+def test_a_busy_stream_still_asks_whether_the_person_is_allowed() -> None:
+    async def main() -> int:
+        sub = Subscription()
+
+        async def connected() -> bool:
+            return False
+
+        async def refused() -> bool:
+            return False
+
+        async def feed() -> None:
+            while not sub.closed:  # a change every 10 ms: never idle long enough for a ping
+                sub.offer(ANSWERED)
+                await asyncio.sleep(0.01)
+
+        feeding = asyncio.create_task(feed())
+        body = [f async for f in event_stream(sub, row, connected, ping_s=0.1, still_allowed=refused)]
+        await feeding
+        return len(body)
+
+    assert asyncio.run(asyncio.wait_for(main(), 5)) < 30

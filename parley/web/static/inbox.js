@@ -5,12 +5,29 @@
 // Events (server-sent, GET /events with the page's filters): `raised` {session, interrupt_id,
 // html}: the row, for the rows this page's filters show; `gone` {session, interrupt_id,
 // timed_out, type}; `reset`: the page missed changes, reload it; `hello` once the stream is open.
+//
+// The stream's URL carries `since`: the server's time when it rendered this page. The server
+// replays the changes from then on (those between the render and the stream's start), and so
+// again after a reconnect, as the browser reuses the URL; it sends `reset` when it no longer has
+// them all. A replayed change already shown is skipped (a row already there, a gone row absent).
 (function () {
   "use strict";
 
   // The server's clock, not the browser's: a deadline is the engine's (body[data-now] is the
   // server's time when it rendered the page).
   var skewMs = 0;
+  // the server's time at the render (body[data-now]), when it says
+  var renderedAt = null;
+  var loadedAt = Date.now();
+  // A page reset right after it loaded waits this long before it reloads: a server that cannot
+  // replay yet (a shard not read since its start) makes no reload loop.
+  var MIN_RELOAD_GAP_MS = 5000;
+
+  // `path` with the page's render time as `since` (without one, the server starts from now)
+  function withSince(path) {
+    if (renderedAt === null) return path;
+    return path + (path.indexOf("?") < 0 ? "?" : "&") + "since=" + encodeURIComponent(String(renderedAt));
+  }
 
   function serverNow() {
     return Date.now() + skewMs;
@@ -69,7 +86,7 @@
   // ---- the event stream
 
   function connect(url, handlers) {
-    var source = new EventSource(url);
+    var source = new EventSource(withSince(url));
     function connected() {
       document.body.dataset.live = "connected";
     }
@@ -92,7 +109,10 @@
     });
     source.addEventListener("reset", function () {
       source.close();
-      location.reload();
+      document.body.dataset.live = "reloading";
+      window.setTimeout(function () {
+        location.reload();
+      }, Math.max(0, loadedAt + MIN_RELOAD_GAP_MS - Date.now()));
     });
     // leaving the page ends its stream at once (the server forgets the subscriber)
     window.addEventListener("pagehide", function () {
@@ -233,6 +253,7 @@
   function start() {
     var now = msOf(document.body.dataset.now);
     if (now !== null) skewMs = now - Date.now();
+    renderedAt = now;
     tick();
     window.setInterval(tick, 1000);
     if (!window.EventSource) return; // the page still works: reload to see what changed

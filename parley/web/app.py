@@ -263,10 +263,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
                 return None
             return render_row(row, principal)
 
-        # TODO(live2): `signed_in_now(request)` is the lead's server-side sign-in check (not in
-        # app.py yet when this was written); until then the users file is asked again
         async def still_signed_in() -> bool:
-            return inbox.principal(request) == principal
+            # a sign-out, a new password or a removal ends the stream too (within a ping)
+            return await signed_in_now(request)
 
         async def body() -> AsyncIterator[str]:
             with LIVE_PAGES.track_inprogress():

@@ -262,6 +262,14 @@ class AsyncClient:
             export = await run_steps(self.clients[moved], export_steps(self.keys, session))
         return export
 
+    async def open_interrupt(self, session: str, interrupt_id: str) -> inbox.OpenInterrupt | None:
+        """One open interrupt as the listing shows it; None when it is not open (answered, timed
+        out, cancelled) or was never raised."""
+        shard = await self.index_of_session(session)
+        row: inbox.OpenInterrupt | None = await run_steps(
+            self.clients[shard], inbox.one_interrupt_steps(self.keys, session, interrupt_id))
+        return row
+
     async def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
                              cursor: str | None = None) -> InterruptPage:
         """One page of the open interrupts across sessions (see `Client.interrupt_page`)."""

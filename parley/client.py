@@ -261,6 +261,13 @@ class Client:
             export = run_steps(self.shards.clients[moved], export_steps(self.keys, session))
         return export
 
+    def open_interrupt(self, session: str, interrupt_id: str) -> inbox.OpenInterrupt | None:
+        """One open interrupt as the listing shows it; None when it is not open (answered, timed
+        out, cancelled) or was never raised."""
+        row: inbox.OpenInterrupt | None = run_steps(
+            self._redis_of(session), inbox.one_interrupt_steps(self.keys, session, interrupt_id))
+        return row
+
     def interrupt_page(self, where: InterruptFilter | None = None, limit: int = DEFAULT_LIMIT,
                        cursor: str | None = None) -> InterruptPage:
         """One page of the open interrupts across sessions (docs/protocol.md, "Open interrupts

@@ -121,6 +121,13 @@ def index_member_of(member: str, driver: Driver) -> str:
     return f"{second}{SEP}{third}"  # time SEP session SEP id
 
 
+def one_interrupt_steps(keys: Keys, session: str, interrupt_id: str) -> Steps:
+    """One open interrupt's row (None: not open, or no such interrupt): one HMGET of the index's
+    details, on the session's shard."""
+    (raw,) = (yield [Call("hmget", (keys.interrupt_info, [f"{session}{SEP}{interrupt_id}"]))])[0]
+    return None if raw is None else OpenInterrupt.from_details(raw)
+
+
 # ---- cursors ------------------------------------------------------------------------------------
 
 def encode_token(value: Any) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis
+import redis.asyncio
 from redis.sentinel import Sentinel
 
 from parley.schemas.keys import Keys
@@ -83,6 +84,21 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
     return sentinel.master_for(address.service, db=address.db, username=address.username,
                                password=address.password, **kwargs)
 
+
+def connect_async(url: str, **kwargs: Any) -> redis.asyncio.Redis:
+    """`connect` for `redis.asyncio` (the inbox page's clients): the same URLs, the same
+    Sentinel behaviour."""
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    if not url.startswith(SENTINEL_SCHEME + "://"):
+        client: redis.asyncio.Redis = redis.asyncio.Redis.from_url(url, **kwargs)
+        return client
+    address = parse_sentinel_url(url)
+    timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
+    sentinel = AsyncSentinel(list(address.sentinels), sentinel_kwargs=timeouts or {"socket_timeout": 1.0})
+    primary: redis.asyncio.Redis = sentinel.master_for(
+        address.service, db=address.db, username=address.username, password=address.password, **kwargs)
+    return primary
 
 #: the `<prefix>:config` fields a `ShardView` is read from, in `view_of`'s order
 VIEW_FIELDS = [PLACEMENT_FIELD, SHARD_FIELD, "partitions"]

@@ -947,11 +947,13 @@ def main() -> None:
 
 
 def _add_groups() -> None:
+    from parley.cli.inbox import inbox
     from parley.cli.partitions import partitions
     from parley.cli.producers import producers
 
     cli.add_command(producers)
     cli.add_command(partitions)
+    cli.add_command(inbox)
 
 
 _add_groups()

@@ -1,0 +1,61 @@
+"""`parley inbox`: serve the approvers' web page (docs/inbox.md)."""
+
+import click
+
+from parley.web.config import DEFAULT_PAGE_SIZE
+
+
+@click.command("inbox")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True,
+              help="The port to serve on.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on (0.0.0.0 in a container).")
+@click.option("--users-file", envvar="PARLEY_INBOX_USERS", required=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Who may sign in (env PARLEY_INBOX_USERS): written by `parley inbox-user`; read "
+                   "again when it changes.")
+@click.option("--keys-file", envvar="PARLEY_KEYS_FILE", required=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="The principals' signing keys, the dispatchers' keys file (env PARLEY_KEYS_FILE): "
+                   "each answer is signed with the signed-in principal's key; read again when it "
+                   "changes.")
+@click.option("--session-secret", envvar="PARLEY_INBOX_SECRET", default=None,
+              help="Signs the sign-in cookie (env PARLEY_INBOX_SECRET); replicas behind one address "
+                   "must share it. Default: random per process (a restart signs everyone out).")
+@click.option("--session-hours", type=click.FloatRange(0.05, 24 * 30), default=12, show_default=True,
+              help="How long a sign-in lasts.")
+@click.option("--secure-cookies", is_flag=True, envvar="PARLEY_INBOX_SECURE_COOKIES",
+              help="Send the cookie over HTTPS only (set it when the page is served over TLS).")
+@click.option("--page-size", type=click.IntRange(1, 1000), default=DEFAULT_PAGE_SIZE, show_default=True,
+              help="Rows per page of the list.")
+@click.option("--resume-timeout", type=click.FloatRange(0.5, 120), default=10, show_default=True,
+              help="Seconds an answer waits for the engine to say what became of it.")
+@click.pass_context
+def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: str,
+          session_secret: str | None, session_hours: float, secure_cookies: bool, page_size: int,
+          resume_timeout: float) -> None:
+    """Serve the inbox: a web page where people sign in, see the open interrupts across every
+    session and shard live, and answer them (docs/inbox.md)."""
+    import uvicorn
+
+    from parley.schemas.signing import KeysFileError
+    from parley.web.app import create_app
+    from parley.web.config import InboxConfig
+    from parley.web.users import UsersFileError
+
+    obj = ctx.find_root().obj
+    if len(obj["urls"]) > 1 and obj["producer"] is None:
+        raise click.UsageError("a deployment of several shards takes answers through the submit "
+                               "function: name the producer (--producer or PARLEY_PRODUCER)")
+    config = InboxConfig(redis_urls=tuple(obj["urls"]), users_file=users_file, keys_file=keys_file,
+                         prefix=obj["prefix"], producer=obj["producer"], session_secret=session_secret,
+                         session_max_age_s=int(session_hours * 3600), secure_cookies=secure_cookies,
+                         page_size=page_size, resume_timeout_s=resume_timeout)
+    try:
+        app = create_app(config)
+    except (UsersFileError, KeysFileError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if session_secret is None:
+        click.echo("parley inbox: no --session-secret: sign-ins last until this process stops", err=True)
+    click.echo(f"parley inbox: serving on http://{host}:{port}/", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=True)

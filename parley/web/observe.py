@@ -1,0 +1,82 @@
+"""The inbox's metrics and the headers every response carries (ASGI middleware).
+
+The metrics live in a registry of their own, so `/metrics` shows the page's series only."""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter("parley_inbox_requests", "HTTP requests the inbox answered, by route, method and status",
+                   ["route", "method", "status"], registry=REGISTRY)
+ANSWERS = Counter("parley_inbox_answers", "Answers posted, by outcome (delivered, not_delivered, refused, "
+                  "already_answered, ignored, timeout, invalid, unavailable, forbidden, csrf)",
+                  ["outcome"], registry=REGISTRY)
+SIGNINS = Counter("parley_inbox_signins", "Sign-in attempts, by outcome (ok, refused, csrf)", ["outcome"],
+                  registry=REGISTRY)
+LIVE_PAGES = Gauge("parley_inbox_live_pages", "Pages following live updates (open event streams)",
+                   registry=REGISTRY)
+
+#: the routes a request is counted under (anything else is `other`: the label stays bounded)
+ROUTES = frozenset({"/", "/events", "/interrupt", "/interrupt/answer", "/signin", "/signout", "/healthz",
+                    "/metrics"})
+
+
+def route_of(path: str) -> str:
+    if path in ROUTES:
+        return path
+    return "/static" if path.startswith("/static/") else "other"
+
+
+def metrics_body() -> tuple[bytes, str]:
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+class observed:
+    """Counts each HTTP request by route, method and status."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                REQUESTS.labels(route_of(scope["path"]), scope["method"], str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counting)
+
+
+#: no inline script or style, no framing, no other origin: a field an app filled with HTML
+#: (escaped by the templates anyway) can run nothing
+HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self'; "
+                                 b"img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; "
+                                 b"base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+class secured:
+    """Adds `HEADERS` to every response."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + HEADERS
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

@@ -3,9 +3,10 @@
 The index (dispatcher/lua/index_add.lua) keeps, besides the details of each open interrupt,
 secondary sorted sets whose members sort by what a listing walks: by raise time (all, per
 reason, per principal that may answer, and "anyone may answer"), and by session id. A page is
-one range read of one of them (ZRANGE BYLEX, after the cursor) and one HMGET of the rows:
-O(log n + page), whatever the number of open interrupts. Filters the driving set does not
-cover are checked on the rows it yields, within a bounded scan (`SCAN_FACTOR` x the page).
+one range read of one of them (ZRANGE BYLEX after the cursor, or BYLEX REV before it for newest
+first) and one HMGET of the rows: O(log n + page), whatever the number of open interrupts.
+Filters the driving set does not cover are checked on the rows it yields, within a bounded scan
+(`SCAN_FACTOR` x the page).
 """
 
 import base64
@@ -83,6 +84,9 @@ class InterruptFilter:
     raised_before: int | None = None
     #: only interrupts this principal may resume (its own, and those anyone may)
     principal: str | None = None
+    #: newest first: by raise time descending, or by session id descending with a session prefix
+    #: (the default is oldest first)
+    newest_first: bool = False
 
     def matches(self, row: OpenInterrupt) -> bool:
         return ((self.reason is None or row.reason == self.reason)
@@ -93,9 +97,11 @@ class InterruptFilter:
     def may_answer(self, resumable_by: list[str] | None) -> bool:
         return resumable_by is None or self.principal in resumable_by
 
-    def fingerprint(self) -> list[str | None]:
-        """What a cursor must be used with: the filters that choose the driving set."""
-        return [self.reason, self.session_prefix, self.principal]
+    def fingerprint(self) -> list[str | bool | None]:
+        """What a cursor must be used with: the filters that choose the driving set, and the
+        order (a position means "after" in one and "before" in the other). `raised_before` is
+        not in it: `--older-than` is recomputed from now on every page."""
+        return [self.reason, self.session_prefix, self.principal, self.newest_first]
 
 
 class Driver(StrEnum):
@@ -147,7 +153,7 @@ def decode_token(text: str) -> Any:
 class Cursor:
     driver: Driver
     after: str
-    fingerprint: list[str | None]
+    fingerprint: list[str | bool | None]
 
     def encode(self) -> str:
         return encode_token({"d": self.driver.value, "a": self.after, "f": self.fingerprint})
@@ -159,9 +165,12 @@ class Cursor:
             cursor = cls(Driver(value["d"]), str(value["a"]), list(value["f"]))
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"invalid cursor {text[:40]!r}: pass back a cursor a listing returned") from err
+        if len(cursor.fingerprint) == 3:  # made before newest first existed: oldest first
+            cursor = cls(cursor.driver, cursor.after, [*cursor.fingerprint, False])
         if cursor.fingerprint != flt.fingerprint():
-            raise ValueError("the cursor belongs to a listing with another filter "
-                             "(reason, session prefix, principal): use the same filter for every page")
+            raise ValueError("the cursor belongs to a listing with another filter or order "
+                             "(reason, session prefix, principal, newest first): use the same filter "
+                             "and order for every page")
         return cursor
 
 
@@ -171,8 +180,18 @@ class Cursor:
 class Plan:
     driver: Driver
     keys: tuple[str, ...]  # one set, or the two merged for a principal
-    low: str  # ZRANGE BYLEX bounds
+    low: str  # ZRANGE BYLEX bounds: min and max, whatever the order
     high: str
+    #: read from `high` down (ZRANGE ... BYLEX REV): newest first
+    reverse: bool = False
+
+    def range_calls(self, limit: int) -> list[Call]:
+        """The first `limit` members of each set within the bounds, in the listing's order."""
+        if self.reverse:  # REV takes the max first
+            return [Call("zrange", (k, self.high, self.low), {"bylex": True, "desc": True, "offset": 0,
+                                                             "num": limit}) for k in self.keys]
+        return [Call("zrange", (k, self.low, self.high), {"bylex": True, "offset": 0, "num": limit})
+                for k in self.keys]
 
 
 def choose_driver(flt: InterruptFilter, reason_count: int, principal_count: int) -> Driver:
@@ -188,24 +207,33 @@ def choose_driver(flt: InterruptFilter, reason_count: int, principal_count: int)
 
 
 def plan(keys: Keys, flt: InterruptFilter, driver: Driver, after: str | None) -> Plan:
-    low = "-" if after is None else "(" + after
-    high = "+"
+    """The driving sets and the bounds of the members past `after` (the cursor's member, never
+    itself included): above it oldest first, below it newest first."""
+    low, high = "-", "+"
     if driver is Driver.SESSION:
-        prefix = flt.session_prefix or ""
-        if after is None and prefix:
-            low = "[" + prefix
-        high = "[" + prefix + "\xff" if prefix else "+"  # session ids are ASCII: \xff sorts after
-        return Plan(driver, (keys.interrupts_by_session,), low, high)
-    if flt.raised_before is not None:
-        high = "(" + f"{flt.raised_before:0{TIME_DIGITS}d}"
-    match driver:
-        case Driver.REASON:
-            sets: tuple[str, ...] = (keys.interrupts_of_reason(flt.reason or ""),)
-        case Driver.PRINCIPAL:
-            sets = (keys.interrupts_of_principal(flt.principal or ""), keys.interrupts_for_anyone)
-        case _:
-            sets = (keys.interrupts_by_time,)
-    return Plan(driver, sets, low, high)
+        sets: tuple[str, ...] = (keys.interrupts_by_session,)
+        if prefix := flt.session_prefix or "":
+            # session ids are ASCII: \xff sorts after every id that starts with the prefix
+            low, high = "[" + prefix, "[" + prefix + "\xff"
+    else:
+        match driver:
+            case Driver.REASON:
+                sets = (keys.interrupts_of_reason(flt.reason or ""),)
+            case Driver.PRINCIPAL:
+                sets = (keys.interrupts_of_principal(flt.principal or ""), keys.interrupts_for_anyone)
+            case _:
+                sets = (keys.interrupts_by_time,)
+        if flt.raised_before is not None:
+            high = "(" + f"{flt.raised_before:0{TIME_DIGITS}d}"
+    # the cursor's member, excluded, bounds the side the listing runs towards, unless the bound
+    # there is already tighter: `raised_before` moves between pages (`--older-than` is counted
+    # from each page's now), and a cursor from elsewhere must not widen the prefix's range
+    if after is not None:
+        if not flt.newest_first and (low == "-" or after >= low[1:]):
+            low = "(" + after
+        elif flt.newest_first and (high == "+" or after < high[1:]):
+            high = "(" + after
+    return Plan(driver, sets, low, high, flt.newest_first)
 
 
 def merge(batches: Sequence[Sequence[str]], n: int, reverse: bool = False) -> tuple[list[str], bool]:
@@ -252,9 +280,8 @@ def _walk(keys: Keys, flt: InterruptFilter, limit: int, driver: Driver, after: s
         # a whole page's worth each time, not what is missing: when filters combine, a
         # shrinking batch would take ever more round trips for the last rows
         p = plan(keys, flt, driver, after)
-        ranges = yield [Call("zrange", (k, p.low, p.high), {"bylex": True, "offset": 0, "num": limit})
-                        for k in p.keys]
-        members, exhausted = merge([texts(batch) for batch in ranges], limit)
+        ranges = yield p.range_calls(limit)
+        members, exhausted = merge([texts(batch) for batch in ranges], limit, reverse=flt.newest_first)
         details: Any = (yield [Call("hmget", (keys.interrupt_info,
                                               [index_member_of(m, driver) for m in members]))])[0] \
             if members else []
@@ -280,7 +307,7 @@ def _walk(keys: Keys, flt: InterruptFilter, limit: int, driver: Driver, after: s
 def order_driver(flt: InterruptFilter) -> Driver:
     """The order a merged listing runs in: by session id with a session prefix, else by raise
     time (the reason's and the principal's sets share the by-time members, so each shard may
-    walk whichever of them is smallest there)."""
+    walk whichever of them is smallest there); descending with `newest_first`."""
     return Driver.SESSION if flt.session_prefix is not None else Driver.TIME
 
 
@@ -313,7 +340,7 @@ def merged_page(flt: InterruptFilter, limit: int, pages: Sequence[InterruptPage]
     only from its session's shard (a move lists it on two for a moment)."""
     parts = [ShardPart(p.items, merged_after(flt, p.cursor)) for p in pages]
     owner = session_owner(placement, _session_of_row)
-    items, after = merge_parts(parts, row_key(flt), limit, owner=owner)
+    items, after = merge_parts(parts, row_key(flt), limit, reverse=flt.newest_first, owner=owner)
     cursor = None if after is None else Cursor(order_driver(flt), after, flt.fingerprint()).encode()
     return InterruptPage(items=items, cursor=cursor)
 
@@ -333,7 +360,7 @@ def merged_rows(flt: InterruptFilter, shards_rows: Sequence[Iterable[dict[str, A
     key = row_key(flt)
     owner = session_owner(placement, _session_of_json)
     rows = [row for i, part in enumerate(shards_rows) for row in own_rows(part, i, owner)]
-    return sorted(rows, key=lambda row: key(OpenInterrupt.model_validate(row)))
+    return sorted(rows, key=lambda row: key(OpenInterrupt.model_validate(row)), reverse=flt.newest_first)
 
 
 def _first_driver(keys: Keys, flt: InterruptFilter) -> Generator[list[Call], list[Any], Driver]:

@@ -666,6 +666,9 @@ def test_reader_lists_interrupts_with_every_filter(acl: AclRedis, reader: redis.
     assert [i.session for i in Client(reader).interrupt_page(InterruptFilter(session_prefix="acl-")).items] \
         == ["acl-i"]
     assert Client(reader).interrupt_page(InterruptFilter(principal="bob")).items == []
+    newest = [InterruptFilter(reason="confirm", principal="alice", raised_before=2_000, newest_first=True),
+              InterruptFilter(session_prefix="acl-", newest_first=True)]  # ZRANGE ... BYLEX REV
+    assert [[i.session for i in Client(reader).interrupt_page(w).items] for w in newest] == [["acl-i"]] * 2
     assert acl.denials() == []
 
 

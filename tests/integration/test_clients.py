@@ -120,7 +120,8 @@ def test_both_clients_list_the_same_open_interrupts_page_by_page(
                                 ("a-2", [add("i1", 2_000, "budget", None)]),
                                 ("b-1", [add("i1", 3_000, "confirm", None)])])
     filters = [None, InterruptFilter(reason="confirm"), InterruptFilter(session_prefix="a-"),
-               InterruptFilter(reason="confirm", principal="bob")]
+               InterruptFilter(reason="confirm", principal="bob"), InterruptFilter(newest_first=True),
+               InterruptFilter(session_prefix="a-", newest_first=True)]
 
     async def use(c: AsyncClient) -> Any:
         pages = []
@@ -135,6 +136,7 @@ def test_both_clients_list_the_same_open_interrupts_page_by_page(
         assert second == client.interrupt_page(flt, limit=1, cursor=first.cursor)
     assert every == [client.interrupts(flt) for flt in filters]
     assert [row["session"] for row in every[3]] == ["b-1"]
+    assert [[row["session"] for row in rows] for rows in every[4:]] == [["b-1", "a-2", "a-1"], ["a-2", "a-1"]]
 
 
 def test_both_clients_close_a_session_and_wait_for_the_outcome(

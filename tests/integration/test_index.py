@@ -1,18 +1,29 @@
 """The inbox-ready index of open interrupts (docs/protocol.md, "Open interrupts across sessions")
-against a real Redis: every field, each filter, cursor paging, a page's cost independent of the
-number of open interrupts, nothing left behind, and the rebuild of an older dispatcher's index."""
+against a real Redis: every field, each filter, cursor paging in either order (newest first is
+the oldest-first listing reversed, on one Redis and over two shards), a page's cost independent
+of the number of open interrupts, nothing left behind, and the rebuild of an older dispatcher's
+index."""
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from parley.client import Client
 from parley.dispatcher.core import IndexAdd, IndexRemove
 from parley.dispatcher.enqueue import Outbox
 from parley.inbox import InterruptFilter
+from parley.shards import Shards
+from tests.integration import shard_fixtures
 from tests.integration.conftest import KEYS
+
+# the two shards' fixtures (tests/integration/shard_fixtures.py)
+servers = shard_fixtures.servers
+shards = shard_fixtures.shards
 
 SCHEMA = {"type": "object", "required": ["approved"]}
 
@@ -234,3 +245,167 @@ def test_the_command_line_filters_pages_and_refuses_a_bad_cursor(
     assert last == {"items": [], "cursor": None}
     bad = CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", "--cursor", "zz"])
     assert bad.exit_code == 1 and bad.output.strip().startswith("Error: invalid cursor"), bad.output
+
+
+# ---- newest first -----------------------------------------------------------------------------
+
+def fill_mixed(outbox: Outbox, count: int = 40) -> None:
+    """`count` interrupts over three teams, two a millisecond (ties sort by session, then id),
+    two reasons and three kinds of who may answer."""
+    outbox.flush_many([(f"team-{'abc'[i % 3]}-{i:03}", [
+        add("int-1", 1_000 + i // 2, "budget" if i % 4 == 1 else "confirm", 1,
+            [None, ["alice"], ["bob"]][i % 3]),
+        *([add("int-2", 1_000 + i // 3, "confirm", 2, ["alice", "bob"])] if i % 5 == 0 else [])])
+        for i in range(count)])
+
+
+@pytest.mark.parametrize("flt", [
+    InterruptFilter(), InterruptFilter(reason="budget"), InterruptFilter(principal="alice"),
+    InterruptFilter(session_prefix="team-b-"), InterruptFilter(session_prefix=""),
+    InterruptFilter(raised_before=1_011), InterruptFilter(reason="confirm", principal="bob"),
+    InterruptFilter(session_prefix="team-", reason="confirm", principal="alice", raised_before=1_015)],
+    ids=["all", "reason", "principal", "prefix", "empty-prefix", "older", "combined", "every"])
+@pytest.mark.parametrize("limit", [1, 3, 7])
+def test_newest_first_pages_the_oldest_first_listing_in_reverse(
+        outbox: Outbox, client: Client, flt: InterruptFilter, limit: int) -> None:
+    fill_mixed(outbox)
+    oldest = walk(client, flt, limit)
+    newest = walk(client, replace(flt, newest_first=True), limit)
+    assert oldest and newest == oldest[::-1]
+    assert len(set(newest)) == len(newest)  # no row twice
+    assert client.interrupts(replace(flt, newest_first=True)) == client.interrupts(flt)[::-1]
+
+
+ROWS = st.lists(st.tuples(st.sampled_from(["a-1", "a-2", "a-10", "b-1", "b-2"]),
+                          st.sampled_from(["int-1", "int-2"]), st.integers(1_000, 1_012),
+                          st.sampled_from(["confirm", "budget"]),
+                          st.sampled_from([None, ("alice",), ("bob",), ("alice", "bob")])),
+                max_size=25, unique_by=lambda row: (row[0], row[1]))
+
+
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # each example flushes the Redis
+@given(rows=ROWS, reason=st.none() | st.sampled_from(["confirm", "budget"]),
+       prefix=st.none() | st.sampled_from(["a", "a-1", "b-"]),
+       principal=st.none() | st.sampled_from(["alice", "bob"]),
+       raised_before=st.none() | st.integers(1_000, 1_013), limit=st.integers(1, 4))
+def test_random_raise_times_and_filters_list_the_same_rows_either_way(
+        r: redis.Redis, rows: list[tuple[str, str, int, str, tuple[str, ...] | None]], reason: str | None,
+        prefix: str | None, principal: str | None, raised_before: int | None, limit: int) -> None:
+    r.flushdb()
+    outbox = Outbox(r, KEYS)
+    by_session: dict[str, list[Any]] = {}
+    for seq, (session, iid, at, why, by) in enumerate(rows, 1):
+        by_session.setdefault(session, []).append(add(iid, at, why, seq, None if by is None else list(by)))
+    outbox.flush_many(list(by_session.items()))
+    client = Client(r)
+    flt = InterruptFilter(reason=reason, session_prefix=prefix, principal=principal,
+                          raised_before=raised_before)
+
+    def order(row: tuple[str, str, int, str, Any]) -> tuple[Any, ...]:
+        session, iid, at = row[:3]
+        return (session, at, iid) if prefix is not None else (at, session, iid)
+    kept = [(s, i) for s, i, at, why, by in sorted(rows, key=order)
+            if (reason is None or why == reason) and (prefix is None or s.startswith(prefix))
+            and (raised_before is None or at < raised_before)
+            and (principal is None or by is None or principal in by)]
+    assert walk(client, flt, limit) == kept
+    assert walk(client, replace(flt, newest_first=True), limit) == kept[::-1]
+
+
+def test_newest_first_paging_is_stable_under_concurrent_raises_and_resumes(
+        outbox: Outbox, client: Client) -> None:
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i)]) for i in range(7)])
+    newest = InterruptFilter(newest_first=True)
+    first = client.interrupt_page(newest, limit=3)
+    assert [i.session for i in first.items] == ["s-6", "s-5", "s-4"] and first.cursor
+    # meanwhile: one on the first page and one not yet read are resumed; a newer one is raised
+    # (it sorts before the cursor: the next refresh's first page shows it), and a late-indexed
+    # older one (it sorts after the cursor: this walk still reaches it)
+    outbox.flush_many([("s-5", [IndexRemove(seq=2, interrupt_id="int-1")]),
+                       ("s-2", [IndexRemove(seq=2, interrupt_id="int-1")]),
+                       ("s-9", [add("int-1", 9_000)]), ("s-0a", [add("int-1", 1_000)])])
+    rest: list[str] = []
+    cursor = first.cursor
+    while cursor is not None:
+        page = client.interrupt_page(newest, limit=3, cursor=cursor)
+        rest += [i.session for i in page.items]
+        cursor = page.cursor
+    assert rest == ["s-3", "s-1", "s-0a", "s-0"]
+    assert [i.session for i in client.interrupt_page(newest, limit=1).items] == ["s-9"]
+
+
+def test_a_cursor_of_one_order_is_refused_in_the_other(outbox: Outbox, client: Client) -> None:
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i)]) for i in range(3)])
+    oldest, newest = InterruptFilter(), InterruptFilter(newest_first=True)
+    forward = client.interrupt_page(oldest, limit=1).cursor
+    backward = client.interrupt_page(newest, limit=1).cursor
+    assert forward and backward
+    with pytest.raises(ValueError, match="another filter or order"):
+        client.interrupt_page(newest, limit=1, cursor=forward)
+    with pytest.raises(ValueError, match="another filter or order"):
+        client.interrupt_page(oldest, limit=1, cursor=backward)
+
+
+@pytest.mark.parametrize("flt", [InterruptFilter(newest_first=True),
+                                 InterruptFilter(reason="budget", principal="bob", newest_first=True),
+                                 InterruptFilter(session_prefix="s-", newest_first=True),
+                                 InterruptFilter(raised_before=10**12, newest_first=True)],
+                         ids=["all", "combined", "prefix", "older"])
+def test_a_newest_first_page_costs_the_same_with_100_or_5000_open_interrupts(
+        r: redis.Redis, outbox: Outbox, client: Client, flt: InterruptFilter) -> None:
+    test_a_page_costs_the_same_with_100_or_5000_open_interrupts(r, outbox, client, flt)
+
+
+def test_the_command_line_lists_newest_first(redis_server: Any, outbox: Outbox) -> None:
+    from click.testing import CliRunner
+
+    from parley.cli import cli
+
+    outbox.flush_many([(f"s-{i}", [add("int-1", 1_000 + i)]) for i in range(4)])
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", *args])
+
+    every = run("--json", "--newest-first")
+    assert every.exit_code == 0, every.output
+    assert [row["session"] for row in orjson.loads(every.output)] == ["s-3", "s-2", "s-1", "s-0"]
+    first = orjson.loads(run("--json", "--newest-first", "--limit", "3").output)
+    assert [row["session"] for row in first["items"]] == ["s-3", "s-2", "s-1"]
+    second = orjson.loads(run("--json", "--newest-first", "--cursor", first["cursor"]).output)
+    assert [row["session"] for row in second["items"]] == ["s-0"] and second["cursor"] is None
+    text = run("--newest-first", "--limit", "1").output.splitlines()
+    assert text[0].startswith("s-3\tint-1\tconfirm") and text[1].startswith("next page: --cursor ")
+    mixed = run("--cursor", first["cursor"])
+    assert mixed.exit_code == 1 and "another filter or order" in mixed.output, mixed.output
+
+
+# ---- two shards -------------------------------------------------------------------------------
+
+def test_two_shards_list_every_row_once_newest_first(shards: Shards) -> None:
+    """Each session's interrupts on its placed shard; the merged pages, either order, with every
+    filter: no row twice, none missed, newest first the oldest-first listing reversed."""
+    assert shards.placement is not None
+    placement = shards.placement
+    rows: list[tuple[str, list[Any]]] = [
+        (f"team-{'ab'[i % 2]}-{i:02}", [add("int-1", 1_000 + i // 3, "budget" if i % 3 == 0 else "confirm", 1,
+                                              [None, ["alice"], ["bob"]][i % 3])])
+        for i in range(30)]
+    for shard, r in enumerate(shards.clients):
+        Outbox(r, KEYS).flush_many([row for row in rows if placement.shard_of_session(row[0]) == shard])
+    assert all(shards.clients[i].zcard(KEYS.interrupts_by_time) for i in (0, 1))  # both shards hold some
+    client = Client(shards)
+    for flt in (InterruptFilter(), InterruptFilter(reason="budget"), InterruptFilter(principal="alice"),
+                InterruptFilter(session_prefix="team-a-"), InterruptFilter(raised_before=1_005),
+                InterruptFilter(reason="confirm", principal="bob")):
+        for limit in (1, 4):
+            oldest = walk(client, flt, limit)
+            newest = walk(client, replace(flt, newest_first=True), limit)
+            assert oldest and len(set(oldest)) == len(oldest), flt
+            assert newest == oldest[::-1], (flt, limit)
+        assert client.interrupts(replace(flt, newest_first=True)) == client.interrupts(flt)[::-1]
+    everything = walk(client, InterruptFilter(newest_first=True), 4)
+    assert len(everything) == 30 and everything[0] == ("team-b-29", "int-1")
+    forward = client.interrupt_page(limit=2).cursor
+    with pytest.raises(ValueError, match="another filter or order"):
+        client.interrupt_page(InterruptFilter(newest_first=True), cursor=forward)

@@ -173,6 +173,12 @@ def test_the_interrupt_listing_by_session_prefix_selects_one_tenant(r: redis.Red
     assert [i.session for i in rest.items] == ["acme/s-2"] and rest.cursor is None
     assert [i.session for i in client.interrupt_page(InterruptFilter(session_prefix="globex/")).items] \
         == ["globex/s-1"]
+    # newest first (by session id descending) starts at the tenant's end, not past it
+    newest = InterruptFilter(session_prefix="acme/", newest_first=True)
+    page = client.interrupt_page(newest, limit=2)
+    assert [i.session for i in page.items] == ["acme/s-2", "acme/s-1:sub-1"]
+    rest = client.interrupt_page(newest, limit=2, cursor=page.cursor)
+    assert [i.session for i in rest.items] == ["acme/s-1"] and rest.cursor is None
 
 
 # What the submit function's tenant check stands on (the function itself is loaded by

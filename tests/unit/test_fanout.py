@@ -1,7 +1,12 @@
 """Listings over several shards (parley/fanout.py, the merge; parley/producer.py `MovedRetry`,
 parley/follow.py, when a reader reads the placement again): pure, no Redis."""
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parley.fanout import ShardPart, merge_parts
 from parley.follow import REREAD_EVERY_S, Reread, block_of
@@ -11,8 +16,11 @@ from parley.inbox import (
     InterruptFilter,
     InterruptPage,
     OpenInterrupt,
+    merged_after,
     merged_page,
     merged_rows,
+    order_driver,
+    row_key,
     time_member,
 )
 from parley.producer import MovedRetry, SubmitRefused, is_moved
@@ -165,3 +173,91 @@ def test_a_wait_blocks_at_most_the_reread_period_with_several_shards() -> None:
     assert block_of(10_000, sharded=False) == 10_000
     assert block_of(10_000, sharded=True) == int(REREAD_EVERY_S * 1000)
     assert block_of(300, sharded=True) == 300
+
+
+# ---- newest first over shards: the oldest-first listing, reversed --------------------------------
+
+def shard_page(rows: list[OpenInterrupt], flt: InterruptFilter, limit: int, scan: int,
+               after: str | None) -> InterruptPage:
+    """One shard's part of a merged page, as `shard_page_steps` reads it (its ranges and their
+    bounds are tests/unit/test_inbox.py's and the integration tests'): the members past `after`
+    in the listing's order, at most `limit` kept rows within a scan of at most `scan` members;
+    a cursor at the last member read unless the shard was read to its end."""
+    key = row_key(flt)
+    ordered = sorted(rows, key=key, reverse=flt.newest_first)
+    past = [r for r in ordered if after is None or (key(r) < after if flt.newest_first else key(r) > after)]
+    kept: list[OpenInterrupt] = []
+    read = 0
+    for row in past[:scan]:
+        read += 1
+        if flt.matches(row):
+            kept.append(row)
+        if len(kept) == limit:
+            break
+    if read == len(past):
+        return InterruptPage(items=kept)
+    return InterruptPage(items=kept, cursor=Cursor(order_driver(flt), key(past[read - 1]),
+                                                   flt.fingerprint()).encode())
+
+
+def merged_listing(shards: list[list[OpenInterrupt]], flt: InterruptFilter, limit: int,
+                   scan: int) -> list[tuple[str, str]]:
+    """Every page of the merged listing, as the sharded clients read it, flattened."""
+    out: list[tuple[str, str]] = []
+    cursor: str | None = None
+    for _ in range(1_000):
+        after = merged_after(flt, cursor)
+        page = merged_page(flt, limit, [shard_page(rows, flt, limit, scan, after) for rows in shards])
+        assert len(page.items) <= limit
+        out += [(r.session, r.interrupt_id) for r in page.items]
+        if page.cursor is None:
+            return out
+        cursor = page.cursor
+    raise AssertionError("the paging never ended")
+
+
+OPEN_ROWS = st.lists(st.builds(
+    OpenInterrupt, session=st.sampled_from(["a-1", "a-2", "a-10", "b-1", "b-2", "ab"]),
+    interrupt_id=st.sampled_from(["int-1", "int-2", "int-3"]), reason=st.sampled_from(["confirm", "budget"]),
+    raised_at=st.integers(1_000, 1_020),
+    resumable_by=st.none() | st.lists(st.sampled_from(["alice", "bob"]), max_size=2, unique=True)),
+    max_size=40, unique_by=lambda r: (r.session, r.interrupt_id))
+FILTERS = st.builds(InterruptFilter, reason=st.none() | st.sampled_from(["confirm", "budget"]),
+                    session_prefix=st.none() | st.sampled_from(["a", "a-", "b-1", "c"]),
+                    raised_before=st.none() | st.integers(1_000, 1_021),
+                    principal=st.none() | st.sampled_from(["alice", "bob"]))
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(rows=OPEN_ROWS, flt=FILTERS, shard_count=st.integers(1, 3), limit=st.integers(1, 5),
+       scan=st.integers(1, 8), spread=st.randoms(use_true_random=False))
+def test_newest_first_over_shards_is_the_oldest_first_listing_reversed(
+        rows: list[OpenInterrupt], flt: InterruptFilter, shard_count: int, limit: int, scan: int,
+        spread: Any) -> None:
+    """Paged over random shards with random filters and short scans: every row once, no row
+    missed, oldest first and newest first the same rows in reverse."""
+    shards: list[list[OpenInterrupt]] = [[] for _ in range(shard_count)]
+    for row in rows:
+        shards[spread.randrange(shard_count)].append(row)
+    oldest = merged_listing(shards, flt, limit, scan)
+    newest = merged_listing(shards, replace(flt, newest_first=True), limit, scan)
+    key = row_key(flt)
+    expected = [(r.session, r.interrupt_id) for r in sorted(rows, key=key) if flt.matches(r)]
+    assert oldest == expected
+    assert newest == expected[::-1]
+    every = merged_rows(replace(flt, newest_first=True), [[r.model_dump() for r in s] for s in shards])
+    assert [(r["session"], r["interrupt_id"]) for r in every] == \
+        [(r.session, r.interrupt_id) for r in sorted(rows, key=key, reverse=True)]
+
+
+def test_a_merged_newest_first_page_starts_at_the_latest_and_its_cursor_is_refused_oldest_first() -> None:
+    flt = InterruptFilter(newest_first=True)
+    late, early, mid = row("z", 3), row("y", 1), row("x", 2)
+    page = merged_page(flt, 2, [InterruptPage(items=[late, early]), InterruptPage(items=[mid])])
+    assert [r.session for r in page.items] == ["z", "x"]
+    assert page.cursor is not None and merged_after(flt, page.cursor) == time_member(2, "x", "int-1")
+    with pytest.raises(ValueError, match="another filter or order"):
+        merged_after(InterruptFilter(), page.cursor)
+    by_session = merged_page(InterruptFilter(session_prefix="s", newest_first=True), 5,
+                             [InterruptPage(items=[row("s1", 9)]), InterruptPage(items=[row("s2", 1)])])
+    assert [r.session for r in by_session.items] == ["s2", "s1"] and by_session.cursor is None

@@ -1,9 +1,23 @@
 """The listing's pure parts (parley/inbox.py): which set drives a query, how two sets merge, the
-cursor's round trip and its refusals, and the members' order."""
+cursor's round trip and its refusals, the members' order, and the range bounds of either order
+(newest first: the same listing reversed)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from parley.inbox import Cursor, Driver, InterruptFilter, choose_driver, index_member_of, merge, time_member
+from parley.inbox import (
+    Cursor,
+    Driver,
+    InterruptFilter,
+    choose_driver,
+    encode_token,
+    index_member_of,
+    merge,
+    plan,
+    time_member,
+)
+from parley.schemas.keys import Keys
 
 
 def test_the_session_prefix_drives_else_the_smaller_of_reason_and_principal():
@@ -39,3 +53,79 @@ def test_a_cursor_round_trips_and_is_refused_when_forged_or_used_with_another_fi
             Cursor.decode(bad, where)
     with pytest.raises(ValueError, match="another filter"):
         Cursor.decode(text, InterruptFilter(reason="budget"))
+
+
+# ---- newest first ---------------------------------------------------------------------------------
+
+def test_a_cursor_of_one_order_is_refused_in_the_other():
+    oldest, newest = InterruptFilter(reason="confirm"), InterruptFilter(reason="confirm", newest_first=True)
+    text = Cursor(Driver.REASON, time_member(5, "s", "i"), oldest.fingerprint()).encode()
+    with pytest.raises(ValueError, match="another filter or order"):
+        Cursor.decode(text, newest)
+    back = Cursor(Driver.REASON, time_member(5, "s", "i"), newest.fingerprint()).encode()
+    assert Cursor.decode(back, newest).after == time_member(5, "s", "i")
+    with pytest.raises(ValueError, match="another filter or order"):
+        Cursor.decode(back, oldest)
+    # a cursor made before the order was part of the fingerprint goes on oldest first only
+    earlier = encode_token({"d": "reason", "a": time_member(5, "s", "i"), "f": ["confirm", None, None]})
+    assert Cursor.decode(earlier, oldest).fingerprint == oldest.fingerprint()
+    with pytest.raises(ValueError, match="another filter or order"):
+        Cursor.decode(earlier, newest)
+
+
+def test_merge_in_reverse_takes_the_greatest_first():
+    assert merge([["e", "c"], ["d"]], 2, reverse=True) == (["e", "d"], False)
+    assert merge([["c", "a"], ["b"]], 3, reverse=True) == (["c", "b", "a"], True)
+    assert merge([["c", "a", "0"], ["b"]], 3, reverse=True) == (["c", "b", "a"], False)
+
+
+def test_newest_first_reads_with_rev_from_the_max_down():
+    keys = Keys()
+    (call,) = plan(keys, InterruptFilter(newest_first=True), Driver.TIME, None).range_calls(7)
+    assert call.args == (keys.interrupts_by_time, "+", "-")
+    assert call.kwargs == {"bylex": True, "desc": True, "offset": 0, "num": 7}
+    after = time_member(5, "s", "i")
+    (call,) = plan(keys, InterruptFilter(), Driver.TIME, after).range_calls(7)
+    assert call.args == (keys.interrupts_by_time, "(" + after, "+") and "desc" not in call.kwargs
+    by_session = plan(keys, InterruptFilter(session_prefix="t-", newest_first=True), Driver.SESSION, None)
+    assert by_session.range_calls(1)[0].args[1:] == ("[t-\xff", "[t-")
+
+
+def bounded(member: str, low: str, high: str) -> bool:
+    """Whether ZRANGE BYLEX's bounds `low`..`high` take `member` (ASCII members: str order is
+    byte order)."""
+    above = low == "-" or (member > low[1:] if low[0] == "(" else member >= low[1:])
+    below = high == "+" or (member < high[1:] if high[0] == "(" else member <= high[1:])
+    return low != "+" and high != "-" and above and below
+
+
+SESSIONS = st.sampled_from(["a-1", "a-2", "a-10", "b-1", "b", "ab"])
+MEMBERS = st.lists(st.tuples(st.integers(0, 50), SESSIONS, st.sampled_from(["int-1", "int-2"])),
+                   min_size=1, max_size=30, unique=True)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(members=MEMBERS, prefix=st.none() | st.sampled_from(["a", "a-", "a-1", "b", "c"]),
+       raised_before=st.none() | st.integers(0, 52), at=st.integers(0, 29), newest_first=st.booleans())
+def test_the_bounds_take_the_members_past_the_cursor_in_either_order(
+        members: list[tuple[int, str, str]], prefix: str | None, raised_before: int | None, at: int,
+        newest_first: bool) -> None:
+    """Before a cursor, newest first takes exactly what oldest first took after it: the same
+    listing, reversed; `raised_before` and the session prefix bound both."""
+    keys = Keys()
+    flt = InterruptFilter(session_prefix=prefix, raised_before=raised_before, newest_first=newest_first)
+    driver = Driver.SESSION if prefix is not None else Driver.TIME
+    listed = sorted(f"{s}\x1f{t:015d}\x1f{i}" if prefix is not None else time_member(t, s, i)
+                    for t, s, i in members)
+    first = plan(keys, flt, driver, None)
+    within = [m for m in listed if bounded(m, first.low, first.high)]
+    # what a listing may hold: the prefix's sessions, or those raised before the bound
+    if prefix is not None:
+        assert within == [m for m in listed if m.startswith(prefix)]
+    else:
+        assert within == [m for m in listed if raised_before is None or int(m[:15]) < raised_before]
+    cursor = listed[at % len(listed)]
+    later = plan(keys, flt, driver, cursor)
+    past = [m for m in listed if bounded(m, later.low, later.high)]
+    assert past == [m for m in within if (m < cursor if newest_first else m > cursor)]
+    assert later.reverse is newest_first

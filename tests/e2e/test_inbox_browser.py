@@ -281,11 +281,17 @@ def test_a_question_raised_while_the_list_is_open_appears_and_goes_live(
     assert rows(page) == [f"{prefix}-1"]
     assert row.get_attribute("data-interrupt") == raised["interrupt_id"]
     expect(row.locator("a.open")).to_have_attribute("href", re.compile(r"/interrupt\?"))
-    # answered elsewhere (bob, with the client): the row goes
+    # answered elsewhere (bob, with the client): the row goes, and the question's own page,
+    # open meanwhile, says it is gone
+    question = browsers.signed_in("alice", d.page_url(f"{prefix}-1", raised["interrupt_id"]))
+    expect(question.locator("body")).to_have_attribute("data-live", "connected")
+    expect(question.locator("#gone-notice")).to_be_hidden()
     d.client.resume(f"{prefix}-1", raised["interrupt_id"], {"approved": True}, principal="bob",
                     key=d.keys["bob"], wait=True)
     expect(row).to_have_count(0)
     assert page.evaluate("() => window.notReloaded") is True
+    expect(question.locator("#gone-notice")).to_be_visible()
+    expect(question.locator("form#answer button[value=approve]")).to_be_disabled()
 
 
 def test_a_deadline_passing_while_the_list_is_open_takes_the_row_away(
@@ -370,8 +376,9 @@ def test_the_list_in_oldest_and_newest_order(browsers: Browsers, inbox_deploymen
     raised_at = page.locator("tr.interrupt").evaluate_all(
         "rows => rows.map(r => Number(r.dataset.raisedAt))")
     assert raised_at == sorted(raised_at)
-    reasons = page.locator("tr.interrupt .reason").all_inner_texts()
-    assert [r.strip() for r in reasons] == ["confirm", "payment", "review", "confirm"]
+    reasons = page.locator("tr.interrupt .reason").all_inner_texts()  # then a read-only badge
+    assert [r.split()[0] for r in reasons] == ["confirm", "payment", "review", "confirm"]
+    expect(page.locator(f'tr.interrupt[data-session="{sessions[3]}"] .read-only')).to_be_visible()
     expect(page.locator("a#next-page")).to_have_count(0)
     page.goto(list_path(session=prefix, order="newest"))
     expect(page.locator("tr.interrupt")).to_have_count(4)

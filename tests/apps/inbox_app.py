@@ -9,7 +9,10 @@ the question); decide asks before paying, and the markers in the text choose the
 - `[form]`: reason `payment`, with PAYMENT_SCHEMA (a string, a number with `maximum: 100`, a
   boolean, an enum, an object and an array of strings): the page generates a form;
 - `[bob-only]`: `resumable_by: ["bob"]` (anyone else sees it read-only);
-- `[deadline-3s]`: `timeout_s: 3`, default `{"approved": false}`.
+- `[deadline-3s]`: `timeout_s: 3`, default `{"approved": false}` (`[deadline-1h]`: an hour, a
+  deadline that stays ahead through a test).
+
+The markers are left out of the question's payload (the page shows what a person would read).
 
 "look up <what>" makes the model call `lookup` first; its result raises a `review` question
 (so the conversation up to the question holds a tool call and its result).
@@ -19,6 +22,7 @@ error; the model then sums up, and the turn completes.
 """
 
 import json
+import re
 from typing import Any
 
 from parley.workers.llm import ScriptedModel
@@ -43,18 +47,24 @@ llm = (ScriptedModel()
        .when(r"look up (?P<what>.+)", "lookup"))
 
 
+MARKER = re.compile(r"\s*\[[a-z0-9-]+\]")
+
+
 def decide(trigger: Any, proposed: dict[str, Any]) -> dict[str, Any]:
     if trigger.type == "tool.execute" and trigger.name == "pay":
         text = str(trigger.arguments)
+        payment = {name: MARKER.sub("", str(value)) for name, value in trigger.arguments.items()}
         ask: dict[str, Any] = {"type": "interrupt", "reason": "confirm",
-                               "payload": {"message": "Make this payment?", "payment": trigger.arguments}}
+                               "payload": {"message": "Make this payment?", "payment": payment}}
         if "[form]" in text:
             ask.update(reason="payment", response_schema=PAYMENT_SCHEMA,
-                       payload={"message": "How much, to whom?", "invoice": trigger.arguments})
+                       payload={"message": "How much, to whom?", "invoice": payment})
         if "[bob-only]" in text:
             ask.update(resumable_by=["bob"])
         if "[deadline-3s]" in text:
             ask.update(timeout_s=3, default={"approved": False})
+        if "[deadline-1h]" in text:
+            ask.update(timeout_s=3600, default={"approved": False})
         return {"actions": [ask]}
     if trigger.type == "tool.completed" and trigger.name == "lookup":
         return {"actions": [{"type": "interrupt", "reason": "review",

@@ -365,7 +365,8 @@ def test_the_list_in_oldest_and_newest_order(browsers: Browsers, inbox_deploymen
                                              tmp_path: Path) -> None:
     d = inbox_deployment
     prefix = session_name("order")
-    asked = [(f"{prefix}-1", "pay carol: rent for March"), (f"{prefix}-2", "pay dan: [form] invoice 7"),
+    asked = [(f"{prefix}-1", "pay carol: rent for March [deadline-1h]"),
+             (f"{prefix}-2", "pay dan: [form] invoice 7"),
              (f"{prefix}-3", "look up the invoice"), (f"{prefix}-4", "pay gus: [bob-only] the audit")]
     for session, text in asked:  # one after the other: their raise times are in this order
         d.ask(session, text)
@@ -379,6 +380,12 @@ def test_the_list_in_oldest_and_newest_order(browsers: Browsers, inbox_deploymen
     reasons = page.locator("tr.interrupt .reason").all_inner_texts()  # then a read-only badge
     assert [r.split()[0] for r in reasons] == ["confirm", "payment", "review", "confirm"]
     expect(page.locator(f'tr.interrupt[data-session="{sessions[3]}"] .read-only')).to_be_visible()
+    # the deadline an hour ahead counts down in the browser
+    countdown = page.locator(f'tr.interrupt[data-session="{sessions[0]}"] .deadline span.countdown')
+    expect(countdown).to_have_text(re.compile(r"59m"))
+    shown = countdown.inner_text()
+    expect(countdown).not_to_have_text(shown)  # it ticks
+    expect(page.locator("tr.interrupt .countdown")).to_have_count(1)
     expect(page.locator("a#next-page")).to_have_count(0)
     page.goto(list_path(session=prefix, order="newest"))
     expect(page.locator("tr.interrupt")).to_have_count(4)

@@ -41,7 +41,7 @@ from parley.web import csrf, present
 from parley.web.config import InboxConfig
 from parley.web.conversation import path_to, pretty_json
 from parley.web.files import Reloading
-from parley.web.forms import APPROVE, DECLINE, ROOT, answer_form, field_of_path, read_answer
+from parley.web.forms import APPROVE, DECLINE, answer_form, field_of_path, read_answer
 from parley.web.live import Change, ChangeKind, FeedHub, event_stream
 from parley.web.observe import ANSWERS, LIVE_PAGES, SIGNINS, metrics_body, observed, secured
 from parley.web.present import AnswerResult, AnswerStatus
@@ -232,7 +232,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
     # ---- one interrupt ------------------------------------------------------------------------
 
     async def interrupt_view(request: Request, principal: str, session: str, interrupt_id: str,
-                             result: AnswerResult | None = None, values: dict[str, str] | None = None,
+                             result: AnswerResult | None = None, values: dict[str, Any] | None = None,
                              errors: dict[str, str] | None = None, status: int = 200) -> Response:
         row = await inbox.client.open_interrupt(session, interrupt_id)
         view = await inbox.client.show(session)
@@ -267,7 +267,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         session, interrupt_id = _text(form.get("session")), _text(form.get("interrupt_id"))
         if not session or not interrupt_id:
             return PlainTextResponse("the form names no interrupt", status_code=400)
-        values = {k: v for k, v in form.multi_items() if isinstance(v, str) and k.startswith(ROOT)}
+        values: dict[str, Any] = {}
         row = await inbox.client.open_interrupt(session, interrupt_id)
         if row is None:
             return await _answered(request, principal, session, interrupt_id, present.no_longer_open())
@@ -282,6 +282,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         else:
             items = [(k, v) for k, v in form.multi_items() if isinstance(v, str)]
             read = read_answer(row.response_schema, items)
+            values = read.values
             if not read.ok:
                 result = AnswerResult(AnswerStatus.INVALID, "Not sent: the answer does not fit the form.")
                 ANSWERS.labels(result.status.value).inc()
@@ -310,11 +311,12 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
             result = present.answer_result(outcome)
             log.info("answer sent", extra=kv(session=session, interrupt_id=interrupt_id, principal=principal,
                                              outcome=result.status.value, code=result.code))
-        errors = {field_of_path(result.path): result.detail or ""} if result.path else {}
+        where = field_of_path(result.path, answer_form(row.response_schema))
+        errors = {where: result.detail or ""} if result.path else {}
         return await _answered(request, principal, session, interrupt_id, result, values, errors)
 
     async def _answered(request: Request, principal: str, session: str, interrupt_id: str,
-                        result: AnswerResult, values: dict[str, str] | None = None,
+                        result: AnswerResult, values: dict[str, Any] | None = None,
                         errors: dict[str, str] | None = None) -> Response:
         ANSWERS.labels(result.status.value).inc()
         status = {AnswerStatus.UNAVAILABLE: 503, AnswerStatus.INVALID: 422}.get(result.status, 200)

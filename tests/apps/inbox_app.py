@@ -53,7 +53,7 @@ MARKER = re.compile(r"\s*\[[a-z0-9-]+\]")
 def decide(trigger: Any, proposed: dict[str, Any]) -> dict[str, Any]:
     if trigger.type == "tool.execute" and trigger.name == "pay":
         text = str(trigger.arguments)
-        payment = {name: MARKER.sub("", str(value)) for name, value in trigger.arguments.items()}
+        payment = {name: MARKER.sub("", str(value)).strip() for name, value in trigger.arguments.items()}
         ask: dict[str, Any] = {"type": "interrupt", "reason": "confirm",
                                "payload": {"message": "Make this payment?", "payment": payment}}
         if "[form]" in text:

@@ -41,6 +41,8 @@ PRODUCER = "app"
 #: how long a DOM condition may take to hold: a question raised goes through the dispatcher,
 #: a model call and a decide job on the worker before the feed names it
 WAIT_MS = 15_000
+#: rows per page of the list: small, so that a test's few questions make a second page
+PAGE_SIZE = 3
 
 
 @dataclass
@@ -56,11 +58,14 @@ class InboxDeployment:
     passwords: dict[str, str]
     procs: Procs
 
+    def send(self, session: str, value: dict[str, Any]) -> None:
+        """Send an input as the producer (signed: the dispatcher requires it)."""
+        self.client.send(session, value, principal=PRODUCER, key=self.keys[PRODUCER])
+
     def ask(self, session: str, text: str) -> dict[str, Any]:
-        """Send `text` as a new session's first message (signed by the producer) and wait for
-        the question it raises: its `interrupt.raised` event."""
-        self.client.send(session, {"type": "message.create", "content": text},
-                         principal=PRODUCER, key=self.keys[PRODUCER])
+        """Send `text` as a new session's first message and wait for the question it raises:
+        its `interrupt.raised` event."""
+        self.send(session, {"type": "message.create", "content": text})
         return wait_for(self.client, session, lambda e: e["type"] == "interrupt.raised")[-1]
 
     def events(self, session: str) -> list[dict[str, Any]]:
@@ -108,7 +113,7 @@ def inbox_deployment_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         port = free_port()
         procs.start("inbox", APP, "--port", str(port), "--host", "127.0.0.1",
                     "--users-file", str(users_file), "--keys-file", str(keys_file),
-                    "--session-secret", secrets.token_hex(16))
+                    "--session-secret", secrets.token_hex(16), "--page-size", str(PAGE_SIZE))
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, procs)
         yield InboxDeployment(url, server.url, r, Client(r), keys, passwords, procs)

@@ -19,6 +19,7 @@ from playwright.sync_api import Page, expect
 
 from tests.conftest import wait_for
 from tests.e2e.inbox_fixtures import (  # noqa: F401  (fixtures)
+    PAGE_SIZE,
     WAIT_MS,
     Browsers,
     InboxDeployment,
@@ -168,6 +169,28 @@ def test_approve_or_decline_from_the_list(browsers: Browsers, inbox_deployment: 
     page.goto(d.page_url(session, raised["interrupt_id"]))
     expect(page.locator("#not-open")).to_be_visible()
     expect(page.locator("form#answer")).to_have_count(0)
+
+
+def test_an_answer_on_a_branch_the_user_left_is_recorded_not_delivered(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    session = session_name("branch")
+    raised = d.ask(session, "pay ivy: the fee")
+    # the user starts over (a new root): the question's branch is not the active one any more
+    d.send(session, {"type": "message.create", "content": "never mind, hello", "parent_id": None})
+    wait_for(d.client, session, lambda e: e["type"] == "turn.completed")
+    page = browsers.signed_in("bob", d.page_url(session, raised["interrupt_id"]))
+    # the conversation shown is the question's own branch
+    messages = page.locator("ol#conversation li.message")
+    expect(messages).to_have_count(2)
+    expect(messages.first).to_contain_text("pay ivy: the fee")
+    expect(page.locator("ol#conversation")).not_to_contain_text("never mind")
+    with page.expect_navigation():
+        page.click("form#answer button[name=decision][value=approve]")
+    expect(page.locator("#outcome")).to_have_attribute("data-status", "not_delivered")
+    expect(page.locator("#outcome")).to_contain_text("branch")
+    (event,) = resumed(d, session)
+    assert (event["delivered"], event["principal"]) == (False, "bob")
 
 
 def fill_payment(page: Page, amount: str) -> None:
@@ -368,33 +391,45 @@ def test_the_list_in_oldest_and_newest_order(browsers: Browsers, inbox_deploymen
     prefix = session_name("order")
     asked = [(f"{prefix}-1", "pay carol: rent for March [deadline-1h]"),
              (f"{prefix}-2", "pay dan: [form] invoice 7"),
-             (f"{prefix}-3", "look up the invoice"), (f"{prefix}-4", "pay gus: [bob-only] the audit")]
+             (f"{prefix}-3", "pay gus: [bob-only] the audit"),
+             (f"{prefix}-4", "look up the invoice")]
     for session, text in asked:  # one after the other: their raise times are in this order
         d.ask(session, text)
     sessions = [session for session, _text in asked]
+    # oldest first, in pages of PAGE_SIZE (3) rows
     page = browsers.signed_in("alice", list_path(session=prefix, order="oldest"))
-    expect(page.locator("tr.interrupt")).to_have_count(4)
-    assert rows(page) == sessions
+    expect(page.locator("tr.interrupt")).to_have_count(PAGE_SIZE)
+    assert rows(page) == sessions[:3]
     raised_at = page.locator("tr.interrupt").evaluate_all(
         "rows => rows.map(r => Number(r.dataset.raisedAt))")
     assert raised_at == sorted(raised_at)
     reasons = page.locator("tr.interrupt .reason").all_inner_texts()  # then a read-only badge
-    assert [r.split()[0] for r in reasons] == ["confirm", "payment", "review", "confirm"]
-    expect(page.locator(f'tr.interrupt[data-session="{sessions[3]}"] .read-only')).to_be_visible()
+    assert [r.split()[0] for r in reasons] == ["confirm", "payment", "confirm"]
+    expect(page.locator("tr.interrupt .read-only")).to_have_count(1)
+    expect(page.locator(f'tr.interrupt[data-session="{sessions[2]}"] .read-only')).to_be_visible()
     # the deadline an hour ahead counts down in the browser
+    expect(page.locator("tr.interrupt .countdown")).to_have_count(1)
     countdown = page.locator(f'tr.interrupt[data-session="{sessions[0]}"] .deadline span.countdown')
     expect(countdown).to_have_text(re.compile(r"59m"))
     shown = countdown.inner_text()
     expect(countdown).not_to_have_text(shown)  # it ticks
-    expect(page.locator("tr.interrupt .countdown")).to_have_count(1)
-    expect(page.locator("a#next-page")).to_have_count(0)
-    page.goto(list_path(session=prefix, order="newest"))
-    expect(page.locator("tr.interrupt")).to_have_count(4)
-    assert rows(page) == sessions[::-1]
     # the filters' form shows what the list is filtered by
     expect(page.locator('form#filters [name="session"]')).to_have_value(prefix)
+    expect(page.locator('form#filters [name="order"]')).to_have_value("oldest")
     expect(page.locator("body")).to_have_attribute("data-live", "connected")
     page.screenshot(path=str(tmp_path / "inbox-list.png"), full_page=True)
+    with page.expect_navigation():
+        page.click("a#next-page")
+    assert rows(page) == sessions[3:]
+    expect(page.locator("a#next-page")).to_have_count(0)
+    # newest first
+    page.goto(list_path(session=prefix, order="newest"))
+    expect(page.locator("tr.interrupt")).to_have_count(PAGE_SIZE)
+    assert rows(page) == sessions[::-1][:3]
+    with page.expect_navigation():
+        page.click("a#next-page")
+    assert rows(page) == sessions[:1]
+    expect(page.locator("a#next-page")).to_have_count(0)
 
 
 def test_a_post_without_the_csrf_token_is_refused_and_sends_nothing(

@@ -27,7 +27,9 @@ from tests.e2e.inbox_fixtures import (  # noqa: F401  (fixtures)
     inbox_deployment_fixture,
 )
 
-pytestmark = pytest.mark.e2e
+# One deployment and one browser for the module: under `pytest -n 2 --dist loadgroup` its tests
+# stay on one worker and share them (with plain `-n`, each worker starts its own).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("inbox-browser")]
 expect.set_options(timeout=WAIT_MS)
 
 

@@ -292,7 +292,7 @@ def test_two_approvers_answering_at_once_one_is_told_it_was_already_answered(
     assert outcomes[event["principal"]] == "delivered"
 
 
-def test_a_question_raised_while_the_list_is_open_appears_and_goes_live(
+def test_a_question_raised_while_the_list_is_open_appears_live(
         browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
     d = inbox_deployment
     prefix = session_name("live")
@@ -310,31 +310,47 @@ def test_a_question_raised_while_the_list_is_open_appears_and_goes_live(
     assert rows(page) == [f"{prefix}-1"]
     assert row.get_attribute("data-interrupt") == raised["interrupt_id"]
     expect(row.locator("a.open")).to_have_attribute("href", re.compile(r"/interrupt\?"))
-    # answered elsewhere (bob, with the client): the row goes, and the question's own page,
-    # open meanwhile, says it is gone
-    question = browsers.signed_in("alice", d.page_url(f"{prefix}-1", raised["interrupt_id"]))
-    expect(question.locator("body")).to_have_attribute("data-live", "connected")
+    expect(page.locator("#empty")).to_have_count(0)
+    assert page.evaluate("() => window.notReloaded") is True
+
+
+def test_a_question_answered_elsewhere_leaves_the_list_and_its_page_says_so(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    session = session_name("elsewhere")
+    raised = d.ask(session, "pay erin: the deposit")
+    page = browsers.signed_in("alice", list_path(session=session))
+    row = page.locator(f'tr.interrupt[data-session="{session}"]')
+    expect(row).to_have_count(1)
+    question = browsers.signed_in("alice", d.page_url(session, raised["interrupt_id"]))
+    for opened in (page, question):
+        expect(opened.locator("body")).to_have_attribute("data-live", "connected")
+        opened.evaluate("() => { window.notReloaded = true; }")
     expect(question.locator("#gone-notice")).to_be_hidden()
-    d.client.resume(f"{prefix}-1", raised["interrupt_id"], {"approved": True}, principal="bob",
+    # bob answers with the client, not through this page
+    d.client.resume(session, raised["interrupt_id"], {"approved": True}, principal="bob",
                     key=d.keys["bob"], wait=True)
     expect(row).to_have_count(0)
-    assert page.evaluate("() => window.notReloaded") is True
+    expect(page.locator("#empty")).to_be_visible()
     expect(question.locator("#gone-notice")).to_be_visible()
     expect(question.locator("form#answer button[value=approve]")).to_be_disabled()
+    expect(question.locator("form#answer button[value=decline]")).to_be_disabled()
+    for opened in (page, question):
+        assert opened.evaluate("() => window.notReloaded") is True
 
 
 def test_a_deadline_passing_while_the_list_is_open_takes_the_row_away(
         browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
     d = inbox_deployment
     session = session_name("deadline")
-    page = browsers.signed_in("alice", list_path(session=session))
-    expect(page.locator("body")).to_have_attribute("data-live", "connected")
-    page.evaluate("() => { window.notReloaded = true; }")
+    page = browsers.signed_in("alice")
     raised = d.ask(session, "pay fay: [deadline-3s] the fee")
+    page.goto(list_path(session=session))
     row = page.locator(f'tr.interrupt[data-session="{session}"]')
     expect(row).to_have_count(1)
+    expect(page.locator("body")).to_have_attribute("data-live", "connected")
+    page.evaluate("() => { window.notReloaded = true; }")
     countdown = row.locator(".deadline span.countdown[data-expires-at]")
-    expect(countdown).to_have_count(1)
     assert int(countdown.get_attribute("data-expires-at") or 0) == raised["at"] + 3000
     expect(row).to_have_count(0)
     assert page.evaluate("() => window.notReloaded") is True

@@ -41,6 +41,7 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     from parley.schemas.signing import KeysFileError
     from parley.web.app import create_app
     from parley.web.config import InboxConfig
+    from parley.web.serve import StoppingServer
     from parley.web.users import UsersFileError
 
     obj = ctx.find_root().obj
@@ -58,4 +59,9 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     if session_secret is None:
         click.echo("parley inbox: no --session-secret: sign-ins last until this process stops", err=True)
     click.echo(f"parley inbox: serving on http://{host}:{port}/", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=True)
+    # Open event streams never end by themselves: a stop gives them 5 s, then closes them.
+    server = StoppingServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                           proxy_headers=True, timeout_graceful_shutdown=5))
+    server.run()
+    if not server.started:
+        raise click.ClickException(f"could not serve on {host}:{port} (see the error above)")

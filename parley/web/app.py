@@ -154,6 +154,17 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
             row=row, may_answer=inbox.may_answer(principal, row), now_ms=now_ms(),
             duration=present.duration)
 
+    async def raised_row(change: Change) -> OpenInterrupt | None:
+        """The row of an interrupt the feed says was raised. The index is written by the
+        commit's outbox flush, just after the feed entry: a row not there yet is asked again
+        for a moment (and one resumed meanwhile stays None)."""
+        for delay in (0.0, 0.05, 0.1, 0.2, 0.4, 0.8):
+            await asyncio.sleep(delay)
+            row = await inbox.client.open_interrupt(change.session, change.interrupt_id)
+            if row is not None:
+                return row
+        return None
+
     # ---- sign-in ----------------------------------------------------------------------------
 
     async def signin_page(request: Request) -> Response:
@@ -216,7 +227,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         async def render(change: Change) -> str | None:
             if change.kind is not ChangeKind.RAISED:
                 return None
-            row = await inbox.client.open_interrupt(change.session, change.interrupt_id)
+            row = await raised_row(change)
             if row is None or not where.matches(row):
                 return None
             return render_row(row, principal)

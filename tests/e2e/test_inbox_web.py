@@ -33,6 +33,8 @@ def deployment(procs: Procs, r: redis.Redis, client: Client, tmp_path: Path) -> 
                                  "carol": {"password": hash_password("carol-password")}}))
     procs.dispatcher("tests.apps.scenarios", "--keys-file", str(keys))
     procs.worker("tests.apps.scenarios")
+    # both processes up (their signal handlers in place) before a test that needs neither ends
+    asking(r, client, "warm-up")
     yield procs, tmp_path
 
 

@@ -33,7 +33,7 @@ def test_a_malformed_keys_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_files_are_required_and_must_exist(tmp_path: Path) -> None:
-    users, keys = files(tmp_path, {"alice": {"password": hash_password("alice-password")}})
+    _users, keys = files(tmp_path, {"alice": {"password": hash_password("alice-password")}})
     assert run("inbox", "--keys-file", keys).exit_code == 2
     missing = run("inbox", "--users-file", str(tmp_path / "nope.json"), "--keys-file", keys)
     assert missing.exit_code == 2 and "does not exist" in missing.output

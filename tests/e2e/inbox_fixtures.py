@@ -14,7 +14,7 @@ install`: the system's browser, with the flags a container needs).
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -57,6 +57,18 @@ class InboxDeployment:
     #: person -> password (the users file holds their scrypt hashes)
     passwords: dict[str, str]
     procs: Procs
+    #: the users file's password hashes
+    hashes: tuple[str, ...] = ()
+    #: person -> the browser state (its session cookie) of their first sign-in
+    sign_ins: dict[str, Any] = field(default_factory=dict)
+
+    def secrets_in(self, text: str) -> list[str]:
+        """What of the deployment's secrets (signing keys, passwords, password hashes) `text`
+        shows, by name."""
+        named = {**{f"key of {k}": v for k, v in self.keys.items()},
+                 **{f"password of {k}": v for k, v in self.passwords.items()},
+                 **{f"password hash {i}": v for i, v in enumerate(self.hashes)}}
+        return [name for name, secret in named.items() if secret in text]
 
     def send(self, session: str, value: dict[str, Any]) -> None:
         """Send an input as the producer (signed: the dispatcher requires it)."""
@@ -104,8 +116,8 @@ def inbox_deployment_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     keys_file = home / "keys.json"
     keys_file.write_bytes(orjson.dumps(keys))
     users_file = home / "users.json"
-    users_file.write_bytes(orjson.dumps({name: {"password": hash_password(pw)}
-                                         for name, pw in passwords.items()}))
+    hashes = {name: hash_password(pw) for name, pw in passwords.items()}
+    users_file.write_bytes(orjson.dumps({name: {"password": h} for name, h in hashes.items()}))
     r = redis.Redis.from_url(server.url)
     try:
         procs.dispatcher(APP, "--keys-file", str(keys_file), "--require-signing")
@@ -116,7 +128,8 @@ def inbox_deployment_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterat
                     "--session-secret", secrets.token_hex(16), "--page-size", str(PAGE_SIZE))
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, procs)
-        yield InboxDeployment(url, server.url, r, Client(r), keys, passwords, procs)
+        yield InboxDeployment(url, server.url, r, Client(r), keys, passwords, procs,
+                              tuple(hashes.values()))
         # SIGTERM must end every process cleanly (exit 0), the page's server included.
         codes = {log.name: stop_process(proc) for _kind, proc, log in procs.started}
         assert all(code == 0 for code in codes.values()), f"exit codes {codes}\n{procs.logs()}"
@@ -146,8 +159,8 @@ class Browsers:
         self.deployment = deployment
         self.pages: list[Page] = []
 
-    def anonymous(self) -> Page:
-        context = self.browser.new_context(base_url=self.deployment.url,
+    def anonymous(self, storage_state: Any = None) -> Page:
+        context = self.browser.new_context(base_url=self.deployment.url, storage_state=storage_state,
                                            viewport={"width": 1200, "height": 800})
         context.set_default_timeout(WAIT_MS)
         page = context.new_page()
@@ -155,8 +168,16 @@ class Browsers:
         return page
 
     def signed_in(self, person: str, path: str = "/") -> Page:
-        """A page of `person`, signed in through the form on the way to `path` (any page sends
-        someone not signed in to /signin?next=<path>, which sends them back)."""
+        """A page of `person` at `path`. The module's first page of each person signs in
+        through the form on the way to `path` (any page sends someone not signed in to
+        /signin?next=<path>, which sends them back); later ones start with that sign-in's
+        cookie, as another tab would, which saves the tests a sign-in each."""
+        cookie = self.deployment.sign_ins.get(person)
+        if cookie is not None:
+            page = self.anonymous(cookie)
+            page.goto(path)
+            expect(page.locator("#principal")).to_have_text(person)
+            return page
         page = self.anonymous()
         page.goto(path)
         expect(page.locator("form#signin")).to_be_visible()
@@ -165,6 +186,8 @@ class Browsers:
         with page.expect_navigation():
             page.click("form#signin button[type=submit]")
         assert page.url == self.deployment.url + path, f"signed in, then at {page.url}, not {path}"
+        expect(page.locator("#principal")).to_have_text(person)
+        self.deployment.sign_ins[person] = page.context.storage_state()
         return page
 
     def close(self) -> None:

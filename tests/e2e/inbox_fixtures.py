@@ -11,6 +11,7 @@ keys file, not in the users file, so nobody signs in as it).
 install`: the system's browser, with the flags a container needs).
 """
 
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -159,26 +160,30 @@ class Browsers:
         self.deployment = deployment
         self.pages: list[Page] = []
 
-    def anonymous(self, storage_state: Any = None) -> Page:
+    def anonymous(self, storage_state: Any = None, live: bool = True) -> Page:
+        """A page of a new context; `live=False`: its event streams are cut (a page that hears
+        of no change)."""
         context = self.browser.new_context(base_url=self.deployment.url, storage_state=storage_state,
                                            viewport={"width": 1200, "height": 800})
         context.set_default_timeout(WAIT_MS)
+        if not live:
+            context.route(re.compile(r"/events(\?|$)"), lambda route: route.abort())
         page = context.new_page()
         self.pages.append(page)
         return page
 
-    def signed_in(self, person: str, path: str = "/") -> Page:
+    def signed_in(self, person: str, path: str = "/", live: bool = True) -> Page:
         """A page of `person` at `path`. The module's first page of each person signs in
         through the form on the way to `path` (any page sends someone not signed in to
         /signin?next=<path>, which sends them back); later ones start with that sign-in's
         cookie, as another tab would, which saves the tests a sign-in each."""
         cookie = self.deployment.sign_ins.get(person)
         if cookie is not None:
-            page = self.anonymous(cookie)
+            page = self.anonymous(cookie, live)
             page.goto(path)
             expect(page.locator("#principal")).to_have_text(person)
             return page
-        page = self.anonymous()
+        page = self.anonymous(live=live)
         page.goto(path)
         expect(page.locator("form#signin")).to_be_visible()
         page.fill("form#signin input[name=principal]", person)

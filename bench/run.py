@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, eleven scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, twelve scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -19,6 +19,8 @@
    from another producer: their delay (straight to the stream, and through the submit function)
 11. Shards: the seed cycle on 1 shard and on 2 (each shard its own redis-server, dispatcher and
    workers), sessions/s in all and per shard, then sessions parked and left open, per shard
+12. The inbox page: `parley inbox` with 10,000 open interrupts, signed in; the list's first page
+   (oldest first, newest first, "answerable by me") as whole HTTP requests
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -51,6 +53,7 @@ from bench.driver import Producer, Track, read_parked, resume_closed_loop, run_f
 from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.flood import flood_row
 from bench.inbox import QUERIES, listing_rows
+from bench.inbox_page import PAGES, page_row
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from bench.sessions import QUERY_NAMES as SESSION_QUERIES
 from bench.sessions import listing_rows as session_rows
@@ -650,6 +653,21 @@ def scenario_11(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) ->
         save(args, out)
 
 
+# ---- scenario 12 ---------------------------------------------------------------------------------
+
+def scenario_12(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    rows = out.setdefault("scenario_12", [])
+    why = out_of_time(args, "scenario 12")
+    if why:
+        rows.append({"open": args.page_open, "skipped": why})
+        return
+    log(f"scenario 12: the inbox page (`parley inbox`) with {args.page_open:,} open interrupts, "
+        f"{args.page_requests} requests of each page")
+    rows.append(page_row(workdir / "s12", args.page_open, args.page_requests, dist=dist,
+                         percentile=percentile, log=log))
+    save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -684,6 +702,11 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 def pq(d: dict[str, Any]) -> str:
     """p50/p99 of a distribution, for a table cell."""
     return f"{fmt(d.get('p50'))}/{fmt(d.get('p99'))}"
+
+
+def p50_p95_max(d: dict[str, Any]) -> str:
+    """p50/p95/max of a distribution, for a table cell."""
+    return "/".join(fmt(d.get(q)) for q in ("p50", "p95", "max"))
 
 
 def skipped_row(ident: list[Any], width: int, why: str) -> list[Any]:
@@ -910,6 +933,22 @@ def report(out: dict[str, Any]) -> str:
                          r["usage"]["other_load_cores"], r["problems"],
                          r["parks_per_s"], each])
         lines.append(table(hdr, rows))
+    s12 = out.get("scenario_12", [])
+    if s12:
+        lines.append("")
+        lines.append("12. The inbox page: `parley inbox` (a real process), signed in, the list's first "
+                     "page as whole HTTP requests, ms p50/p95/max")
+        hdr = ["open", "fill s", "rows", "first request ms", *(f"{name} ms" for name in PAGES),
+               "inbox RSS MiB"]
+        rows = []
+        for r in s12:
+            if "skipped" in r:
+                rows.append(skipped_row([r["open"]], len(hdr), r["skipped"]))
+                continue
+            rows.append([r["open"], r["fill_s"], r["page_size"], r["first_request_ms"],
+                         *(p50_p95_max(r[name]["ms"]) for name in PAGES),
+                         mib(r["inbox_rss_kib"])])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -990,6 +1029,12 @@ def goal_lines(out: dict[str, Any]) -> list[str]:
             sweep_max is not None and sweep_max <= 10)
         say("a concurrent PING p99 meanwhile", f"{ping_p99} ms", "<= 5 ms",
             ping_p99 is not None and ping_p99 <= 5)
+    for r in out.get("scenario_12", []):
+        if "skipped" in r:
+            continue
+        p50 = r["first page"]["ms"].get("p50")
+        say(f"the inbox's first page with {r['open']:,} open interrupts, p50", f"{p50} ms", "<= 200 ms",
+            p50 is not None and p50 <= 200)
     for r in out.get("scenario_8", []):
         if "skipped" in r:
             continue
@@ -1005,7 +1050,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12", help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -1048,6 +1093,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="scenario 11 sessions parked and left open per row")
     ap.add_argument("--shards-partitions", type=int, default=16,
                     help="scenario 11 partitions, the same in every row (16: the default of shards)")
+    ap.add_argument("--page-open", type=int, default=10_000, help="scenario 12 open interrupts")
+    ap.add_argument("--page-requests", type=int, default=50, help="scenario 12 requests of each page")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -1065,6 +1112,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.list_sizes, args.list_pages = "100,300", 5
         args.flood_inputs = 500
         args.shards_sessions, args.shards_parked, args.shards_partitions = 20, 20, 4
+        args.page_open, args.page_requests = 300, 5
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -1117,6 +1165,9 @@ def main(argv: list[str] | None = None) -> int:
             scenario_10(args, workdir, out)
         if "11" in args.only:
             scenario_11(args, workdir, out)
+        # before 4 too: short (about 10 s), and it has a goal
+        if "12" in args.only:
+            scenario_12(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

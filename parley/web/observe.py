@@ -14,6 +14,13 @@ ANSWERS = Counter("parley_inbox_answers", "Answers posted, by outcome (delivered
                   ["outcome"], registry=REGISTRY)
 SIGNINS = Counter("parley_inbox_signins", "Sign-in attempts, by outcome (ok, refused, csrf)", ["outcome"],
                   registry=REGISTRY)
+# Every outcome's series exists from the start (at 0), so the first failure of a process is
+# an increase an alert's rate() sees.
+for _outcome in ("delivered", "not_delivered", "refused", "already_answered", "ignored", "timeout", "invalid",
+                 "unavailable", "forbidden", "csrf"):
+    ANSWERS.labels(_outcome)
+for _outcome in ("ok", "refused", "csrf"):
+    SIGNINS.labels(_outcome)
 LIVE_PAGES = Gauge("parley_inbox_live_pages", "Pages following live updates (open event streams)",
                    registry=REGISTRY)
 

@@ -26,12 +26,14 @@ def deploy(tmp_path: Path) -> Iterator[Deployment]:
     assert all(code == 0 for code in codes), f"exit codes {codes}\n{d.logs()}"
 
 
-def test_the_list_merges_every_shard_and_answers_reach_each_shard(deploy: Deployment, tmp_path: Path) -> None:
+def test_the_list_merges_every_shard_and_answers_reach_each_shard(deploy: Deployment,
+                                                                  tmp_path: Path) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"alice": "alice-signing-key-0123456789"}))
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"alice": {"password": hash_password("alice-password")}}))
-    deploy.start("dispatcher", "tests.apps.scenarios", "--keys-file", str(keys), "--register-producer", "inbox")
+    deploy.start("dispatcher", "tests.apps.scenarios", "--keys-file", str(keys),
+                 "--register-producer", "inbox")
     deploy.start("worker", "tests.apps.scenarios")
     wait_ready(deploy)
     sessions = sessions_on_every_shard(deploy, 2, "web-shard-")

@@ -73,11 +73,14 @@ NOTIFIER = "parley-notifier"
 ARCHIVER = "parley-archiver"
 # a producer and a reader scoped to the sessions of tenant `acme` (tests/integration/test_tenants.py)
 ACME_PRODUCER, ACME_READER = "parley-producer-acme", "parley-reader-acme"
+# the inbox page's login (tests/integration/test_deploy.py runs the page under it)
+INBOX = "parley-inbox"
 # the placeholders shipped in the file (deploy/README.md: replace them before deploying)
 PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
              NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver",
-             ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme"}
+             ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme",
+             INBOX: "change-me-inbox"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 #: the registered producer whose streams the file's producer login writes
 APP = "app"
@@ -249,7 +252,7 @@ def refused(call: Callable[[], Any]) -> None:
 
 def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
     users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
-    roles = (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ACME_PRODUCER, ACME_READER)
+    roles = (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ACME_PRODUCER, ACME_READER, INBOX)
     assert set(users) == {"default", ADMIN, *roles}
     assert " off " in users["default"] and "nopass" not in users["default"]
     for user in roles:

@@ -12,6 +12,12 @@
   agree with PARLEY_METRICS_PORT; every file a deployment file names exists;
 - the dashboard's and the alert rules' queries name only metrics that a live dispatcher
   and worker expose on /metrics, after one seed session (so labelled series exist);
+- the approvers' inbox (`parley inbox`) runs in both deployments: every shard's URL as its own
+  login, submitting as the registered producer `inbox`, the users file and the keys file the
+  dispatchers verify with mounted from secrets, a shared session secret on Kubernetes, probes
+  and healthcheck on /healthz, scraped on its page's port; under that login, with the shipped
+  ACL file, a live inbox signs a person in, lists, shows and answers an interrupt with an
+  empty ACL LOG;
 - with promtool installed (Debian: `apt-get install prometheus`): the rules and the
   compose scrape config check, the alert rules' unit tests pass and every dashboard query
   parses; with kubectl installed: `kubectl kustomize deploy` renders.
@@ -26,10 +32,12 @@ import time
 import tomllib
 import urllib.request
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 import orjson
 import pytest
 import redis
@@ -37,10 +45,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from parley.cli import cli
-from parley.cli.procs import free_port
+from parley.cli.procs import free_port, start_parley, stop_process
 from parley.client import Client
 from parley.schemas.keys import Keys
+from parley.schemas.signing import parse_keys
+from parley.web.observe import metrics_body
+from parley.web.users import hash_password
 from tests.conftest import Procs, eventually, wait_for
+from tests.integration.test_acl import DISPATCHER, PRODUCER, WORKER, AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -49,6 +61,9 @@ DASHBOARD = DEPLOY / "grafana" / "dashboards" / "parley.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 
 METRICS_PORT = 9100
+#: the inbox serves its page, /metrics and /healthz on one port
+INBOX_PORT = 8080
+INBOX_PRODUCER = "inbox"
 PROJECT_IMAGE = "parley"
 OFFICIAL_IMAGES = {"redis", "prom/prometheus", "grafana/grafana"}
 QUEUES = ("decide", "llm", "tools")
@@ -230,7 +245,12 @@ def test_compose_services() -> None:
         urls = redis_urls(env)
         assert [url_host(u) for u in urls] == shards, f"{name}: URLs {urls} are not the shards in order"
         assert all(u.startswith("redis://") for u in urls)
-        sub = check_parley_args(svc["command"], env, f"compose {name}")
+        # files the command reads (click checks that they exist): the deploy/ files mounted there
+        files = with_compose_files(compose, svc, env, name)
+        sub = check_parley_args(svc["command"], files, f"compose {name}")
+        if sub == "inbox":
+            check_compose_inbox(compose, name, svc, env)
+            continue
         if sub not in ("dispatcher", "worker", "notify"):
             # the producer: a one-shot command, not a long-running process to scrape
             assert svc.get("profiles"), f"{name}: an example producer is started only when asked"
@@ -260,7 +280,8 @@ def test_compose_services() -> None:
     assert sorted(worker_queues) == sorted((q, i) for q in QUEUES for i in range(len(shards))), \
         "per shard, one worker fleet per queue"
     producers = [n for n, svc in services.items() if is_project_image(svc["image"])
-                 and svc["command"][0] not in ("dispatcher", "worker", "notify")]
+                 and svc["command"][0] not in ("dispatcher", "worker", "notify", "inbox")]
+    assert [n for n, svc in services.items() if svc.get("command", [""])[0] == "inbox"] == ["inbox"]
     assert producers, "an app (producer) service, given every shard's URL"
 
     data_volumes = set()
@@ -289,6 +310,56 @@ def test_compose_services() -> None:
             assert f"user {user} on >{password} " in acl_text, f"{name}: {user}'s password is not the ACL's"
 
 
+def compose_secret_path(compose: dict[str, Any], svc: dict[str, Any], path: str, where: str) -> Path:
+    """The file of deploy/ a container reads at `path`: a Compose secret it is given
+    (/run/secrets/<name>), whose file exists."""
+    assert path.startswith("/run/secrets/"), f"{where}: {path} is not a secret's file"
+    name = path.removeprefix("/run/secrets/")
+    given = [s if isinstance(s, str) else s["source"] for s in svc.get("secrets", [])]
+    assert name in given, f"{where}: reads {path} but is not given the secret {name}"
+    source = DEPLOY / compose["secrets"][name]["file"]
+    assert source.is_file(), f"{where}: secret {name}'s file {source} does not exist"
+    return source.resolve()
+
+
+def with_compose_files(compose: dict[str, Any], svc: dict[str, Any], env: dict[str, str],
+                       where: str) -> dict[str, str]:
+    """`env` with each file path of a secret the container is given replaced by the deploy/
+    file the secret is made from (to parse the command where those files are)."""
+    return {k: str(compose_secret_path(compose, svc, v, where)) if v.startswith("/run/secrets/") else v
+            for k, v in env.items()}
+
+
+def check_compose_inbox(compose: dict[str, Any], name: str, svc: dict[str, Any], env: dict[str, str]) -> None:
+    """The inbox: its page (with /metrics and /healthz) on one published port, its healthcheck
+    on /healthz, submitting as the registered producer `inbox`, the users file and the keys file
+    the dispatchers verify with mounted as secrets."""
+    where = f"compose {name}"
+    build = svc["build"]
+    assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile")
+    assert option_value(svc["command"], "--port") == str(INBOX_PORT), where
+    assert option_value(svc["command"], "--host") == "0.0.0.0", f"{where}: reachable outside its container"
+    assert [str(p) for p in svc["expose"]] == [str(INBOX_PORT)], where
+    assert svc["ports"] == [f"127.0.0.1:{INBOX_PORT}:{INBOX_PORT}"], f"{where}: published on localhost"
+    assert f"127.0.0.1:{INBOX_PORT}/healthz" in " ".join(svc["healthcheck"]["test"]), where
+    assert "PARLEY_METRICS_PORT" not in env, f"{where}: /metrics is on the page's port"
+    assert env["PARLEY_PRODUCER"] == INBOX_PRODUCER, where
+    assert "--shard" not in svc["command"], f"{where}: the inbox serves every shard"
+    # started when asked: it refuses to start while the users file names nobody, as shipped
+    assert svc.get("profiles") == ["inbox"], where
+    users = compose_secret_path(compose, svc, env["PARLEY_INBOX_USERS"], where)
+    json.loads(users.read_text())
+    keys = compose_secret_path(compose, svc, env["PARLEY_KEYS_FILE"], where)
+    parse_keys(keys.read_text(), str(keys))
+    assert "PARLEY_INBOX_SECRET" in env, f"{where}: the session secret comes from the environment"
+    # the dispatchers verify what the inbox signs: the same keys file
+    for other, osvc in compose["services"].items():
+        if osvc.get("command", [""])[0] == "dispatcher":
+            denv = {k: compose_value(v) for k, v in osvc["environment"].items()}
+            assert compose_secret_path(compose, osvc, denv["PARLEY_KEYS_FILE"], other) == keys, other
+            assert INBOX_PRODUCER in str(denv["PARLEY_REGISTER_PRODUCERS"]).split(), other
+
+
 # ---- Kubernetes ---------------------------------------------------------------------------
 
 
@@ -315,7 +386,7 @@ def test_kustomization_names_every_manifest_and_file() -> None:
     assert {i["name"] for i in kustomization["images"]} == {PROJECT_IMAGE}
 
 
-def test_kubernetes_workloads() -> None:
+def test_kubernetes_workloads(tmp_path: Path) -> None:
     docs = k8s_docs()
     maps, secrets = _configmaps_and_secrets(docs)
     allowed_env = code_env_names()
@@ -324,6 +395,9 @@ def test_kubernetes_workloads() -> None:
     dispatchers: dict[int, int] = {}
     shard_count = len(redis_urls({"PARLEY_REDIS_URLS": secrets["parley-redis"]["dispatcher-urls"]}))
     assert shard_count == 2, "the example deployment runs two shards"
+    inboxes: list[str] = []
+    inbox_keys: tuple[str, str] | None = None
+    dispatcher_keys: set[tuple[str, str]] = set()
     for d in docs:
         if d["kind"] not in ("Deployment", "StatefulSet"):
             continue
@@ -337,9 +411,13 @@ def test_kubernetes_workloads() -> None:
             env: dict[str, str] = {}
             for e in c.get("env", []):
                 ref = e.get("valueFrom", {}).get("secretKeyRef")
+                map_ref = e.get("valueFrom", {}).get("configMapKeyRef")
                 if ref:
                     assert ref["key"] in secrets[ref["name"]], f"{where}: no secret key {ref}"
                     env[e["name"]] = str(secrets[ref["name"]][ref["key"]])
+                elif map_ref:
+                    assert map_ref["key"] in maps[map_ref["name"]], f"{where}: no ConfigMap key {map_ref}"
+                    env[e["name"]] = maps[map_ref["name"]][map_ref["key"]]
                 else:
                     env[e["name"]] = str(e["value"])
             for source in c.get("envFrom", []):
@@ -364,7 +442,13 @@ def test_kubernetes_workloads() -> None:
             assert tag == version, f"{where}: image tag {tag} is not {version}"
             assert c.get("command") in (None, ["parley"]), f"{where}: the image's entrypoint is parley"
             assert set(env) <= allowed_env, f"{where}: env the code never reads: {set(env) - allowed_env}"
-            sub = check_parley_args(c["args"], env, where)
+            sub = check_parley_args(c["args"], with_k8s_files(pod, c, env, secrets, tmp_path, where), where)
+            if sub == "inbox":
+                inboxes.append(name)
+                inbox_keys = check_k8s_inbox(d, c, env, secrets, shard_count, where)
+                continue
+            if sub == "dispatcher":
+                dispatcher_keys.add(k8s_mounted_secret(pod, c, env["PARLEY_KEYS_FILE"], secrets, where))
             port = int(env["PARLEY_METRICS_PORT"])
             assert port == METRICS_PORT
             ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -394,9 +478,23 @@ def test_kubernetes_workloads() -> None:
     assert dispatchers == {i: 2 for i in range(shard_count)}, "two dispatchers per shard"
     assert sorted(workers.values()) == sorted((q, i) for q in QUEUES for i in range(shard_count)), \
         "per shard, one worker Deployment per queue"
+    # the inbox: one Deployment, its Service, and the keys file the dispatchers verify with
+    assert inboxes == ["parley-inbox"], inboxes
+    assert dispatcher_keys == {inbox_keys}, \
+        f"dispatchers verify with {dispatcher_keys}, the inbox signs with {inbox_keys}"
+    inbox_pod = next(d for d in docs if d["metadata"]["name"] == "parley-inbox"
+                     and d["kind"] == "Deployment")["spec"]["template"]
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "parley-inbox"]
+    assert service["spec"]["selector"].items() <= inbox_pod["metadata"]["labels"].items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    assert set(maps["parley-config"]["PARLEY_REGISTER_PRODUCERS"].split()) >= {INBOX_PRODUCER}
     pdbs = {d["spec"]["selector"]["matchLabels"].get("parley/shard") for d in docs
-            if d["kind"] == "PodDisruptionBudget"}
+            if d["kind"] == "PodDisruptionBudget"
+            and d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "dispatcher"}
     assert pdbs == {str(i) for i in range(shard_count)}, "a PodDisruptionBudget per shard's dispatchers"
+    (inbox_pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"
+                    and d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "inbox"]
+    assert inbox_pdb["spec"]["selector"]["matchLabels"].items() <= inbox_pod["metadata"]["labels"].items()
 
     redis_sts = next(d for d in docs if d["kind"] == "StatefulSet")
     assert redis_sts["spec"]["volumeClaimTemplates"], "Redis needs a PersistentVolume for its AOF"
@@ -428,13 +526,95 @@ def test_kubernetes_workloads() -> None:
             assert ref["key"] in secrets[ref["name"]]
 
 
+def k8s_mounted_secret(pod: dict[str, Any], container: dict[str, Any], path: str,
+                       secrets: dict[str, dict[str, str]], where: str) -> tuple[str, str]:
+    """(Secret, key) of the file a container reads at `path`: a whole Secret volume mounted at
+    the file's folder (no subPath: a Secret updated later reaches the pod), holding the key."""
+    folder, _, key = path.rpartition("/")
+    mounts = [m for m in container.get("volumeMounts", []) if m["mountPath"].rstrip("/") == folder]
+    mount = mounts[0] if len(mounts) == 1 else None
+    assert mount is not None, f"{where}: nothing is mounted at {folder} (for {path})"
+    assert "subPath" not in mount, f"{where}: {path} through subPath is never updated"
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]["secretName"]
+    assert key in secrets[secret], f"{where}: Secret {secret} has no key {key} (for {path})"
+    return secret, key
+
+
+def with_k8s_files(pod: dict[str, Any], container: dict[str, Any], env: dict[str, str],
+                   secrets: dict[str, dict[str, str]], tmp: Path, where: str) -> dict[str, str]:
+    """`env` with each path of a file the container has mounted from a Secret replaced by a copy
+    of that Secret's key written under `tmp` (to parse the command where those files are)."""
+    folders = {m["mountPath"].rstrip("/") for m in container.get("volumeMounts", [])
+               if any(v["name"] == m["name"] and "secret" in v for v in pod["spec"].get("volumes", []))}
+    out = dict(env)
+    for name, value in env.items():
+        if value.rpartition("/")[0] in folders:
+            secret, key = k8s_mounted_secret(pod, container, value, secrets, where)
+            copy = tmp / secret / key
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(secrets[secret][key])
+            out[name] = str(copy)
+    return out
+
+
+def check_k8s_inbox(d: dict[str, Any], c: dict[str, Any], env: dict[str, str],
+                    secrets: dict[str, dict[str, str]], shard_count: int, where: str) -> tuple[str, str]:
+    """The inbox's Deployment: its page port (with /metrics and /healthz) scraped and probed,
+    every shard's URL as login parley-inbox, submitting as producer `inbox`, the session secret
+    from a Secret (the replicas share it), the users and keys files mounted from Secrets.
+    Returns the (Secret, key) of its keys file."""
+    pod = d["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == "parley", where
+    assert labels["app.kubernetes.io/component"] == "inbox", where
+    assert "parley/shard" not in labels, f"{where}: the inbox serves every shard"
+    assert option_value(c["args"], "--port") == str(INBOX_PORT), where
+    assert option_value(c["args"], "--host") == "0.0.0.0", where
+    assert "--secure-cookies" in c["args"], f"{where}: behind TLS, the cookie goes over HTTPS only"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": INBOX_PORT}, where
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(INBOX_PORT), where
+    assert annotations["prometheus.io/path"] == "/metrics", where
+    for probe in ("livenessProbe", "readinessProbe"):
+        http = c[probe]["httpGet"]
+        assert http["path"] == "/healthz" and http["port"] in ("http", INBOX_PORT), f"{where}: {probe}"
+    assert "PARLEY_METRICS_PORT" not in env, f"{where}: /metrics is on the page's port"
+    assert env["PARLEY_PRODUCER"] == INBOX_PRODUCER, where
+    urls = redis_urls(env)
+    assert [url_host(u) for u in urls] == [f"redis-{i}.redis.parley.svc" for i in range(shard_count)], where
+    acl_text = (DEPLOY / "redis" / "users.acl").read_text()
+    for url in urls:
+        user, password = re.match(r"redis://([^:]+):([^@]+)@", url).groups()  # type: ignore[union-attr]
+        assert user == "parley-inbox" and f"user {user} on >{password} " in acl_text, f"{where}: {url}"
+    (secret_env,) = [e for e in c["env"] if e["name"] == "PARLEY_INBOX_SECRET"]
+    assert "secretKeyRef" in secret_env.get("valueFrom", {}), f"{where}: the session secret, from a Secret"
+    assert d["spec"]["replicas"] >= 2, f"{where}: replicas, sharing the session secret"
+    users, users_key = k8s_mounted_secret(pod, c, env["PARLEY_INBOX_USERS"], secrets, where)
+    json.loads(secrets[users][users_key])
+    keys = k8s_mounted_secret(pod, c, env["PARLEY_KEYS_FILE"], secrets, where)
+    parse_keys(secrets[keys[0]][keys[1]], where)
+    return keys
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kustomize_renders() -> None:
     out = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout) if d)
-    # per shard (two): a dispatcher Deployment, three worker Deployments and their ScaledObjects
-    assert kinds.count("Deployment") == 8 and kinds.count("ScaledObject") == 6 and "StatefulSet" in kinds
+    # per shard (two): a dispatcher Deployment, three worker Deployments and their ScaledObjects;
+    # and the inbox's Deployment
+    assert kinds.count("Deployment") == 9 and kinds.count("ScaledObject") == 6 and "StatefulSet" in kinds
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    # kustomize renames generated Secrets (a hash suffix) and the references to them; the keys
+    # file keeps its name, so a rotation updates it in place (the pods read it again)
+    secret_names = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    assert "parley-keys" in secret_names
+    for d in docs:
+        if d["kind"] == "Deployment":
+            for v in d["spec"]["template"]["spec"].get("volumes", []):
+                if "secret" in v:
+                    assert v["secret"]["secretName"] in secret_names, (d["metadata"]["name"], v)
 
 
 # ---- Prometheus and Grafana ---------------------------------------------------------------
@@ -444,11 +624,13 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
     config = load(DEPLOY / "prometheus" / "prometheus.yml")
     services = load(DEPLOY / "compose.yaml")["services"]
     parley_services = {n for n, s in services.items() if is_project_image(s["image"])
-                       and s["command"][0] in ("dispatcher", "worker", "notify")}
+                       and s["command"][0] in ("dispatcher", "worker", "notify", "inbox")}
     scraped: set[str] = set()
     for job in config["scrape_configs"]:
         for sd in job.get("dns_sd_configs", []):
-            assert sd["port"] == METRICS_PORT, job["job_name"]
+            # the inbox serves /metrics on its page's port
+            expected = INBOX_PORT if sd["names"] == ["inbox"] else METRICS_PORT
+            assert sd["port"] == expected, job["job_name"]
             scraped |= set(sd["names"])
         if any(SHARD_SUFFIX.search(n) for sd in job.get("dns_sd_configs", []) for n in sd["names"]):
             # per-shard targets get shard="<i>" from their name, the label their series carry
@@ -465,8 +647,15 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
         assert (DEPLOY / "prometheus" / rule_file).is_file()
     k8s = load(DEPLOY / "prometheus" / "prometheus-k8s.yml")
     relabels = k8s["scrape_configs"][0]["relabel_configs"]
-    port_name = ["__meta_kubernetes_pod_container_port_name"]
-    assert any(r.get("regex") == "metrics" and r["source_labels"] == port_name for r in relabels)
+    # kept: the port named `metrics` of any pod, and the inbox's page port `http`
+    port_name = "__meta_kubernetes_pod_container_port_name"
+    (keep,) = [r for r in relabels if r.get("action") == "keep" and port_name in r["source_labels"]]
+    assert keep["source_labels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component",
+                                     "__meta_kubernetes_pod_container_port_name"]
+    for component, port, kept in (("dispatcher", "metrics", True), ("worker", "metrics", True),
+                                  ("inbox", "http", True), ("dispatcher", "http", False),
+                                  ("worker", "redis", False), ("inbox", "other", False)):
+        assert bool(re.fullmatch(keep["regex"], f"{component};{port}")) is kept, (component, port)
     assert k8s["scrape_configs"][0].get("honor_labels") is True
     assert any(r.get("target_label") == "shard" and r["source_labels"]
                == ["__meta_kubernetes_pod_label_parley_shard"] for r in relabels)
@@ -474,10 +663,13 @@ def test_prometheus_scrapes_every_process_on_the_metrics_port() -> None:
 
 def test_alert_rules() -> None:
     rules = {r["alert"]: r for r in alert_rules()}
-    assert set(rules) == {"ParleyConsumerLagGrowing", "ParleyInterruptOpenTooLong", "ParleyDecisionsFailing"}
+    assert set(rules) == {"ParleyConsumerLagGrowing", "ParleyInterruptOpenTooLong", "ParleyDecisionsFailing",
+                          "ParleyInboxErrors", "ParleyInboxAnswersUnconfirmed"}
     assert "parley_stream_lag" in rules["ParleyConsumerLagGrowing"]["expr"]
     assert "parley_oldest_open_interrupt_age_seconds" in rules["ParleyInterruptOpenTooLong"]["expr"]
     assert "parley_decisions_failed_total" in rules["ParleyDecisionsFailing"]["expr"]
+    assert "parley_inbox_requests_total" in rules["ParleyInboxErrors"]["expr"]
+    assert "parley_inbox_answers_total" in rules["ParleyInboxAnswersUnconfirmed"]["expr"]
     assert all(r.get("for") for r in rules.values())
 
 
@@ -534,9 +726,13 @@ def test_grafana_provisioning_finds_the_dashboard() -> None:
 
 
 def live_metric_names(port: int) -> set[str]:
-    """Every metric name a process exposes: families (declared even before a labelled series
-    exists), their samples, and the `_total` / `_bucket` / `_count` / `_sum` forms."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    """Every metric name a process exposes on /metrics."""
+    return metric_names(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+
+
+def metric_names(text: str) -> set[str]:
+    """Every metric name of a Prometheus text exposition: families (declared even before a
+    labelled series exists), their samples, and the `_total` / `_bucket` / `_count` / `_sum` forms."""
     names: set[str] = set()
     for family in text_string_to_metric_families(text):
         names.add(family.name)
@@ -572,11 +768,171 @@ def test_queries_name_only_metrics_a_live_scrape_exposes(procs: Procs, r: redis.
     time.sleep(0.3)
     exposed = live_metric_names(dport) | live_metric_names(wport)
     assert "parley_stream_lag" in exposed and "parley_job_seconds_bucket" in exposed
+    # the inbox's /metrics: its own registry (the live inbox's is checked under its login below)
+    exposed |= metric_names(metrics_body()[0].decode())
+    assert "parley_inbox_answers_total" in exposed
     queries = all_queries()
     assert len(queries) >= 20
     missing = {(where, name) for where, expr in queries for name in METRIC_TOKEN.findall(expr)
                if name not in exposed}
     assert not missing, f"queries name metrics the processes do not expose: {sorted(missing)}"
+
+
+# ---- the inbox under its own login --------------------------------------------------------
+
+
+def acl_password(user: str) -> str:
+    """The placeholder password users.acl ships for `user`."""
+    for line in (DEPLOY / "redis" / "users.acl").read_text().splitlines():
+        if line.startswith(f"user {user} "):
+            return re.search(r" >(\S+)", line).group(1)  # type: ignore[union-attr]
+    raise AssertionError(f"users.acl has no user {user}")
+
+
+class Page(HTMLParser):
+    """What this test reads of a page: the hidden inputs of each form (by the form's id), the
+    `data-status` of `#outcome`, and the sessions of the list's rows."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.forms: dict[str, dict[str, str]] = {}
+        self.outcome: str | None = None
+        self.rows: list[str] = []
+        self._form: str | None = None
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form":
+            self._form = a.get("id", "")
+            self.forms.setdefault(self._form, {})
+        elif tag == "input" and self._form is not None and a.get("type") == "hidden":
+            self.forms[self._form][a.get("name", "")] = a.get("value", "")
+        if a.get("id") == "outcome":
+            self.outcome = a.get("data-status")
+        if tag == "tr" and "interrupt" in a.get("class", "").split():
+            self.rows.append(a.get("data-session", ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._form = None
+
+
+@pytest.mark.e2e
+def test_the_inbox_answers_under_its_own_login_with_nothing_refused(tmp_path: Path) -> None:
+    """The deployment's inbox: login parley-inbox of the shipped users.acl, producer `inbox`
+    registered by the dispatcher, the keys file the dispatcher verifies with. A person signs in,
+    sees the open interrupt, opens it and approves it: delivered; a new one reaches the page
+    live; and Redis refused nothing to anyone (ACL LOG empty)."""
+    acl = AclRedis(tmp_path / "redis")
+    keys, users = tmp_path / "keys.json", tmp_path / "inbox-users.json"
+    keys.write_text(json.dumps({"alice": "alice-signing-key-0123456789"}))
+    users.write_text(json.dumps({"alice": {"password": hash_password("alice-password")}}))
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    base = {"PARLEY_APP": "examples.seed_app", "PYTHONPATH": path, "PARLEY_LOG_LEVEL": "INFO"}
+    port = free_port()
+    procs = [
+        start_parley(["dispatcher", "--keys-file", str(keys)],
+                     {**base, "PARLEY_REDIS_URL": acl.url(DISPATCHER, acl_password(DISPATCHER)),
+                      "PARLEY_REGISTER_PRODUCERS": "app inbox"}, tmp_path / "dispatcher.log"),
+        start_parley(["worker"], {**base, "PARLEY_REDIS_URL": acl.url(WORKER, acl_password(WORKER))},
+                     tmp_path / "worker.log"),
+        start_parley(["--producer", INBOX_PRODUCER, "inbox", "--port", str(port), "--users-file", str(users),
+                      "--keys-file", str(keys)],
+                     {**base, "PARLEY_REDIS_URL": acl.url("parley-inbox", acl_password("parley-inbox"))},
+                     tmp_path / "inbox.log"),
+    ]
+    try:
+        producer = Client(acl.connect(PRODUCER, acl_password(PRODUCER)), producer="app")
+
+        def sent() -> bool:  # once the dispatcher has loaded the submit function
+            try:
+                producer.send("deploy-inbox-1", {"type": "message.create",
+                                                 "content": "Email bob@example.com: the launch moved."})
+                return True
+            except Exception:
+                return False
+
+        eventually(sent, timeout=20)
+        wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "interrupt.raised")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as web:
+            eventually(lambda: _inbox_healthy(web), timeout=20)
+            form = Page(web.get("/signin").text).forms["signin"]
+            signed = web.post("/signin", data={**form, "principal": "alice", "secret": "alice-password"})
+            assert signed.status_code == 303, signed.text[:500]
+            assert Page(web.get("/").text).rows == ["deploy-inbox-1"]
+            page = web.get("/interrupt", params={"session": "deploy-inbox-1", "id": "int-1"})
+            assert page.status_code == 200, (acl.denials(), page.text[-1500:])
+            answer = Page(page.text).forms["answer"]
+            assert answer["session"] == "deploy-inbox-1" and answer["interrupt_id"] == "int-1"
+            done = web.post("/interrupt/answer", data={**answer, "decision": "approve"})
+            assert done.status_code == 200 and Page(done.text).outcome == "delivered", done.text[-2000:]
+            # live updates: the feed read under this login, the new row rendered from the index
+            with web.stream("GET", "/events") as events:
+                assert events.status_code == 200
+                producer.send("deploy-inbox-2", {"type": "message.create",
+                                                 "content": "Email carol@example.com: the launch moved."})
+                lines = events.iter_lines()  # (an earlier `gone` may come first)
+                deadline = time.monotonic() + 20  # a comment line comes every 15 s at least
+                for line in lines:
+                    if line == "event: raised":
+                        break
+                    assert time.monotonic() < deadline, "no `raised` event on the page's stream"
+                assert '"deploy-inbox-2"' in next(lines)
+            metrics = web.get("/metrics").text
+            assert 'parley_inbox_answers_total{outcome="delivered"} 1.0' in metrics
+            # every inbox metric the alert rules name is served
+            named = {m for _where, expr in all_queries() for m in METRIC_TOKEN.findall(expr)}
+            assert {m for m in named if m.startswith("parley_inbox_")} <= metric_names(metrics)
+        resumed = wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "interrupt.resumed")[-1]
+        assert resumed["principal"] == "alice"
+        wait_for(producer, "deploy-inbox-1", lambda e: e["type"] == "turn.completed")
+        assert acl.denials() == []
+    except BaseException:
+        for log in sorted(tmp_path.glob("*.log")):
+            print(f"----- {log.name} -----\n{log.read_text(errors='replace')[-3000:]}")
+        raise
+    finally:
+        for proc in procs:
+            stop_process(proc)
+        acl.stop()
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.xadd("parley:in:app", {"session": "s", "input": "{}"}), id="another-producer"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="the-shared-stream"),
+    pytest.param(lambda r: r.hincrby("parley:in:inbox", "x", 1), id="its-stream-as-another-type"),
+    pytest.param(lambda r: r.xadd("parley:pending:inbox", {"x": "1"}), id="its-pending-hash-as-a-stream"),
+    pytest.param(lambda r: r.xgroup_create("parley:feed", "mine", id="$"), id="a-group-on-the-feed"),
+    pytest.param(lambda r: r.xadd("parley:feed", {"event": "{}"}), id="write-the-feed"),
+    pytest.param(lambda r: r.hset("parley:{s-1}:meta", "core", "{}"), id="write-a-session"),
+    pytest.param(lambda r: r.xadd("parley:{s-1}:events", {"event": "{}"}), id="write-events"),
+    pytest.param(lambda r: r.zadd("parley:interrupts", {"s-1/int-1": 1}), id="write-the-index"),
+    pytest.param(lambda r: r.zrange("parley:sessions:parked", 0, -1), id="the-list-of-sessions"),
+    pytest.param(lambda r: r.get("parley:engine:key"), id="the-engines-key"),
+    pytest.param(lambda r: r.hgetall("parley:producers"), id="the-producer-registry"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    pytest.param(lambda r: r.llen("rq:queue:decide"), id="rq"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.config_get("requirepass"), id="config"),
+])
+def test_the_inbox_login_is_refused_the_rest(tmp_path: Path, attempt: Any) -> None:
+    """parley-inbox reads what the page shows and submits as producer `inbox`; nothing else."""
+    acl = AclRedis(tmp_path / "redis")
+    try:
+        inbox = acl.connect("parley-inbox", acl_password("parley-inbox"))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt(inbox)
+        assert {user for user, _why, _obj in acl.denials()} == {"parley-inbox"}
+    finally:
+        acl.stop()
+
+
+def _inbox_healthy(web: httpx.Client) -> bool:
+    try:
+        return web.get("/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 # ---- promtool -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ keys file, not in the users file, so nobody signs in as it).
 install`: the system's browser, with the flags a container needs).
 """
 
+import os
 import re
 import secrets
 import time
@@ -143,6 +144,9 @@ def inbox_deployment_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @pytest.fixture(scope="module", name="chromium")
 def chromium_fixture() -> Iterator[Browser]:
+    if not os.access(CHROMIUM, os.X_OK):
+        raise RuntimeError(f"the browser tests drive Debian's chromium, and {CHROMIUM} is missing: "
+                           "apt-get install chromium")
     playwright: Playwright = sync_playwright().start()
     try:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

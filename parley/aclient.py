@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 from parley import inbox
 from parley import sessions as listing
 from parley.export import NoSuchSession, SessionExport, export_steps
-from parley.follow import Reread, block_of
+from parley.follow import Reread, block_of, socket_timeout_of, within_socket_timeout
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     DEFAULT_MOVED_TIMEOUT_S,
@@ -211,8 +211,11 @@ class AsyncClient:
         shard = await self.index_of_session(session)  # where the send went (after any `moved` retry)
         reread = Reread()
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            reply = await self.clients[shard].xread({events: wait.last}, count=100,
-                                                    block=block_of(left_ms, self.sharded))
+            # each read within the socket timeout: a longer wait is several reads, not a
+            # TimeoutError that would pass for Redis being down
+            client = self.clients[shard]
+            block = within_socket_timeout(block_of(left_ms, self.sharded), socket_timeout_of(client))
+            reply = await client.xread({events: wait.last}, count=100, block=block)
             outcome = wait.read(reply)
             if outcome is not None:
                 return outcome
@@ -229,7 +232,9 @@ class AsyncClient:
         shard = await self.index_of_session(session)
         reread = Reread()
         while until is None or time.monotonic() < until:
-            reply = await self.clients[shard].xread({key: last}, count=100, block=block_ms)
+            client = self.clients[shard]
+            reply = await client.xread({key: last}, count=100,
+                                       block=within_socket_timeout(block_ms, socket_timeout_of(client)))
             if not reply:
                 shard = await self._followed(session, shard, reread)
             for entry_id, event in xread_events(reply):

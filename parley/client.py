@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 from parley import inbox
 from parley import sessions as listing
 from parley.export import NoSuchSession, SessionExport, export_steps
-from parley.follow import Reread, block_of
+from parley.follow import Reread, block_of, socket_timeout_of, within_socket_timeout
 from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, every_row_steps, page_steps
 from parley.producer import (
     DEFAULT_MOVED_TIMEOUT_S,
@@ -196,8 +196,11 @@ class Client:
         shard = self.shards.index_of_session(session)  # where the send went (after any `moved` retry)
         reread = Reread()
         while (left_ms := int((deadline - time.monotonic()) * 1000)) > 0:
-            reply = self.shards.clients[shard].xread({events: wait.last}, count=100,
-                                                     block=block_of(left_ms, self.shards.sharded))
+            # each read within the socket timeout: a longer wait is several reads, not a
+            # TimeoutError that would pass for Redis being down
+            client = self.shards.clients[shard]
+            block = within_socket_timeout(block_of(left_ms, self.shards.sharded), socket_timeout_of(client))
+            reply = client.xread({events: wait.last}, count=100, block=block)
             outcome = wait.read(reply)
             if outcome is not None:
                 return outcome
@@ -216,7 +219,9 @@ class Client:
         shard = self.shards.index_of_session(session)
         reread = Reread()
         while until is None or time.monotonic() < until:
-            reply = self.shards.clients[shard].xread({key: last}, count=100, block=block_ms)
+            client = self.shards.clients[shard]
+            reply = client.xread({key: last}, count=100,
+                                 block=within_socket_timeout(block_ms, socket_timeout_of(client)))
             if not reply:
                 shard = self._followed(session, shard, reread)
             for entry_id, event in xread_events(reply):

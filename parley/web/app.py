@@ -317,7 +317,8 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         except (SubmitUnavailable, RedisError) as exc:
             log.warning("answer not sent", extra=kv(session=session, error=repr(exc)))
             result = AnswerResult(AnswerStatus.UNAVAILABLE,
-                                  "Not sent: Parley is unavailable; try again soon.")
+                                  "Parley could not be reached: your answer may not have been sent.",
+                                  "Reload the page: if the question is still open, answer again.")
         else:
             result = present.answer_result(outcome)
             log.info("answer sent", extra=kv(session=session, interrupt_id=interrupt_id, principal=principal,

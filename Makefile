@@ -25,8 +25,10 @@ demo: $(STAMP)
 
 # Two pytest processes (pytest-xdist): the tests mostly wait on the Redis servers, dispatchers
 # and workers they start, so two at once take about 60 % of the time one does on 2 cores.
+# `--dist loadgroup`: a module marked xdist_group (the browser tests) runs on one process, so
+# its one deployment and one chromium are started once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

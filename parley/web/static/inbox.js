@@ -90,7 +90,8 @@
     function connected() {
       document.body.dataset.live = "connected";
     }
-    source.addEventListener("open", connected);
+    // `hello` is the server's first frame, sent once it has subscribed: from then on nothing
+    // is missed (the connection's `open` comes before that)
     source.addEventListener("hello", connected);
     source.addEventListener("error", function () {
       // the browser reconnects by itself (after the stream's `retry`) unless it gave up

@@ -40,9 +40,9 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.asyncio import client as redis_client
 from redis.exceptions import RedisError, ResponseError
 
+from parley.follow import socket_timeout_of, within_socket_timeout
 from parley.inbox import InterruptFilter
 from parley.logs import kv
 from parley.notify import FeedEntry, FeedEntryError, parse_entry
@@ -58,7 +58,6 @@ STREAM_START = "0-0"
 #: how long a browser waits before it reconnects a dropped event stream (the `retry:` field)
 RECONNECT_MS = 3000
 #: what redis-py waits for a reply when the client does not say (None before redis-py 8)
-DEFAULT_SOCKET_TIMEOUT: float | None = getattr(redis_client, "DEFAULT_SOCKET_TIMEOUT", None)
 #: how long a stopping hub waits for its reads to give up before it closes their connections
 STOP_GRACE_S = 0.2
 #: how far before a page's `since` the replay starts: the page's clock and the feed's (Redis')
@@ -502,19 +501,9 @@ def since_of(value: str | None) -> int | None:
 
 def block_within(block_ms: int, client: Redis) -> int:
     """How long a read may block on `client`: `block_ms`, but well within the client's socket
-    timeout (redis-py 8 defaults to 5 s: 4 s then), which would otherwise cut an idle read off
+    timeout (redis-py defaults to 5 s: 4 s then), which would otherwise cut an idle read off
     as an outage."""
-    connection = getattr(client, "connection", None)  # a single-connection client's, once used
-    if connection is not None:
-        timeout_s = connection.socket_timeout
-    else:
-        timeout_s = client.connection_pool.connection_kwargs.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
-    if not timeout_s:
-        return block_ms
-    # Redis answers a timed-out block on its next cron tick (up to 100 ms late at hz 10), and a
-    # busy machine adds to that: half the timeout is left over, up to a second.
-    timeout_ms = int(timeout_s * 1000)
-    return max(1, min(block_ms, timeout_ms - min(1000, timeout_ms // 2)))
+    return within_socket_timeout(block_ms, socket_timeout_of(client))
 
 
 def _entries(reply: Any) -> list[tuple[Any, Any]]:

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import redis
 
+from bench.fleet import rss_kib
 from bench.inbox import FILL_BATCH, interrupt
 from parley.cli.procs import RedisServer, free_port, start_parley, stop_process
 from parley.dispatcher.enqueue import Outbox
@@ -57,15 +58,6 @@ def parse_page(html: str) -> PageParts:
     parts.feed(html)
     return parts
 
-
-def rss_kib(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def wait_healthy(http: httpx.Client, proc: Any, log_path: Path) -> float:

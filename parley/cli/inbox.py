@@ -39,6 +39,7 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     import uvicorn
 
     from parley.schemas.signing import KeysFileError
+    from parley.shards import connect
     from parley.web.app import create_app
     from parley.web.config import InboxConfig
     from parley.web.serve import StoppingServer
@@ -48,6 +49,12 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     if len(obj["urls"]) > 1 and obj["producer"] is None:
         raise click.UsageError("a deployment of several shards takes answers through the submit "
                                "function: name the producer (--producer or PARLEY_PRODUCER)")
+    # every shard reachable at start (as for the other commands: a wrong address or password is
+    # one line and exit 69, not a page that fails later); an outage after start is a 503 page
+    for url in obj["urls"]:
+        obj["url"] = url  # the one named if it cannot be used
+        connect(url, socket_connect_timeout=5).ping()
+    obj["url"] = obj["urls"][0]
     config = InboxConfig(redis_urls=tuple(obj["urls"]), users_file=users_file, keys_file=keys_file,
                          prefix=obj["prefix"], producer=obj["producer"], session_secret=session_secret,
                          session_max_age_s=int(session_hours * 3600), secure_cookies=secure_cookies,

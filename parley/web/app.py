@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+from prometheus_client import Counter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
@@ -123,6 +124,19 @@ async def read_form(request: Request) -> FormData | None:
     return await request.form(max_files=0, max_fields=MAX_FORM_FIELDS)
 
 
+async def checked_form(request: Request, refusals: Counter | None = None) -> FormData | Response:
+    """The posted form, or the response refusing it: 413 when too big, 403 (counted in
+    `refusals` as `csrf`) when its CSRF token is not the session's. Nothing else happens first."""
+    form = await read_form(request)
+    if form is None:
+        return PlainTextResponse("the form is too big", status_code=413)
+    if not csrf.matches(request.session.get("csrf"), _text(form.get(csrf.FIELD))):
+        if refusals is not None:
+            refusals.labels("csrf").inc()
+        return PlainTextResponse("the form is stale or forged (CSRF): reload the page", status_code=403)
+    return form
+
+
 def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starlette:
     """The inbox application. `clients`: the shards' asyncio clients (default: one per URL of
     `config.redis_urls`)."""
@@ -185,12 +199,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
                                              "error": None})
 
     async def signin(request: Request) -> Response:
-        form = await read_form(request)
-        if form is None:
-            return PlainTextResponse("the form is too big", status_code=413)
-        if not csrf.matches(request.session.get("csrf"), _text(form.get(csrf.FIELD))):
-            SIGNINS.labels("csrf").inc()
-            return PlainTextResponse("the form is stale or forged (CSRF): reload the page", status_code=403)
+        form = await checked_form(request, SIGNINS)
+        if isinstance(form, Response):
+            return form
         principal, secret = _text(form.get("principal")) or "", _text(form.get("secret")) or ""
         target = local_path(_text(form.get("next")))
         address = request.client.host if request.client else "?"
@@ -218,9 +229,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         return RedirectResponse(target, status_code=303)
 
     async def signout(request: Request) -> Response:
-        form = await read_form(request)
-        if form is None or not csrf.matches(request.session.get("csrf"), _text(form.get(csrf.FIELD))):
-            return PlainTextResponse("the form is stale or forged (CSRF): reload the page", status_code=403)
+        form = await checked_form(request)
+        if isinstance(form, Response):
+            return form
         sid = request.session.get("sid")
         if isinstance(sid, str):
             await inbox.signins.end(sid)  # for every copy of the cookie, on every replica
@@ -305,12 +316,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         return await interrupt_view(request, principal, session, interrupt_id)
 
     async def answer(request: Request, principal: str) -> Response:
-        form = await read_form(request)
-        if form is None:
-            return PlainTextResponse("the form is too big", status_code=413)
-        if not csrf.matches(request.session.get("csrf"), _text(form.get(csrf.FIELD))):
-            ANSWERS.labels("csrf").inc()
-            return PlainTextResponse("the form is stale or forged (CSRF): reload the page", status_code=403)
+        form = await checked_form(request, ANSWERS)
+        if isinstance(form, Response):
+            return form
         session, interrupt_id = _text(form.get("session")), _text(form.get("interrupt_id"))
         if not session or not interrupt_id:
             return PlainTextResponse("the form names no interrupt", status_code=400)

@@ -200,7 +200,7 @@ def fill_payment(page: Page, amount: str) -> None:
     `amount` as typed."""
     page.fill('[name="answer.amount"]', amount)
     page.select_option('select[name="answer.currency"]', label="EUR")  # its value is JSON: "EUR"
-    page.check('input[type=checkbox][name="answer.urgent"]')
+    page.select_option('select[name="answer.urgent"]', label="Yes")  # optional: Yes / No / no answer
     page.fill('[name="answer.note"]', "invoice 7")
     page.fill('[name="answer.payee.name"]', "Dan")
     page.fill('[name="answer.payee.iban"]', "")

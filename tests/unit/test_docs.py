@@ -31,7 +31,8 @@ RULE_IDS = [f"I{n}" for n in range(1, 14)] + ["I6a"]
 USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
              *sorted((ROOT / "deploy").rglob("*.md"))]
 # What users never get: the internal contract the project was specified from.
-OUTSIDE = re.compile(r"\bspec\b|shared/|planning repo", re.IGNORECASE)
+# (a YAML `spec:` key in a manifest is not a pointer to our spec)
+OUTSIDE = re.compile(r"\bspec\b(?!:\s*$)|shared/|planning repo", re.IGNORECASE)
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 
 

@@ -185,18 +185,30 @@
     connect("/events" + location.search, {
       raised: function (data) {
         if (typeof data.html !== "string" || findRow(data.session, data.interrupt_id)) return;
-        var row;
-        if (order === "newest") {
-          if (!firstPage) return; // it belongs on the first page, not this one
-          row = rowOf(data.html);
-          if (!row) return;
-          tbody.insertBefore(row, tbody.firstChild);
-        } else {
-          if (document.getElementById("next-page")) return; // it goes on a later page
-          row = rowOf(data.html);
-          if (!row) return;
-          tbody.appendChild(row);
+        var newest = order === "newest";
+        if (newest ? !firstPage : document.getElementById("next-page")) return; // another page's
+        var row = rowOf(data.html);
+        if (!row) return;
+        // A replayed raise (the page asks for changes since it was rendered, with a margin) may
+        // be of a row already listed on an earlier page: a row older than this page's first
+        // (oldest first, not the first page) is not this page's. Otherwise it goes in its place
+        // by raise time.
+        var raised = msOf(row.dataset.raisedAt) || 0;
+        var listed = rows();
+        if (!newest && !firstPage && listed.length && raised < (msOf(listed[0].dataset.raisedAt) || 0)) return;
+        // likewise, newest first with later pages: a row older than this page's last is theirs
+        var last = listed.length ? listed[listed.length - 1] : null;
+        if (newest && last && document.getElementById("next-page")
+            && raised < (msOf(last.dataset.raisedAt) || 0)) return;
+        var before = null;
+        for (var i = 0; i < listed.length; i++) {
+          var at = msOf(listed[i].dataset.raisedAt) || 0;
+          if (newest ? raised > at : raised < at) {
+            before = listed[i];
+            break;
+          }
         }
+        tbody.insertBefore(row, before);
         row.classList.add("arrived");
         hideEmpty();
         tick();

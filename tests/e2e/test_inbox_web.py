@@ -11,6 +11,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from parley.cli.procs import RedisServer, stop_process
 from parley.client import Client
 from parley.web.app import create_app
 from parley.web.config import InboxConfig
@@ -22,20 +23,42 @@ pytestmark = pytest.mark.e2e
 SEED = "Email bob@example.com: the launch moved to Friday."
 ALICE_KEY = "alice-signing-key-0123456789"
 BOB_KEY = "bob-signing-key-0123456789"
+DAVE_KEY = "dave-signing-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Procs, Path]]:
+    """One redis-server, dispatcher and worker for the module (each test uses sessions and
+    people of its own): they are stopped with SIGTERM at the end and must exit 0."""
+    tmp_path = tmp_path_factory.mktemp("inbox-web")
+    server = RedisServer(tmp_path / "redis").start()
+    procs = Procs(server.url, tmp_path)
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"alice": ALICE_KEY, "bob": BOB_KEY, "dave": DAVE_KEY}))
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"alice": {"password": hash_password("alice-password")},
+                                 "carol": {"password": hash_password("carol-password")},
+                                 "dave": {"password": hash_password("dave-password")}}))
+    procs.dispatcher("tests.apps.scenarios", "--keys-file", str(keys))
+    procs.worker("tests.apps.scenarios")
+    try:
+        yield procs, tmp_path
+    finally:
+        codes = [stop_process(proc) for _kind, proc, _log in procs.started]
+        server.stop(kill=True)
+        assert all(code == 0 for code in codes), f"exit codes {codes}\n{procs.logs()}"
 
 
 @pytest.fixture
-def deployment(procs: Procs, r: redis.Redis, client: Client, tmp_path: Path) -> Iterator[tuple[Procs, Path]]:
-    keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({"alice": ALICE_KEY, "bob": BOB_KEY}))
-    users = tmp_path / "users.json"
-    users.write_text(json.dumps({"alice": {"password": hash_password("alice-password")},
-                                 "carol": {"password": hash_password("carol-password")}}))
-    procs.dispatcher("tests.apps.scenarios", "--keys-file", str(keys))
-    procs.worker("tests.apps.scenarios")
-    # both processes up (their signal handlers in place) before a test that needs neither ends
-    asking(r, client, "warm-up")
-    yield procs, tmp_path
+def r(deployment: tuple[Procs, Path]) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(deployment[0].url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def client(r: redis.Redis) -> Client:
+    return Client(r)
 
 
 def app_of(procs: Procs, tmp_path: Path) -> TestClient:
@@ -64,7 +87,9 @@ def asking(r: redis.Redis, client: Client, session: str) -> None:
     wait_for(client, session, lambda e: e["type"] == "interrupt.raised")
 
 
-def test_nothing_is_shown_or_taken_without_signing_in(deployment: tuple[Procs, Path]) -> None:
+def test_nothing_is_shown_or_taken_without_signing_in(deployment: tuple[Procs, Path], r: redis.Redis,
+                                                      client: Client) -> None:
+    asking(r, client, "warm-up")  # both processes up before the first test ends
     with app_of(*deployment) as web:
         reply = web.get("/?order=newest")
         assert reply.status_code == 303 and reply.headers["location"] == "/signin?next=%2F%3Forder%3Dnewest"
@@ -155,7 +180,7 @@ def test_signing_out_or_a_new_password_ends_every_copy_of_the_sign_in(
     _procs, tmp_path = deployment
     asking(r, client, "web-out")
     with app_of(*deployment) as web, app_of(*deployment) as thief:
-        token = sign_in(web, "alice", "alice-password")
+        token = sign_in(web, "dave", "dave-password")
         # a copy of the cookie, taken before the sign-out
         thief.cookies.set("parley_inbox", web.cookies.get("parley_inbox") or "")
         assert thief.get("/").status_code == 200
@@ -165,11 +190,11 @@ def test_signing_out_or_a_new_password_ends_every_copy_of_the_sign_in(
                                                        "decision": "approve", "csrf": token})
         assert stolen.status_code == 401 and client.open_interrupt("web-out", "int-1") is not None
         # a new password ends the sign-ins made with the old one
-        sign_in(web, "alice", "alice-password")
+        sign_in(web, "dave", "dave-password")
         assert web.get("/").status_code == 200
         users = tmp_path / "users.json"
         entries = json.loads(users.read_text())
-        entries["alice"] = {"password": hash_password("a-new-password")}
+        entries["dave"] = {"password": hash_password("a-new-password")}
         users.write_text(json.dumps(entries))
         assert web.get("/").status_code == 303
 

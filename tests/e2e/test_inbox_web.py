@@ -18,7 +18,8 @@ from parley.web.config import InboxConfig
 from parley.web.users import hash_password
 from tests.conftest import Procs, send, wait_for
 
-pytestmark = pytest.mark.e2e
+# one deployment for the module, on one pytest process (`make test` runs --dist loadgroup)
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("inbox-web")]
 
 SEED = "Email bob@example.com: the launch moved to Friday."
 ALICE_KEY = "alice-signing-key-0123456789"
@@ -42,6 +43,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Procs
     procs.dispatcher("tests.apps.scenarios", "--keys-file", str(keys))
     procs.worker("tests.apps.scenarios")
     try:
+        # both processes up (their signal handlers in place) before any test can end
+        warm = redis.Redis.from_url(server.url)
+        asking(warm, Client(warm), "warm-up")
+        warm.close()
         yield procs, tmp_path
     finally:
         codes = [stop_process(proc) for _kind, proc, _log in procs.started]
@@ -87,9 +92,7 @@ def asking(r: redis.Redis, client: Client, session: str) -> None:
     wait_for(client, session, lambda e: e["type"] == "interrupt.raised")
 
 
-def test_nothing_is_shown_or_taken_without_signing_in(deployment: tuple[Procs, Path], r: redis.Redis,
-                                                      client: Client) -> None:
-    asking(r, client, "warm-up")  # both processes up before the first test ends
+def test_nothing_is_shown_or_taken_without_signing_in(deployment: tuple[Procs, Path]) -> None:
     with app_of(*deployment) as web:
         reply = web.get("/?order=newest")
         assert reply.status_code == 303 and reply.headers["location"] == "/signin?next=%2F%3Forder%3Dnewest"

@@ -9,7 +9,6 @@ locks every producer out. The dispatcher's entry decoder calls `poll` between en
 """
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,20 +16,9 @@ from dataclasses import dataclass, field
 from parley import metrics
 from parley.logs import kv
 from parley.schemas.signing import Keyring, KeysFileError
+from parley.stamps import Stamp, stamp_of
 
 log = logging.getLogger("parley.dispatcher")
-
-#: what says a file changed: (mtime ns, size, inode); None when it could not be stat'ed
-Stamp = tuple[int, int, int] | None
-
-
-def stamp_of(path: str) -> Stamp:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
-
 
 @dataclass
 class KeysReloader:

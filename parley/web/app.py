@@ -45,7 +45,7 @@ from parley.web.conversation import path_to, pretty_json
 from parley.web.files import Reloading
 from parley.web.forms import APPROVE, DECLINE, answer_form, field_of_path, read_answer
 from parley.web.live import Change, ChangeKind, FeedHub, event_stream, shown_by, since_of
-from parley.web.observe import ANSWERS, LIVE_PAGES, SIGNINS, metrics_body, observed, secured
+from parley.web.observe import ANSWERS, LIVE_PAGES, SIGNINS, edge, metrics_body
 from parley.web.present import AnswerResult, AnswerStatus
 from parley.web.query import ListQuery, QueryError
 from parley.web.signins import SignIns
@@ -292,8 +292,9 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
     async def interrupt_view(request: Request, principal: str, session: str, interrupt_id: str,
                              result: AnswerResult | None = None, values: dict[str, Any] | None = None,
                              errors: dict[str, str] | None = None, status: int = 200) -> Response:
-        row = await inbox.client.open_interrupt(session, interrupt_id)
-        view = await inbox.client.show(session)
+        # the row and the session's messages: two reads of one shard, at once
+        row, view = await asyncio.gather(inbox.client.open_interrupt(session, interrupt_id),
+                                         inbox.client.show(session))
         tip = (row.anchor if row is not None else None) or (view or {}).get("head")
         conversation = path_to((view or {}).get("messages") or [], tip)
         may = row is not None and inbox.may_answer(principal, row)
@@ -446,8 +447,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
     ]
     secret = config.session_secret or secrets.token_urlsafe(32)
     middleware = [
-        Middleware(observed),
-        Middleware(secured),
+        Middleware(edge),
         Middleware(SessionMiddleware, secret_key=secret, session_cookie=COOKIE,
                    max_age=config.session_max_age_s, same_site="lax", https_only=config.secure_cookies),
     ]

@@ -2,45 +2,49 @@
 keys file): a bad edit is logged and the last good contents stay in use."""
 
 import logging
-import os
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from parley.logs import kv
+from parley.stamps import Stamp, stamp_of
 
 log = logging.getLogger("parley.inbox")
 
 T = TypeVar("T")
 
 
+#: how often the file is looked at (one stat): a page asks for its contents many times per
+#: request (every row asks whether its person may answer), the disk at most this often
+CHECK_EVERY_S = 1.0
+
+
 class Reloading(Generic[T]):
-    def __init__(self, path: str | None, load: Callable[[str], T], what: str, value: T | None = None):
+    def __init__(self, path: str | None, load: Callable[[str], T], what: str, value: T | None = None,
+                 check_every_s: float = CHECK_EVERY_S):
         self.path, self.load, self.what = path, load, what
-        self._stamp: tuple[int, int] | None = None
+        self.check_every_s = check_every_s
+        self._checked_at = time.monotonic()
+        self._stamp: Stamp = None
         if value is not None:
             self._value = value
         else:
             assert path is not None
-            self._stamp = self._stat()
+            self._stamp = stamp_of(path)
             self._value = load(path)  # at start a file that cannot be read is an error
 
     @classmethod
     def fixed(cls, value: T) -> "Reloading[T]":
         return cls(None, lambda _p: value, "fixed", value)
 
-    def _stat(self) -> tuple[int, int] | None:
-        assert self.path is not None
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size
-
     def current(self) -> T:
-        """The contents, read again first when the file's mtime or size changed."""
-        if self.path is None:
+        """The contents, read again first when the file changed (looked at once per
+        `check_every_s`)."""
+        now = time.monotonic()
+        if self.path is None or now - self._checked_at < self.check_every_s:
             return self._value
-        stamp = self._stat()
+        self._checked_at = now
+        stamp = stamp_of(self.path)
         if stamp != self._stamp:
             self._stamp = stamp
             try:

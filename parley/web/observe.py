@@ -39,35 +39,6 @@ def metrics_body() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
-class observed:
-    """Counts each HTTP request by route, method and status."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        started = False
-
-        async def counting(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                REQUESTS.labels(route_of(scope["path"]), scope["method"], str(message["status"])).inc()
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counting)
-        except Exception:
-            # an unhandled error becomes Starlette's 500 outside this middleware: count it here
-            if not started:
-                REQUESTS.labels(route_of(scope["path"]), scope["method"], "500").inc()
-            raise
-
-
 #: no inline script or style, no framing, no other origin: a field an app filled with HTML
 #: (escaped by the templates anyway) can run nothing
 HEADERS = [
@@ -80,8 +51,10 @@ HEADERS = [
 ]
 
 
-class secured:
-    """Adds `HEADERS` to every response."""
+
+class edge:
+    """Every HTTP response of the page: counted by route, method and status (an unhandled error
+    too, which Starlette turns into a 500 outside this middleware), and given `HEADERS`."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -90,10 +63,19 @@ class secured:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
 
-        async def with_headers(message: Message) -> None:
+        async def on_start(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
+                REQUESTS.labels(route_of(scope["path"]), scope["method"], str(message["status"])).inc()
                 message["headers"] = list(message.get("headers", [])) + HEADERS
             await send(message)
 
-        await self.app(scope, receive, with_headers)
+        try:
+            await self.app(scope, receive, on_start)
+        except Exception:
+            if not started:
+                REQUESTS.labels(route_of(scope["path"]), scope["method"], "500").inc()
+            raise

@@ -16,7 +16,7 @@ from parley.client import Client
 from parley.web.app import create_app
 from parley.web.config import InboxConfig
 from parley.web.users import hash_password
-from tests.conftest import Procs, send, wait_for
+from tests.conftest import Procs, eventually, send, wait_for
 
 # one deployment for the module, on one pytest process (`make test` runs --dist loadgroup)
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("inbox-web")]
@@ -199,7 +199,8 @@ def test_signing_out_or_a_new_password_ends_every_copy_of_the_sign_in(
         entries = json.loads(users.read_text())
         entries["dave"] = {"password": hash_password("a-new-password")}
         users.write_text(json.dumps(entries))
-        assert web.get("/").status_code == 303
+        # the page looks at the file at most once a second
+        eventually(lambda: web.get("/").status_code == 303, timeout=5)
 
 
 def test_with_redis_down_pages_say_so_and_liveness_still_answers(tmp_path: Path) -> None:

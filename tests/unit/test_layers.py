@@ -51,19 +51,21 @@ def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list
     # the engine never reaches up into the command line
     (("dispatcher", "workers"), ("parley.cli",)),
     # the ops floor: usable by dispatcher, workers and CLI alike, importing none of them
-    (("parley/metrics.py", "parley/logs.py", "parley/retry.py", "parley/replicas.py"),
+    (("parley/metrics.py", "parley/logs.py", "parley/retry.py", "parley/replicas.py", "parley/stamps.py"),
      ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client")),
     # a producer needs neither the dispatcher nor the workers installed and imported
     (("parley/client.py", "parley/aclient.py", "parley/producer.py", "parley/inbox.py",
       "parley/export.py",
       "parley/sessions.py"),
      ("parley.cli", "parley.dispatcher", "parley.workers")),
+    # the inbox page is a producer's view too: no engine inside it
+    (("parley/web",), ("parley.cli", "parley.dispatcher", "parley.workers")),
     # the wire contract is the bottom layer
     (("schemas",), ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client",
                     "parley.metrics")),
     # workers never touch session state, so they need nothing of the dispatcher
     (("workers",), ("parley.dispatcher",)),
-], ids=["engine-below-cli", "ops-floor", "client", "schemas", "workers-not-dispatcher"])
+], ids=["engine-below-cli", "ops-floor", "client", "inbox-page", "schemas", "workers-not-dispatcher"])
 def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
     assert offenders(files(*sources), forbidden) == {}
 

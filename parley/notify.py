@@ -225,6 +225,11 @@ class Forwarder:
         #: what a POST's loop calls to keep the held entries this forwarder's: its own, or, when
         #: shards are forwarded together (`TimeOrdered`), every shard's held entries
         self.keep: Callable[[], None] = self.keep_held
+        #: take the entries this consumer read and has not finished before anything else: set at
+        #: each (re)start of the loop, so that after an outage mid-batch nothing read later is
+        #: posted before them (otherwise they would wait out the claim idle time, and every later
+        #: entry would overtake them: feed order is promised, docs/operations.md)
+        self.own_first = True
         metrics.init_notify_metrics()
 
     def ensure_group(self) -> None:
@@ -240,6 +245,7 @@ class Forwarder:
         meanwhile, so nothing is lost)."""
         def step() -> None:
             self.ensure_group()
+            self.own_first = True
             self.tick(stop)
 
         run_through_outages(stop, step)
@@ -247,7 +253,7 @@ class Forwarder:
     def tick(self, stop: threading.Event) -> None:
         while not stop.is_set():
             self.beat()
-            batch = self.reclaim() or self.read()
+            batch = self.take_own() or self.reclaim() or self.read()
             self.held = deque(entry_id for entry_id, _fields in batch)
             self.touched_at = time.monotonic()
             for entry_id, fields in batch:
@@ -266,6 +272,24 @@ class Forwarder:
         reply: Any = self.redis.xreadgroup(self.config.group, self.consumer, {self.keys.feed: ">"},
                                            count=self.config.batch, block=block)
         return reply[0][1] if reply else []
+
+    def take_own(self) -> Sequence[tuple[Any, Any]]:
+        """While `own_first`: the next entries this consumer read earlier and has not finished
+        (XREADGROUP from 0, in feed order), else nothing. A trimmed one (it comes back without
+        fields) is acknowledged: there is nothing left to post. Fewer than a batch: all taken."""
+        while self.own_first:
+            reply: Any = self.redis.xreadgroup(self.config.group, self.consumer, {self.keys.feed: "0"},
+                                               count=self.config.batch)
+            entries = reply[0][1] if reply else []
+            if len(entries) < self.config.batch:
+                self.own_first = False
+            gone = [entry_id for entry_id, fields in entries if not fields]
+            if gone:
+                self.redis.xack(self.keys.feed, self.config.group, *gone)
+            kept = [(entry_id, fields) for entry_id, fields in entries if fields]
+            if kept:
+                return kept
+        return []
 
     def reclaim(self) -> Sequence[tuple[Any, Any]]:
         """Entries a dead forwarder read and never acknowledged (XAUTOCLAIM)."""
@@ -381,6 +405,7 @@ class TimeOrdered:
         def step() -> None:
             for forwarder in self.forwarders:
                 forwarder.ensure_group()
+                forwarder.own_first = True
             self.tick(stop)
 
         run_through_outages(stop, step)
@@ -388,7 +413,12 @@ class TimeOrdered:
     def read_round(self) -> list[Sequence[tuple[Any, Any]]]:
         """One batch of every shard (entries taken over from a dead forwarder first). When all
         are empty, one shard's feed is read blocking, in turn, then the others' again, so that
-        an idle loop neither spins nor leaves one shard's entries waiting behind another's."""
+        an idle loop neither spins nor leaves one shard's entries waiting behind another's.
+        After a (re)start, every shard's unfinished entries come first, in one round."""
+        if any(f.own_first for f in self.forwarders):
+            own = [f.take_own() for f in self.forwarders]
+            if any(own):
+                return own
         batches = [f.reclaim() or f.read(block_ms=None) for f in self.forwarders]
         if any(batches):
             return batches

@@ -10,12 +10,14 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import redis
 
 from parley.cli.procs import RedisServer, free_port
-from parley.notify import verify
+from parley.notify import Forwarder, NotifyConfig, TimeOrdered, verify
+from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually
 
 SECRET = "webhook-test-secret"
@@ -256,5 +258,59 @@ def test_the_feeds_of_two_shards_are_forwarded_in_time_order_across_them(
             assert [a["session"] for a in rec.accepted] == order
         for shard in shards:  # each acknowledged on its own shard
             eventually(lambda shard=shard: shard.xpending(FEED, GROUP)["pending"] == 0, timeout=10)
+    finally:
+        other.stop(kill=True)
+
+
+def test_after_an_outage_mid_batch_the_unfinished_entries_go_before_any_read_later(
+        r: redis.Redis, tmp_path: Any) -> None:
+    """Two shards forwarded together, small batches: Redis fails (an acknowledgement raises) after
+    the second POST of the first round. The loop starts again and must post what it had read and
+    not finished (both shards' rest of the round) before the entries it reads next; without that
+    they waited out the claim idle time while later entries overtook them."""
+    other = RedisServer(tmp_path / "redis-shard-1").start()
+    try:
+        second = redis.Redis.from_url(other.url)
+        shards = [r, second]
+        for shard in shards:
+            shard.xgroup_create(FEED, GROUP, id="0", mkstream=True)
+        for k in range(24):  # entry k at millisecond 1000 + k on shard k mod 2
+            event = {"type": "interrupt.raised", "at": k, "interrupt_id": f"int-{k}", "reason": "approval"}
+            shards[k % 2].xadd(FEED, {"session": f"s-{k}", "type": "interrupt.raised", "event_id": "1-0",
+                                      "event": orjson.dumps(event)}, id=f"{1000 + k}-0")
+        posted: list[str] = []
+
+        def receive(request: httpx.Request) -> httpx.Response:
+            posted.append(orjson.loads(request.content)["session"])
+            return httpx.Response(200)
+
+        http = httpx.Client(transport=httpx.MockTransport(receive))
+        config = NotifyConfig(url="http://receiver.invalid/", secret=SECRET.encode(), batch=4,
+                              timeout_s=0.1, retry_base_s=0.05, retry_cap_s=0.1, claim_idle_ms=60_000)
+        forwarders = [Forwarder(shard, Keys(), config, http=http) for shard in shards]
+        real_xack = second.xack
+        failed: list[bool] = []
+
+        def xack_failing_once(*args: Any) -> Any:
+            if not failed:
+                failed.append(True)
+                raise redis.ConnectionError("injected: Redis went away")
+            return real_xack(*args)
+
+        second.xack = xack_failing_once  # type: ignore[method-assign]
+        stop = threading.Event()
+        loop = threading.Thread(target=TimeOrdered(forwarders).run, args=(stop,), daemon=True)
+        loop.start()
+        try:
+            eventually(lambda: len(set(posted)) >= 24, timeout=10)
+        finally:
+            stop.set()
+            loop.join(timeout=5)
+        assert failed, "the outage was not injected"
+        # s-1's POST went through but its acknowledgement failed: it is posted again (at least
+        # once), first; then everything in feed order, none skipped
+        assert posted == ["s-0", "s-1", "s-1", *[f"s-{k}" for k in range(2, 24)]]
+        for shard in shards:
+            assert shard.xpending(FEED, GROUP)["pending"] == 0
     finally:
         other.stop(kill=True)

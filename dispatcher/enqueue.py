@@ -199,11 +199,18 @@ class Outbox:
         """Into the index and its listing's sets, the deadlines, and the counts the metrics read
         (index_add.lua). The details are a row of the listing (parley/inbox.py, OpenInterrupt)."""
         member = self.keys.index_member(session, fx.interrupt_id)
+        # A null field is left out of the row (one row per open interrupt, kept for as long as it
+        # is open: most have no deadline, default, principals, schema, metadata or parent); the
+        # listing reads a missing field as null (OpenInterrupt), index_lib.lua a missing
+        # resumable_by as "anyone". `request` is written even when null: a row without it is an
+        # older one the index's rebuild fills from the session's core.
+        optional = {"anchor": fx.anchor, "expires_at": fx.deadline, "default": fx.default,
+                    "resumable_by": fx.resumable_by, "response_schema": fx.response_schema,
+                    "metadata": fx.metadata, "parent": fx.parent}
         details = orjson.dumps({
             "session": session, "interrupt_id": fx.interrupt_id, "reason": fx.reason,
-            "request": fx.payload, "anchor": fx.anchor, "raised_at": fx.raised_at,
-            "expires_at": fx.deadline, "default": fx.default, "resumable_by": fx.resumable_by,
-            "response_schema": fx.response_schema, "metadata": fx.metadata, "parent": fx.parent})
+            "request": fx.payload, "raised_at": fx.raised_at,
+            **{k: v for k, v in optional.items() if v is not None}})
         pipe.eval(INDEX_ADD, 5, *self._index_keys(), member, fx.raised_at, details,
                   "" if fx.deadline is None else fx.deadline, *self._listing_names())
 

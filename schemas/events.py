@@ -2,6 +2,10 @@
 
 The core builds events as plain dicts (fast, and exactly the JSON written);
 these models are the contract they are checked against in tests and by clients.
+
+A field whose value is null is not written (every session keeps its events in Redis: a parked
+seed session's events fit one 1 KiB stream node without them), so each such field defaults to
+None here; only the fields in USER_VALUE_FIELDS are written even when null.
 """
 
 from typing import Annotated, Any, Literal
@@ -39,8 +43,9 @@ class TriggerRef(BaseModel):
 
 class SessionCreated(_Event):
     type: Literal["session.created"]
-    budget: dict[str, Any] | None
-    metadata: dict[str, Any] | None
+    #: absent (None) when the session has none
+    budget: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
     input: InputRef | None = None
 
 
@@ -117,7 +122,8 @@ class InterruptRaised(_Event):
     interrupt_id: str
     reason: str
     payload: Any
-    anchor: str | None
+    #: absent (None) for a global interrupt
+    anchor: str | None = None
 
 
 class InterruptResumed(_Event):
@@ -138,13 +144,13 @@ class InterruptResumed(_Event):
 class DecisionHeld(_Event):
     type: Literal["decision.held"]
     trigger: TriggerRef
-    head: str | None
+    head: str | None = None
 
 
 class DecisionReleased(_Event):
     type: Literal["decision.released"]
     trigger: TriggerRef
-    head: str | None
+    head: str | None = None
 
 
 class DecisionFailed(_Event):
@@ -211,6 +217,11 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+#: The fields written even when their value is null (`Tx.emit`): a user's own JSON value (an
+#: interrupt's payload and request, a resume's answer, a late call's result), where null is the
+#: value given, not the absence of one. Every other null field of an event is left out.
+USER_VALUE_FIELDS: frozenset[str] = frozenset({"payload", "request", "result"})
 
 #: The events also copied to the fleet-wide feed (docs/protocol.md, "Feed"): what happens to
 #: interrupts in any session, and the end of a turn, so one stream tells notifiers and

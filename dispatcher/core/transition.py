@@ -15,6 +15,7 @@ from parley.dispatcher.core.context import AppInfo, Context
 from parley.dispatcher.core.effects import Cancel, Effect, Enqueue
 from parley.schemas import tree
 from parley.schemas.codes import DropReason, InputOutcome
+from parley.schemas.events import USER_VALUE_FIELDS
 from parley.schemas.jobs import JobKind
 from parley.schemas.listing import Listed, listed
 from parley.schemas.state import Core, SessionState, Turn
@@ -104,7 +105,15 @@ class Tx:
     # ---- what the transition emits -----------------------------------------------------------
 
     def emit(self, event_type: str, **fields: Any) -> None:
-        self.out.events.append({"type": event_type, "at": self.ctx.now_ms, **fields})
+        """An event as stored (docs/protocol.md, Events): a field that is null is left out, as
+        every event of every session is kept in Redis and a null says nothing a missing field
+        does not; but a field holding a user's JSON value (`payload`, `request`, `result`) is
+        kept even when that value is null, where null is what was given."""
+        event = {"type": event_type, "at": self.ctx.now_ms}
+        for name, value in fields.items():
+            if value is not None or name in USER_VALUE_FIELDS:
+                event[name] = value
+        self.out.events.append(event)
 
     def count(self, kind: str, label: str) -> None:
         key = (kind, label)

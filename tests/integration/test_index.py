@@ -70,6 +70,30 @@ def test_a_row_says_everything_an_inbox_shows(r: redis.Redis, outbox: Outbox, cl
     assert client.interrupts() == [row.model_dump()]
 
 
+def test_a_row_leaves_out_its_null_fields_and_reads_them_as_null(
+        r: redis.Redis, outbox: Outbox, client: Client) -> None:
+    """The stored row has no null field but `request` (an open interrupt's row is kept while it
+    is open: its nulls would be most of it); the listing reads the missing fields as null, a
+    missing `resumable_by` as "anyone may answer", a missing anchor as a global interrupt."""
+    bare = IndexAdd(seq=1, interrupt_id="int-1", reason="budget", anchor=None, raised_at=1_000,
+                    deadline=None, parent=None, payload=None, default=None, resumable_by=None,
+                    metadata=None, response_schema=None)
+    outbox.flush_many([("s-1", [bare])])
+    stored = orjson.loads(r.hget(KEYS.interrupt_info, KEYS.index_member("s-1", "int-1")))
+    assert stored == {"session": "s-1", "interrupt_id": "int-1", "reason": "budget", "request": None,
+                      "raised_at": 1_000}
+    (row,) = client.interrupt_page().items
+    assert row.model_dump() == {
+        "session": "s-1", "interrupt_id": "int-1", "reason": "budget", "request": None, "anchor": None,
+        "raised_at": 1_000, "expires_at": None, "default": None, "resumable_by": None,
+        "response_schema": None, "metadata": None, "parent": None}
+    assert walk(client, InterruptFilter(principal="anyone-at-all")) == [("s-1", "int-1")]
+    # one global interrupt parks the session once (the anchors' count, keyed by session and '')
+    assert r.hget(KEYS.stats, "parked") == b"1"
+    outbox.flush_many([("s-1", [IndexRemove(seq=2, interrupt_id="int-1")])])
+    assert client.interrupt_page().items == [] and r.hget(KEYS.stats, "parked") == b"0"
+
+
 def test_each_filter_and_their_combinations(outbox: Outbox, client: Client) -> None:
     outbox.flush_many([
         ("team-a-1", [add("i1", 1_000, "confirm", 1, ["alice"]), add("i2", 2_000, "budget", 2)]),

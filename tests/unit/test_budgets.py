@@ -36,7 +36,6 @@ def test_I3_llm_calls_budget_blocks_the_second_llm_call_before_it_starts():
     assert s.types() == ["interrupt.raised"]
     assert s.ev("interrupt.raised") | {"at": 0} == {
         "type": "interrupt.raised", "at": 0, "interrupt_id": "int-1", "reason": "budget",
-        "anchor": None,
         "payload": budget_payload({"llm_calls": 1}, {"llm_calls": 1}, "llm_calls")}
     # blocked before it starts: no llm.started, no LLM job, nothing counted
     assert s.enqueued() == [] and s.running_llm() == []
@@ -105,7 +104,7 @@ def test_I3_budget_resume_without_raising_the_limit_is_not_delivered_and_raises_
     assert ev["payload"] == {"note": "go on"}
     raised = s.ev("interrupt.raised")
     assert raised["interrupt_id"] == "int-2" and raised["reason"] == "budget"
-    assert raised["anchor"] is None
+    assert "anchor" not in raised  # a global interrupt: no anchor, and no null written
     assert raised["payload"] == budget_payload({"llm_calls": 1}, {"llm_calls": 1}, "llm_calls")
     assert [f.op for f in tr.effects] == ["index_remove", "index_add"]
     assert s.enqueued() == [] and s.deciding is None and s.running_llm() == []
@@ -166,7 +165,7 @@ def test_I3_tool_calls_budget_blocks_tool_execute_before_it_starts():
     s, calls = tool_stop()
     assert s.types() == ["interrupt.raised"]
     ev = s.ev("interrupt.raised")
-    assert ev["reason"] == "budget" and ev["anchor"] is None
+    assert ev["reason"] == "budget" and "anchor" not in ev
     assert ev["payload"] == budget_payload({"llm_calls": 1, "tool_calls": 1}, {"tool_calls": 1},
                                            "tool_calls")
     assert s.enqueued() == []
@@ -227,7 +226,7 @@ def test_I3_I6_tokens_reaching_the_limit_records_the_reply_and_holds_its_follow_
     assert msg == {"id": "msg-2", "parent_id": "msg-1", "role": "assistant", "content": "c",
                    "tool_calls": [{"id": "call-1", "name": "search", "arguments": {}}]}
     ev = s.ev("interrupt.raised")
-    assert ev["interrupt_id"] == "int-1" and ev["anchor"] is None and ev["reason"] == "budget"
+    assert ev["interrupt_id"] == "int-1" and "anchor" not in ev and ev["reason"] == "budget"
     assert ev["payload"] == budget_payload({"llm_calls": 1, "tokens": 100}, {"tokens": 100}, "tokens")
     assert s.ev("decision.held") | {"at": 0} == {
         "type": "decision.held", "at": 0, "trigger": {"type": "tool.execute", "call_id": "call-1"},

@@ -58,7 +58,7 @@ def test_implicit_creation_fires_session_created_before_message_created():
     s.send("hello")
     assert s.types() == ["session.created", "message.created"]
     assert s.ev("session.created") | {"at": 0} == {
-        "type": "session.created", "at": 0, "budget": None, "metadata": None,
+        "type": "session.created", "at": 0,
         "input": {"entry": "1-1", "type": "message.create"}}  # the entry that created it
     # Triggers are decided one at a time in the order fired: session.created first.
     assert s.enqueued_work("decide") == ["dec-1"]

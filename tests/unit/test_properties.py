@@ -363,12 +363,12 @@ class Checker:
             if e["type"] != "interrupt.raised":
                 continue
             if e["reason"] == "budget" and core.interrupts[e["interrupt_id"]].system:
-                assert e["anchor"] is None
+                assert "anchor" not in e
                 continue
             assert by_app and pd is not None, f"{e['interrupt_id']} raised outside a decision"
             turn = pd.item.turn
             if turn is None:
-                assert e["anchor"] is None, e
+                assert "anchor" not in e, e
             else:
                 anchor = e["anchor"]
                 assert anchor is not None and after.messages[anchor]["turn"] == turn, (e, turn)

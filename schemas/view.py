@@ -4,7 +4,7 @@ from typing import Any
 
 from parley.schemas.listing import listing_status
 from parley.schemas.state import SessionState
-from parley.schemas.tree import parking
+from parley.schemas.tree import ParentOf, ancestors, parking
 
 #: A stored message's own bookkeeping: its turn, its place in creation order.
 INTERNAL_FIELDS = frozenset({"turn", "order"})
@@ -27,8 +27,8 @@ def show(state: SessionState) -> dict[str, Any]:
         "status": listing_status(core).value,
         "closed_at": core.closed_at,
         "head": core.head,
-        "parked": bool(parking(core, state.messages.get, core.head)) if core.head else any(
-            i.anchor is None for i in core.interrupts.values()),
+        "parked": bool(parking(core, lambda mid: ancestors(_parent_in(state), mid), core.head))
+        if core.head else any(i.anchor is None for i in core.interrupts.values()),
         "messages": [public_message(m) for m in messages],
         "interrupts": [{"interrupt_id": i.id, "reason": i.reason, "payload": i.payload,
                         "anchor": i.anchor, "status": "open"} for i in core.interrupts.values()],
@@ -36,6 +36,10 @@ def show(state: SessionState) -> dict[str, Any]:
         "children": list(core.children),
         "parent": core.parent["session"] if core.parent else None,
     }
+
+
+def _parent_in(state: SessionState) -> ParentOf:
+    return lambda mid: (state.messages.get(mid) or {}).get("parent_id")
 
 
 def creation_order(messages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """RQ job functions: run decide, the model or a tool, and post the outcome.
 
-They never touch session state: the outcome goes to the results stream named in the
+They never write session state (an LLM job reads the bodies of the messages it names, which
+are never changed once written): the outcome goes to the results stream named in the
 payload, where the dispatcher applies it (or drops it, when it is late or voided).
 """
 

@@ -13,15 +13,16 @@ from typing import Any
 import orjson
 
 
-def _text(m: dict[str, Any]) -> str:
-    text = m["content"]
+def _text(m: dict[str, Any]) -> tuple[str, str, str]:
+    """What follows a message's id and role: (before its content, its content, after it), so
+    that the content itself is copied once, by the final join."""
+    before = f"[{m['tool_call_id']}{' error' if m.get('error') else ''}] " if m.get("tool_call_id") else ""
+    after = ""
     if m.get("tool_calls"):
-        text = (text + " " if text else "") + ", ".join(
+        after = (" " if m["content"] else "") + ", ".join(
             f"{c['name']}({orjson.dumps(c['arguments']).decode()}) [{c['id']}]"
             for c in m["tool_calls"])
-    if m.get("tool_call_id"):
-        text = f"[{m['tool_call_id']}{' error' if m.get('error') else ''}] {text}"
-    return text
+    return before, m["content"], after
 
 
 def format_transcript(view: dict[str, Any]) -> str:
@@ -48,8 +49,11 @@ def format_transcript(view: dict[str, Any]) -> str:
     while stack:
         m, depth = stack.pop()
         marker = "*" if m["id"] == head else " "
-        lines.append(f"\n{marker}{'  ' * depth}{m['id']:>7} {m['role']:<9} ")
-        lines.append(_text(m))
+        before, content, after = _text(m)
+        lines.append(f"\n{marker}{'  ' * depth}{m['id']:>7} {m['role']:<9} {before}")
+        lines.append(content)
+        if after:
+            lines.append(after)
         push(m["id"], depth)
     for i in view["interrupts"]:
         lines.append(f"\n  interrupt {i['interrupt_id']} ({i['reason']}) at {i['anchor']}: "

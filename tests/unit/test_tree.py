@@ -169,3 +169,19 @@ def test_a_fork_indents_each_childs_subtree():
     assert [line[1:].split()[0] for line in lines] == ["m1", "m2", "f1", "f2"]
     depth = [depth_of(line) for line in lines]
     assert depth == [0, 1, 1, 1]
+
+
+def test_tool_calls_and_tool_results_print_around_the_content():
+    messages = [{"id": "m1", "parent_id": None, "role": "assistant", "content": "let me look",
+                 "tool_calls": [{"id": "call-1", "name": "search", "arguments": {"q": 1}}]},
+                {"id": "m2", "parent_id": "m1", "role": "tool", "content": "boom", "tool_call_id": "call-1",
+                 "error": True},
+                {"id": "m3", "parent_id": "m2", "role": "assistant", "content": "",
+                 "tool_calls": [{"id": "call-2", "name": "add", "arguments": {}}]}]
+    view = {"session": "s", "status": "active", "head": "m3", "parked": False, "interrupts": [],
+            "pending": [{"call_id": "call-2", "kind": "tool", "name": "add"}], "messages": messages}
+    assert format_transcript(view).splitlines()[1:] == [
+        '      m1 assistant let me look search({"q":1}) [call-1]',
+        "      m2 tool      [call-1 error] boom",
+        "*     m3 assistant add({}) [call-2]",
+        "  pending call-2 tool add"]

@@ -1166,7 +1166,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.flood_inputs = 500
         args.shards_sessions, args.shards_parked, args.shards_partitions = 20, 20, 4
         args.page_open, args.page_requests = 300, 5
-        args.long_messages, args.long_branches, args.long_transitions, args.long_shows = 300, 100, 20, 3
+        args.long_messages, args.long_branches, args.long_transitions, args.long_shows = 200, 50, 20, 3
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]

@@ -21,6 +21,8 @@
    workers), sessions/s in all and per shard, then sessions parked and left open, per shard
 12. The inbox page: `parley inbox` with 10,000 open interrupts, signed in; the list's first page
    (oldest first, newest first, "answerable by me") as whole HTTP requests
+13. Long sessions: a transition (a branch switch) and `parley show` on a session of 3,000
+   messages of ~4 KB, on one of 1,000 branches, and on a fresh one
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means).
@@ -54,6 +56,7 @@ from bench.fleet import Fleet, cpu_seconds, deploy_tuning, machine_busy_seconds
 from bench.flood import flood_row
 from bench.inbox import QUERIES, listing_rows
 from bench.inbox_page import PAGES, page_row
+from bench.long_sessions import long_sessions_row
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
 from bench.sessions import QUERY_NAMES as SESSION_QUERIES
 from bench.sessions import listing_rows as session_rows
@@ -668,6 +671,22 @@ def scenario_12(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) ->
     save(args, out)
 
 
+# ---- scenario 13 ---------------------------------------------------------------------------------
+
+def scenario_13(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    rows = out.setdefault("scenario_13", [])
+    why = out_of_time(args, "scenario 13")
+    if why:
+        rows.append({"messages": args.long_messages, "skipped": why})
+        return
+    log(f"scenario 13: long sessions: {args.long_messages:,} messages, {args.long_branches:,} branches, "
+        f"{args.long_transitions} branch switches on each and a fresh session")
+    rows.append(long_sessions_row(workdir / "s13", args.long_messages, args.long_branches,
+                                  args.long_transitions, args.long_shows, args.workers, args.timeout,
+                                  dist=dist, percentile=percentile, log=log))
+    save(args, out)
+
+
 # ---- output --------------------------------------------------------------------------------------
 
 def save(args: argparse.Namespace, out: dict[str, Any]) -> None:
@@ -949,6 +968,24 @@ def report(out: dict[str, Any]) -> str:
                          *(p50_p95_max(r[name]["ms"]) for name in PAGES),
                          mib(r["inbox_rss_kib"])])
         lines.append(table(hdr, rows))
+    s13 = out.get("scenario_13", [])
+    if s13:
+        lines.append("")
+        lines.append("13. Long sessions: a branch switch (input to its event, closed loop) and `parley show` "
+                     "(in-process), ms p50/p95/max")
+        hdr = ["session", "messages", "branches", "build s", "transition ms", "show ms", "msgs hash KiB",
+               "meta hash KiB"]
+        rows = []
+        for r in s13:
+            if "skipped" in r:
+                rows.append(skipped_row([r["messages"]], len(hdr), r["skipped"]))
+                continue
+            for name in ("fresh", "long", "branched"):
+                x = r[name]
+                rows.append([name, x["n_msgs"], x["n_branches"], r["build_s"][name],
+                             p50_p95_max(x["transition_ms"]), p50_p95_max(x["show_ms"]),
+                             round(x["msgs_hash_bytes"] / 1024, 1), round(x["meta_hash_bytes"] / 1024, 1)])
+        lines.append(table(hdr, rows))
     goals = goal_lines(out)
     if goals:
         lines.append("")
@@ -1035,6 +1072,17 @@ def goal_lines(out: dict[str, Any]) -> list[str]:
         p50 = r["first page"]["ms"].get("p50")
         say(f"the inbox's first page with {r['open']:,} open interrupts, p50", f"{p50} ms", "<= 200 ms",
             p50 is not None and p50 <= 200)
+    for r in out.get("scenario_13", []):
+        if "skipped" in r:
+            continue
+        for name in ("long", "branched"):
+            x = r[name]
+            p50, show_p50 = x["transition_ms"].get("p50"), x["show_ms"].get("p50")
+            size = f"{x['n_msgs']:,} messages" if name == "long" else f"{x['n_branches']:,} branches"
+            say(f"a transition at {size}, p50 (fresh: {r['fresh']['transition_ms'].get('p50')} ms)",
+                f"{p50} ms", "<= 2 ms", p50 is not None and p50 <= 2)
+            say(f"`parley show` at {size}, p50", f"{show_p50} ms", "<= 50 ms",
+                show_p50 is not None and show_p50 <= 50)
     for r in out.get("scenario_8", []):
         if "skipped" in r:
             continue
@@ -1050,7 +1098,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12", help="scenarios to run (2 runs with 1)")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13",
+                    help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
     ap.add_argument("--fsync-rows", default="always,everysec", help="scenario 1 rows' appendfsync")
@@ -1095,6 +1144,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="scenario 11 partitions, the same in every row (16: the default of shards)")
     ap.add_argument("--page-open", type=int, default=10_000, help="scenario 12 open interrupts")
     ap.add_argument("--page-requests", type=int, default=50, help="scenario 12 requests of each page")
+    ap.add_argument("--long-messages", type=int, default=3_000, help="scenario 13 long session's messages")
+    ap.add_argument("--long-branches", type=int, default=1_000, help="scenario 13 branches")
+    ap.add_argument("--long-transitions", type=int, default=200, help="scenario 13 branch switches each")
+    ap.add_argument("--long-shows", type=int, default=10, help="scenario 13 `parley show` runs per session")
     ap.add_argument("--timeout", type=float, default=300, help="seconds any one phase may take")
     ap.add_argument("--budget", type=float, default=540,
                     help="seconds after which the remaining rows are skipped (marked SKIPPED)")
@@ -1113,6 +1166,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.flood_inputs = 500
         args.shards_sessions, args.shards_parked, args.shards_partitions = 20, 20, 4
         args.page_open, args.page_requests = 300, 5
+        args.long_messages, args.long_branches, args.long_transitions, args.long_shows = 200, 50, 20, 3
         args.budget = max(args.budget, 600)
     args.out = args.out or str(RESULTS / ("smoke.json" if args.smoke else "latest.json"))
     args.fsync_rows = [x.strip() for x in args.fsync_rows.split(",") if x.strip()]
@@ -1168,6 +1222,8 @@ def main(argv: list[str] | None = None) -> int:
         # before 4 too: short (about 10 s), and it has a goal
         if "12" in args.only:
             scenario_12(args, workdir, out)
+        if "13" in args.only:
+            scenario_13(args, workdir, out)
         if "4" in args.only:
             scenario_4(args, workdir, out)
         ok = True

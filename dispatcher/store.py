@@ -13,7 +13,8 @@ from redis.exceptions import NoScriptError
 from parley.dispatcher.core import Effect, Transition, effect_from_dict, effect_to_json
 from parley.schemas.events import FEED_EVENT_TYPES
 from parley.schemas.keys import Keys
-from parley.schemas.state import SessionState
+from parley.schemas.state import SessionState, bodies_wanted
+from parley.schemas.tree import Shape
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 IDEMPOTENCY_WINDOW_MS = IDEMPOTENCY_TTL_S * 1000
@@ -74,15 +75,15 @@ class Store:
         self._commit = load_script(redis, "commit")
 
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
-        """One round trip: version, core, markers, messages, and whether the key was used."""
-        pipe = self.redis.pipeline(transaction=False)
-        self._queue_load(pipe, session, idempotency_key)
-        return self._loaded(pipe.execute(), idempotency_key is not None)
+        """`load_many` of one session."""
+        return self.load_many([(session, idempotency_key)])[0]
 
     def load_many(self, wanted: Sequence[tuple[str, str | None]]) -> list[tuple[SessionState, str]]:
-        """`load` of several distinct sessions (session, idempotency key) in ONE round trip."""
-        if len(wanted) == 1:
-            return [self.load(*wanted[0])]
+        """Each session's version, core, markers and tree shape (its meta hash, whole), and whether
+        its idempotency key was used, for several distinct sessions (session, idempotency key),
+        in ONE round trip. Never its messages: a second round trip reads the few bodies a
+        transition may need (`bodies_wanted`: a sub-agent's child about to report), or, once, all
+        of them for a session stored before its shape was kept."""
         pipe = self.redis.pipeline(transaction=False)
         for session, idempotency_key in wanted:
             self._queue_load(pipe, session, idempotency_key)
@@ -90,23 +91,46 @@ class Store:
         out: list[tuple[SessionState, str]] = []
         i = 0
         for _session, idempotency_key in wanted:
-            n = 2 if idempotency_key is None else 3
+            n = 1 if idempotency_key is None else 2
             out.append(self._loaded(replies[i:i + n], idempotency_key is not None))
             i += n
+        self._load_bodies([session for session, _ in wanted], [state for state, _ in out])
         return out
 
     def _queue_load(self, pipe: Any, session: str, idempotency_key: str | None) -> None:
-        pipe.hmget(self.keys.meta(session), "ver", "core", "applied")
-        pipe.hgetall(self.keys.messages(session))
+        pipe.hgetall(self.keys.meta(session))
         if idempotency_key is not None:
             pipe.zscore(self.keys.idempotency_keys(session), idempotency_key)
 
     @staticmethod
     def _loaded(replies: list[Any], has_key: bool) -> tuple[SessionState, str]:
-        ver, core, applied = replies[0]
-        state = SessionState.from_records(core, replies[1], applied,
-                                          duplicate=has_key and is_used(replies[2], now_ms()))
+        meta: dict[bytes, bytes] = replies[0]
+        core = meta.get(b"core")
+        shape = Shape.from_fields(meta) if core else None
+        state = SessionState.from_records(core, {}, meta.get(b"applied"),
+                                          duplicate=has_key and is_used(replies[1], now_ms()),
+                                          tree=shape.flat if shape is not None else None)
+        ver = meta.get(b"ver")
         return state, ver.decode() if ver else "0"
+
+    def _load_bodies(self, sessions: Sequence[str], states: Sequence[SessionState]) -> None:
+        """The bodies the transitions may read (one round trip for all, none when none is needed)."""
+        asked: list[tuple[SessionState, list[str] | None]] = []
+        pipe = self.redis.pipeline(transaction=False)
+        for session, state in zip(sessions, states, strict=True):
+            if state.core is None:
+                continue
+            if state.tree is None:  # stored before the shape was kept: read whole, once
+                pipe.hgetall(self.keys.messages(session))
+                asked.append((state, None))
+            elif wanted := bodies_wanted(state.core):
+                pipe.hmget(self.keys.messages(session), wanted)
+                asked.append((state, wanted))
+        if not asked:
+            return
+        for (state, ids), reply in zip(asked, pipe.execute(), strict=True):
+            raw = reply if ids is None else {mid.encode(): v for mid, v in zip(ids, reply, strict=True) if v}
+            state.messages = {k.decode(): orjson.loads(v) for k, v in raw.items()}
 
     def commit(self, session: str, version: str, tr: Transition, lease_key: str,
                lease_token: str) -> int:
@@ -139,6 +163,9 @@ class Store:
                  self.unknown_session_ttl_ms, "1" if tr.created else "0", len(tr.new_messages)]
         for m in tr.new_messages:
             argv += [m["id"], orjson.dumps(m)]
+        argv.append(len(tr.tree_fields))
+        for name, value in tr.tree_fields.items():
+            argv += [name, value]
         argv.append(len(tr.events))
         for e in tr.events:
             # the feed copies the event whole: fields added to an event later flow through

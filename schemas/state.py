@@ -126,10 +126,20 @@ class Core(BaseModel):
 
 
 class SessionState(BaseModel):
-    """What a transition reads: the core (None: no such session), its messages and markers."""
+    """What a transition reads: the core (None: no such session), the tree's shape, the bodies of
+    the few messages it reads whole, and markers.
+
+    The dispatcher loads `tree` (the shape's flat list, schemas/tree.py) from the meta hash and
+    only the bodies `bodies_wanted` names: never the whole messages hash, except once for a
+    session stored before the shape was kept (`tree` None: the core builds the shape from
+    `messages`, all of them, and the commit stores it). A reader (`parley show`) loads every body
+    and no shape."""
 
     core: Core | None
+    #: message id -> stored message, for the messages loaded whole
     messages: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: the shape as stored (schemas/tree.py `Shape.flat`); None: not stored
+    tree: list[str | int] | None = None
     # stream name -> id of the last entry of that stream applied to this session
     applied: dict[str, str] = Field(default_factory=dict)
     # the input's idempotency key was already used
@@ -137,14 +147,28 @@ class SessionState(BaseModel):
 
     @classmethod
     def from_records(cls, core: bytes | None, messages: dict[bytes, bytes],
-                     applied: bytes | None = None, duplicate: bool = False) -> "SessionState":
-        """The state from the raw values of the session's meta hash and messages hash."""
-        return cls(
+                     applied: bytes | None = None, duplicate: bool = False,
+                     tree: list[str | int] | None = None) -> "SessionState":
+        """The state from the raw values of the session's meta hash and (some of) its messages.
+        Built without validating again what was just parsed: a session of thousands of messages
+        would pay for it on every read."""
+        return cls.model_construct(
             core=Core.model_validate_json(core) if core else None,
             messages={k.decode(): orjson.loads(v) for k, v in messages.items()},
+            tree=tree,
             applied=orjson.loads(applied) if applied else {},
             duplicate=duplicate,
         )
+
+
+def bodies_wanted(core: Core | None) -> list[str]:
+    """The messages a transition of this session may read whole, chosen before it is computed:
+    a sub-agent's child that has not reported yet reports its turn's tip (dispatcher/core/work.py
+    `report`), an existing one when the turn ended earlier. Every other body a transition
+    touches is one it adds; the model's request is read by the worker (workers/jobs.py)."""
+    if core is None or core.parent is None or core.reported or core.status == SessionStatus.CLOSED:
+        return []
+    return [t.tip for t in core.turns.values()]
 
 
 Work.model_rebuild()

@@ -1,6 +1,7 @@
 """RQ job functions: run decide, the model or a tool, and post the outcome.
 
-They never touch session state: the outcome goes to the results stream named in the
+They never write session state (an LLM job reads the bodies of the messages it names, which
+are never changed once written): the outcome goes to the results stream named in the
 payload, where the dispatcher applies it (or drops it, when it is late or voided).
 """
 
@@ -30,6 +31,7 @@ from parley.schemas.keys import Keys
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
 from parley.schemas.triggers import Trigger
+from parley.schemas.view import public_message
 from parley.workers.app import App
 from parley.workers.llm.limits import TimeLimit, time_limit
 from parley.workers.stopping import CallVoided, Watched, void_watch
@@ -247,14 +249,41 @@ def run_llm(payload: dict[str, Any]) -> None:
     def call(app: App) -> Any:
         if app.llm is None:
             raise JobFailure("the app has no `llm`")
+        request = llm_request(payload)
         with time_limit(_model_time_limit(started)), _stopped_if_voided():
-            response = app.llm({**payload["request"], "tools": app.tool_schemas()})
+            response = app.llm({**request, "tools": app.tool_schemas()})
         return check_response(response)
 
     try:
         _run(payload, "llm", call)
     except CallVoided:
         _stopped(payload, "llm", started)
+
+
+def llm_request(payload: dict[str, Any]) -> dict[str, Any]:
+    """The app's `llm` request of an LLM job: the branch's messages, root first, then the call's
+    `model` and `params`. The job names the messages (`chain`); their bodies are read here, with
+    one HMGET of the session's messages hash on the connection the job came from (the session's
+    shard). Messages are never changed once written, and the commit that made the job wrote
+    them first, so this is the branch as the transition saw it (docs/design.md, "Storage").
+    A job without `chain` (enqueued before jobs named their messages) carries them whole."""
+    if "chain" not in payload:
+        return dict(payload["request"])
+    chain: list[str] = payload["chain"]
+    job = get_current_job()
+    if job is None:
+        raise JobFailure("an LLM job runs as an RQ job (it reads its messages on the job's connection)")
+    read: list[Any] = []
+
+    def hmget() -> None:
+        read[:] = job.connection.hmget(_keys.messages(payload["session"]), chain) if chain else []
+
+    through_outages(hmget, "read the branch's messages")
+    if any(body is None for body in read):
+        # only a session deleted meanwhile (expired, retired): nobody will apply the outcome
+        raise JobFailure("the branch's messages are gone")
+    messages = [public_message(orjson.loads(body)) for body in read]
+    return {"messages": messages, **payload["request"]}
 
 
 def _stopped_if_voided() -> AbstractContextManager[None]:

@@ -164,7 +164,7 @@ def _message_create(tx: Tx, inp: MessageCreate, src: _Source) -> None:
         _create(tx, src, None, None)  # implicit creation fires session.created first
     c = tx.c
     parent = inp.parent_id if inp.parent_given else c.head
-    if parent is not None and tx.msg(parent) is None:
+    if parent is not None and not tx.has(parent):
         raise RefuseInput(RefusalCode.UNKNOWN_PARENT, f"no message {parent!r} in this session")
     parked = tx.parking(parent) if parent is not None else [
         i.id for i in c.interrupts.values() if i.anchor is None]
@@ -174,7 +174,7 @@ def _message_create(tx: Tx, inp: MessageCreate, src: _Source) -> None:
     parent_turn = tx.turn_of(parent)
     if parent_turn is not None and parent_turn.tip == parent:
         raise RefuseInput(RefusalCode.TURN_IN_PROGRESS, f"{parent!r} is the tip of a turn still running")
-    if inp.message_id is not None and tx.msg(inp.message_id) is not None:
+    if inp.message_id is not None and tx.has(inp.message_id):
         raise RefuseInput(RefusalCode.DUPLICATE_MESSAGE_ID, f"message id {inp.message_id!r} is already used")
     # Last: a message refused for any other reason would not have counted against a limit.
     # A session the message creates now holds nothing yet (and at least one of each is allowed).
@@ -197,7 +197,7 @@ def _start_turn(tx: Tx, src: _Source, parent: str | None, message_id: str | None
 
 
 def _branch_switch(tx: Tx, inp: BranchSwitch, src: _Source) -> None:
-    if tx.core is None or tx.msg(inp.head) is None:
+    if tx.core is None or not tx.has(inp.head):
         raise RefuseInput(RefusalCode.UNKNOWN_MESSAGE, f"no message {inp.head!r} in this session")
     tx.c.head = inp.head
     ids = tx.parking(inp.head)

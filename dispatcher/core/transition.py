@@ -19,7 +19,7 @@ from parley.schemas.events import USER_VALUE_FIELDS
 from parley.schemas.jobs import JobKind
 from parley.schemas.listing import Listed, listed
 from parley.schemas.state import Core, SessionState, Turn
-from parley.schemas.view import public_message
+from parley.schemas.view import creation_order, public_message
 
 
 @dataclass(slots=True)
@@ -42,6 +42,9 @@ class Transition:
     #: the session did not exist before this transition and does now: the commit keeps its
     #: keys for good (a session that does not exist keeps them only for a short while)
     created: bool = False
+    #: the meta hash fields of the tree's shape to write (schemas/tree.py): the chunks the new
+    #: messages fall in, or the whole shape of a session stored before it was kept
+    tree_fields: dict[str, bytes] = field(default_factory=dict)
 
 
 class Tx:
@@ -56,13 +59,22 @@ class Tx:
         self.existed = state.core is not None
         if self.core is not None and not owned:
             self.core = self.core.model_copy(deep=True)
-        self.msgs = state.messages  # existing messages are immutable; new ones go to self.added
+        # the bodies loaded (state.bodies_wanted); existing messages are immutable, new ones go
+        # to self.added
+        self.msgs = state.messages
         self.added: dict[str, dict[str, Any]] = {}
-        # parent ids of every message, gathered when `has_child` is first asked (None: not yet)
-        self._parents: set[str | None] | None = None
-        self.out = Transition(state=SessionState(core=None, messages={}, applied=dict(state.applied)))
+        # the tree's shape, new messages included: every structural question is asked of it.
+        # A session stored before the shape was kept has all its messages loaded: built from them.
+        if state.tree is not None:
+            flat = state.tree if owned else list(state.tree)
+            self.shape = tree.Shape(flat, stored=len(flat) // tree.WIDTH)
+        elif self.core is not None:
+            self.shape = tree.Shape.from_messages(creation_order(state.messages))
+        else:
+            self.shape = tree.Shape(stored=None)
+        self.out = Transition(state=SessionState(core=None, applied=dict(state.applied)))
         self.held_before = self.held_count()
-        if self.core is not None and self.core.n_msgs != len(self.msgs):
+        if self.core is not None and self.core.n_msgs != len(self.shape):
             self._recount()
         # where the session is in the list of sessions, for the move turns.finish emits
         self.listed_before: Listed | None = listed(self.core)
@@ -82,22 +94,14 @@ class Tx:
 
     def _recount(self) -> None:
         """A session stored before its counts were kept: count its messages once."""
-        counts = admission.count(self.msgs.values())
-        self.c.n_msgs, self.c.n_branches = counts.messages, counts.branches
+        self.c.n_msgs, self.c.n_branches = len(self.shape), self.shape.branches()
 
     def counts(self) -> admission.Counts:
         return admission.Counts(messages=self.c.n_msgs, branches=self.c.n_branches)
 
     def has_child(self, mid: str | None) -> bool:
-        """Whether a message already has a child (None, a new root's parent: no). The parents
-        are gathered by one scan of the loaded messages, on the first question of the
-        transition, and kept as messages are added (a turn adds several)."""
-        if mid is None:
-            return False
-        if self._parents is None:
-            self._parents = {m.get("parent_id") for m in self.msgs.values()}
-            self._parents.update(m.get("parent_id") for m in self.added.values())
-        return mid in self._parents
+        """Whether a message already has a child (None, a new root's parent: no), from the shape."""
+        return mid is not None and self.shape.has_child(mid)
 
     def held_count(self) -> int:
         return sum(len(t.held) for t in self.core.turns.values()) if self.core else 0
@@ -145,13 +149,18 @@ class Tx:
             n = self.c.seq.get(kind, 0) + 1
             self.c.seq[kind] = n
             candidate = f"{kind}-{n}"
-            if kind == "msg" and self.msg(candidate) is not None:
+            if kind == "msg" and self.has(candidate):
                 continue
             if kind == "int" and (candidate in self.c.interrupts or candidate in self.c.resumed):
                 continue
             return candidate
 
+    def has(self, mid: str | None) -> bool:
+        """Whether the session has this message (from the shape: no body needed)."""
+        return mid is not None and self.shape.has(mid)
+
     def msg(self, mid: str | None) -> dict[str, Any] | None:
+        """A message's body: one this transition added, or one loaded (`bodies_wanted`)."""
         if mid is None:
             return None
         return self.added.get(mid) or self.msgs.get(mid)
@@ -166,8 +175,7 @@ class Tx:
         counts = admission.after(self.counts(), parent, self.has_child(parent))
         self.c.n_msgs, self.c.n_branches = counts.messages, counts.branches
         self.added[message["id"]] = message
-        if self._parents is not None:
-            self._parents.add(parent)
+        self.shape.add(message["id"], parent, message.get("turn"))
         self.out.new_messages.append(message)
         self.emit("message.created", message=public_message(message),
                   **({"input": source} if source is not None else {}))
@@ -184,17 +192,17 @@ class Tx:
     # ---- tree queries (parley.schemas.tree, over this working copy) ---------------------------
 
     def ancestors(self, mid: str | None) -> Iterator[str]:
-        return tree.ancestors(self.msg, mid)
+        return self.shape.ancestors(mid)
 
     def parking(self, head: str | None) -> list[str]:
-        return tree.parking(self.c, self.msg, head)
+        return tree.parking(self.c, self.shape.ancestors, head)
 
     def in_region(self, tip: str, anchor: str | None) -> bool:
-        return tree.in_region(self.msg, tip, anchor)
+        return tree.in_region(self.shape.ancestors, tip, anchor)
 
     def turn_of(self, mid: str | None) -> Turn | None:
-        m = self.msg(mid)
-        return self.c.turns.get(m["turn"]) if m else None
+        turn = self.shape.turn_of(mid) if mid is not None else None
+        return self.c.turns.get(turn) if turn is not None else None
 
     def is_active(self, turn: Turn) -> bool:
         return self.turn_of(self.c.head) is turn
@@ -203,4 +211,6 @@ class Tx:
         """The transition as it stands (`turns.finish` runs the end-of-transition steps first)."""
         self.out.state.core = self.core
         self.out.created = not self.existed and self.core is not None
+        if self.core is not None:
+            self.out.tree_fields = self.shape.dirty_fields()
         return self.out

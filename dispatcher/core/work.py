@@ -61,13 +61,18 @@ def start_llm(tx: Tx, turn: Turn, model: str | None = None, params: dict[str, An
 
 
 def enqueue_llm(tx: Tx, w: Work) -> None:
-    """(Re)send an LLM call: the branch root -> the head it was made at, never later messages."""
+    """(Re)send an LLM call: the branch root -> the head it was made at, never later messages.
+
+    The job names the branch's messages (`chain`, root first) and the worker reads their bodies
+    (workers/jobs.py `run_llm`): messages are never changed once written, and this commit writes
+    the ones it adds before the job can run, so the worker reads exactly the branch as of now
+    (docs/design.md, "Storage"). The transition reads no body, and the job stays small."""
     assert w.head is not None
     w.attempt += 1
-    chain = [public_message(tx.msg(mid) or {}) for mid in tx.ancestors(w.head)]
+    chain = list(tx.ancestors(w.head))
     chain.reverse()
-    request: dict[str, Any] = {"messages": chain, **(w.arguments or {})}
-    tx.enqueue(JobKind.LLM, w.id, w.attempt, {"request": request}, tx.ctx.limits.llm_timeout_s)
+    tx.enqueue(JobKind.LLM, w.id, w.attempt, {"chain": chain, "request": dict(w.arguments or {})},
+               tx.ctx.limits.llm_timeout_s)
 
 
 def record_llm(tx: Tx, w: Work, reply: LlmReply) -> None:
@@ -229,6 +234,7 @@ def report(tx: Tx, turn: Turn) -> bool:
     if c.parent is None or c.reported or c.status == SessionStatus.CLOSED:
         return False
     c.reported = True
+    # the tip's body: added by this transition, or loaded for it (schemas/state.py bodies_wanted)
     tip = tx.msg(turn.tip) or {}
     ok = turn.replied and tip.get("role") == "assistant"
     post_report(tx, c.parent, ok=ok, value=tip.get("content") if ok else None,

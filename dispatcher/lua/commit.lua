@@ -24,6 +24,8 @@
 --          no session leaves its refusal readable that long, then nothing
 -- ARGV[14] '1' when this transition creates the session: its keys are kept for good again
 -- ARGV[15] n messages, then n pairs (id, json)
+-- then    t fields of the tree's shape, then t pairs (meta hash field `tree:<k>`, json):
+--         the chunks the new messages fall in (schemas/tree.py)
 -- then    m events, then m pairs (feed type or '' when the event stays in the session, json)
 -- then    k effects, then k pairs (seq, json)
 -- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
@@ -52,6 +54,11 @@ for j = 1, n do
   redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
 end
 i = i + 2 * n + 1
+local t = tonumber(ARGV[i])
+for j = 1, t do
+  redis.call('HSET', KEYS[1], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+end
+i = i + 2 * t + 1
 local m = tonumber(ARGV[i])
 for j = 1, m do
   local feed_type, event = ARGV[i + 2 * j - 1], ARGV[i + 2 * j]

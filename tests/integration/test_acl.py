@@ -466,6 +466,9 @@ def test_the_unclaimed_work_sweep_posts_a_lost_job_under_the_dispatchers_login(
     pytest.param(lambda r: r.hset(KEYS.meta("acl-w"), "ver", 99), id="write-meta"),
     pytest.param(lambda r: r.hget(KEYS.meta("acl-w"), "core"), id="read-meta"),
     pytest.param(lambda r: r.hgetall(KEYS.messages("acl-w")), id="read-msgs"),
+    # an LLM job may HMGET the bodies it names, and nothing else of a session
+    pytest.param(lambda r: r.hmget(KEYS.meta("acl-w"), "core"), id="hmget-meta"),
+    pytest.param(lambda r: r.hmget(KEYS.events("acl-w"), "x"), id="hmget-events"),
     pytest.param(lambda r: r.hset(KEYS.messages("acl-w"), "msg-9", "{}"), id="write-msgs"),
     pytest.param(lambda r: r.hset(KEYS.outbox("acl-w"), "1", "{}"), id="write-outbox"),
     pytest.param(lambda r: r.xadd(KEYS.events("acl-w"), {"event": "{}"}), id="forge-an-event"),

@@ -72,7 +72,7 @@ def test_message_create_emits_events_and_enqueues_one_llm_job(
     assert job.origin == "llm"
     assert job.timeout == 120
     assert job.args == [{"session": "s-1", "work": "llm-1", "attempt": 1, "reply_to": RESULTS, "app": None,
-                         "request": {"messages": [evs[1]["message"]]}}]
+                         "chain": ["msg-1"], "request": {}}]  # the branch by its ids: the worker reads them
     # the job hash holds JSON (zlib-compressed by RQ), never pickle
     raw = zlib.decompress(r.hget(f"rq:job:{jid}", "data"))
     assert orjson.loads(raw)[0] == "parley.workers.jobs.run_llm"

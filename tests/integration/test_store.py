@@ -7,10 +7,12 @@ import orjson
 import pytest
 import redis
 
-from parley.dispatcher.core import Effect, IndexRemove, Transition, effect_to_dict
+from parley.dispatcher.core import AppInfo, Context, Effect, IndexRemove, Transition, effect_to_dict
+from parley.dispatcher.core.transition import Tx
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_TTL_S, LEASE_LOST, Store
 from parley.schemas.keys import Keys
-from parley.schemas.state import Core, SessionState
+from parley.schemas.state import Core, SessionState, Turn
+from parley.schemas.tree import Shape
 
 KEYS = Keys()
 S = "s-store"
@@ -35,11 +37,27 @@ def event(kind: str, n: int) -> dict[str, Any]:
 
 def transition(entry: str, *, head: str | None = "msg-1", messages: list[dict[str, Any]] | None = None,
                evs: list[dict[str, Any]] | None = None, effects: list[Effect] | None = None,
-               idem: str | None = None, exists: bool = True, session: str = S) -> Transition:
+               idem: str | None = None, exists: bool = True, session: str = S,
+               shape: Shape | None = None) -> Transition:
+    """A transition as the core makes one; `shape`: the tree's shape as loaded, to which the new
+    messages are added (None: a session whose shape is not stored yet)."""
     core = Core(session=session, created_at=1000, head=head, seq={"msg": 1}) if exists else None
+    shape = shape if shape is not None else Shape(stored=None)
+    for m in messages or []:
+        shape.add(m["id"], m["parent_id"], m["turn"])
     return Transition(state=SessionState(core=core, applied={"parley:inputs": entry}),
                       new_messages=messages or [], events=evs or [], effects=effects or [],
-                      idempotency_key=idem)
+                      idempotency_key=idem, tree_fields=shape.dirty_fields() if exists else {})
+
+
+def calls_of(r: redis.Redis, action: Any) -> dict[str, int]:
+    """The commands `action()` sent, by name (INFO commandstats before and after)."""
+    before = r.info("commandstats")
+    action()
+    after = r.info("commandstats")
+    diff = {k.removeprefix("cmdstat_"): after[k]["calls"] - before.get(k, {"calls": 0})["calls"]
+            for k in after if k != "cmdstat_info"}
+    return {k: n for k, n in diff.items() if n}
 
 
 def snapshot(r: redis.Redis, session: str = S) -> dict[str, Any]:
@@ -86,17 +104,20 @@ def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Stor
     state, version = store.load(S)
     assert version == "1"
     assert state.core == tr.state.core
-    assert state.messages == {"msg-1": msg(1)}
+    # the tree's shape, from the meta hash; no body (a transition never reads the messages hash)
+    assert state.tree == ["msg-1", -1, 0] and state.messages == {}
     assert state.applied == {"parley:inputs": "5-0"}
     assert store.pending_effects(S) == effects
 
     # the next transition is computed from version 1 and leaves version 2
-    tr2 = transition("6-0", head="msg-2", messages=[msg(2, 1)], evs=[event("message.created", 3)])
+    tr2 = transition("6-0", head="msg-2", messages=[msg(2, 1)], evs=[event("message.created", 3)],
+                     shape=Shape(state.tree, stored=1))
     assert store.commit(S, "1", tr2, LEASE, TOKEN) == COMMITTED
     state, version = store.load(S)
     assert version == "2"
     assert state.core is not None and state.core.head == "msg-2"
-    assert set(state.messages) == {"msg-1", "msg-2"}  # messages are added, never replaced
+    assert state.tree == ["msg-1", -1, 0, "msg-2", 0, 1]
+    assert set(r.hkeys(KEYS.messages(S))) == {b"msg-1", b"msg-2"}  # messages are added, never replaced
     assert r.xlen(KEYS.events(S)) == 3
     assert state.applied == {"parley:inputs": "6-0"}
 
@@ -246,10 +267,47 @@ def test_load_many_reads_what_load_reads_in_one_round_trip(store: Store, r: redi
     after = r.info("commandstats")
     assert many == [store.load(s, k) for s, k in wanted]
     assert [v for _state, v in many] == ["1", "1", "0", "0"]
-    assert many[0][0].duplicate is True and many[0][0].messages == {"msg-1": msg(1)}
+    assert many[0][0].duplicate is True and many[0][0].tree == ["msg-1", -1, 0]
     assert many[2][0].core is None and many[2][0].duplicate is False
     calls = {k: after[k]["calls"] - before.get(k, {"calls": 0})["calls"] for k in after}
-    assert (calls["cmdstat_hmget"], calls["cmdstat_hgetall"], calls["cmdstat_zscore"]) == (4, 4, 2)
+    # each meta hash whole (core and shape), never a messages hash
+    assert (calls["cmdstat_hgetall"], calls["cmdstat_zscore"]) == (4, 2)
+    assert "cmdstat_hmget" not in calls
+
+
+def test_a_session_stored_before_the_shape_was_kept_is_read_whole_once(store: Store, r: redis.Redis) -> None:
+    """docs/design.md, Storage: an older dispatcher's commit wrote no shape; the first load reads
+    the messages hash whole, the core builds the shape and the commit stores it; loads after that
+    read the meta hash alone."""
+    old = transition("1-0", messages=[msg(1), msg(2, 1)])
+    old.tree_fields = {}  # what a commit before the shape wrote
+    assert store.commit(S, "0", old, LEASE, TOKEN) == COMMITTED
+    loaded: list[Any] = []
+    calls = calls_of(r, lambda: loaded.append(store.load(S)))
+    state, version = loaded[0]
+    assert state.tree is None and set(state.messages) == {"msg-1", "msg-2"}
+    assert calls["hgetall"] == 2  # the meta hash, then the messages hash (once)
+    tx = Tx(state, Context(now_ms=2000, app=AppInfo()), S, owned=True)
+    tx.c.head = "msg-1"
+    assert store.commit(S, version, tx.result(), LEASE, TOKEN) == COMMITTED
+    assert r.hexists(KEYS.meta(S), "tree:0")
+    calls = calls_of(r, lambda: loaded.append(store.load(S)))
+    assert loaded[1][0].tree == ["msg-1", -1, 0, "msg-2", 0, 1]
+    assert loaded[1][0].messages == {} and calls == {"hgetall": 1}
+
+
+def test_an_unreported_childs_load_reads_its_turns_tips_and_nothing_else(store: Store,
+                                                                         r: redis.Redis) -> None:
+    child = "p:sub-1"
+    tr = transition("1-0", session=child, messages=[msg(1), msg(2, 1), msg(3, 2)])
+    assert tr.state.core is not None
+    tr.state.core.parent = {"session": "p", "call_id": "call-1", "attempt": 1, "app": "a", "reply_to": "x"}
+    tr.state.core.turns = {"msg-1": Turn(id="msg-1", tip="msg-3", replied=True)}
+    assert store.commit(child, "0", tr, LEASE, TOKEN) == COMMITTED
+    loaded: list[Any] = []
+    calls = calls_of(r, lambda: loaded.append(store.load(child)))
+    assert loaded[0][0].messages == {"msg-3": msg(3, 2)}
+    assert calls == {"hgetall": 1, "hmget": 1}
 
 
 def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r: redis.Redis) -> None:

@@ -2,6 +2,7 @@
 outcomes on the results stream, timeouts, and a whole turn driven through dispatcher + worker.
 """
 
+import dataclasses
 import os
 import signal
 import threading
@@ -156,6 +157,38 @@ def test_llm_and_decide_jobs_post_outcomes(r: redis.Redis, scenarios: None) -> N
     assert got["dec-1"].kind == "decide" and got["dec-1"].ok
     assert got["dec-1"].value["actions"][0]["type"] == "interrupt"
     assert got["dec-1"].value["actions"][0]["reason"] == "confirm"
+
+
+def test_an_llm_job_reads_the_bodies_of_the_messages_it_names(
+        r: redis.Redis, scenarios: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job carries the branch's ids (`chain`, root first); the worker reads their bodies, one
+    HMGET, and hands the app's `llm` the same request the bodies would have made: public fields,
+    root first, then the call's `model`."""
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(jobs, "_app", dataclasses.replace(
+        jobs.current_app(None), llm=lambda request: seen.append(request) or {"content": "ok"}))
+    stored = {"msg-1": {"id": "msg-1", "parent_id": None, "role": "user", "content": "one", "turn": "msg-1",
+                        "order": 1},
+              "msg-2": {"id": "msg-2", "parent_id": "msg-1", "role": "assistant", "content": "two",
+                        "turn": "msg-1", "order": 2},
+              "msg-3": {"id": "msg-3", "parent_id": "msg-1", "role": "user", "content": "three",
+                        "turn": "msg-3", "order": 3}}
+    r.hset("parley:{s-w}:msgs", mapping={k: orjson.dumps(v) for k, v in stored.items()})
+    base = {"session": "s-w", "attempt": 1, "reply_to": RESULTS}
+    queue = Queue("llm", connection=r, serializer=JSONSerializer)
+    for work, chain in (("llm-1", ["msg-1", "msg-3"]), ("llm-2", ["msg-1", "msg-9"])):
+        queue.enqueue_job(Job.create("parley.workers.jobs.run_llm", args=[{
+            **base, "work": work, "chain": chain, "request": {"model": "m"}}],
+            connection=r, serializer=JSONSerializer, result_ttl=0))
+    run_burst(r, "llm")
+    assert seen[0]["messages"] == [
+        {"id": "msg-1", "parent_id": None, "role": "user", "content": "one"},
+        {"id": "msg-3", "parent_id": "msg-1", "role": "user", "content": "three"}]
+    assert seen[0]["model"] == "m" and "tools" in seen[0] and len(seen) == 1
+    got = {o.work: o for o in outcomes(r)}
+    assert got["llm-1"].ok
+    # a message gone (its session expired meanwhile): the job fails, the model is not called
+    assert (got["llm-2"].ok, got["llm-2"].error) == (False, "the branch's messages are gone")
 
 
 # ---- timeouts (docs/protocol.md, Tools): SimpleWorker's SIGALRM death penalty in the main thread ---

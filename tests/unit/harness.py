@@ -38,8 +38,18 @@ from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.jobs import JobKind
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import ENGINE_PRINCIPAL
-from parley.schemas.state import Core, Deciding, Interrupt, QueuedTrigger, SessionState, Turn, Work
-from parley.schemas.view import public_message, show
+from parley.schemas.state import (
+    Core,
+    Deciding,
+    Interrupt,
+    QueuedTrigger,
+    SessionState,
+    Turn,
+    Work,
+    bodies_wanted,
+)
+from parley.schemas.tree import Shape
+from parley.schemas.view import creation_order, public_message, show
 
 OMIT: Any = object()  # "leave the field out" (distinct from an explicit None / null)
 
@@ -63,10 +73,35 @@ MALFORMED_REPLIES: list[Any] = [
 
 
 def next_state(state: SessionState, tr: Transition) -> SessionState:
-    """The state a committed transition leaves: what `Store.load` would read back."""
+    """The state a committed transition leaves: every message (for the tests to read), and the
+    tree's shape as the commit stores it (its `tree_fields` over what was stored)."""
     messages = dict(state.messages)
     messages.update({m["id"]: m for m in tr.new_messages})
-    return SessionState(core=tr.state.core, messages=messages, applied=tr.state.applied)
+    if tr.state.core is None:
+        return SessionState(core=None, messages=messages, tree=state.tree, applied=tr.state.applied)
+    fields = {} if state.tree is None else {
+        k.encode(): v for k, v in stored_fields(state.tree).items()}
+    fields.update({k.encode(): v for k, v in tr.tree_fields.items()})
+    shape = Shape.from_fields(fields)
+    assert shape is not None, "a session's first commit stores its shape"
+    # the stored shape is the tree's own, message for message, in creation order
+    assert shape.flat == Shape.from_messages(creation_order(messages)).flat, (shape.flat, messages)
+    return SessionState(core=tr.state.core, messages=messages, tree=shape.flat, applied=tr.state.applied)
+
+
+def stored_fields(flat: list[str | int]) -> dict[str, bytes]:
+    """The meta hash fields holding a stored shape."""
+    return Shape(flat, stored=None).dirty_fields()
+
+
+def loaded(state: SessionState) -> SessionState:
+    """What `Store.load` hands the core: the shape and only the bodies `bodies_wanted` names (all
+    of them, once, for a session stored before the shape was kept)."""
+    if state.tree is None:
+        return state
+    wanted = bodies_wanted(state.core)
+    bodies = {m: state.messages[m] for m in wanted if m in state.messages}
+    return state.model_copy(update={"messages": bodies})
 
 
 def make_app(has_decide: bool = True, decide_on: Iterable[str] | None = None,
@@ -170,7 +205,8 @@ class Sim:
         entry = self.entry(value, key=key, principal=principal)
         if engine or signed_by is not None:
             entry = dataclasses.replace(entry, principal=ENGINE_PRINCIPAL if engine else signed_by)
-        state = self.state.model_copy(update={"duplicate": True}) if duplicate else self.state
+        state = loaded(self.state)
+        state = state.model_copy(update={"duplicate": True}) if duplicate else state
         ctx = self.ctx()
         eid = entry_id or f"1-{next(self._entries)}"
         return self.commit(checked(apply_input, state, entry, eid, ctx), ctx)
@@ -182,7 +218,7 @@ class Sim:
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
                           ok=ok, value=value, error=error, source=source, usage=usage, lost=lost)
-        return self.commit(checked(apply_outcome, self.state, out, ctx), ctx)
+        return self.commit(checked(apply_outcome, loaded(self.state), out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------
 
@@ -360,6 +396,13 @@ class Sim:
         assert tr is not None
         kind = JobKind(job) if job is not None else None  # a misspelt kind fails, not matches nothing
         return [f for f in tr.effects if isinstance(f, Enqueue) and (kind is None or f.job == kind)]
+
+    def llm_request(self, job: Enqueue) -> dict[str, Any]:
+        """The request an LLM job's worker hands the app's `llm` (workers/jobs.py `llm_request`):
+        the bodies of the messages the job names, as stored, then the call's own arguments."""
+        assert job.job == JobKind.LLM, job
+        return {"messages": [public_message(self.state.messages[mid]) for mid in job.args["chain"]],
+                **job.args["request"]}
 
     def enqueued_work(self, job: str | None = None, tr: Transition | None = None) -> list[str]:
         return [f.work for f in self.enqueued(job, tr)]

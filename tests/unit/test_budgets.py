@@ -92,7 +92,7 @@ def test_I3_blocked_decision_comes_back_whole_as_the_resumes_proposed_and_nothin
     s.decide()
     assert s.types() == ["message.created", "llm.started"]
     assert s.ev("llm.started")["head"] == "msg-2"
-    assert s.enqueued("llm")[0].args["request"]["model"] == "big"
+    assert s.llm_request(s.enqueued("llm")[0])["model"] == "big"
 
 
 def test_I3_budget_resume_without_raising_the_limit_is_not_delivered_and_raises_again_at_once():

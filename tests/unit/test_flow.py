@@ -114,7 +114,7 @@ def test_message_with_explicit_parent_forks_there():
     s.decide(expect="message.created")
     # the model sees the branch root -> head, not the sibling reply
     [job] = s.enqueued("llm")
-    assert [m["id"] for m in job.args["request"]["messages"]] == ["msg-1", "msg-3"]
+    assert [m["id"] for m in s.llm_request(job)["messages"]] == ["msg-1", "msg-3"]
 
 
 def test_message_with_null_parent_is_a_new_root():
@@ -285,7 +285,7 @@ def test_message_created_proposes_llm_call_which_starts_with_the_branch():
     [job] = s.enqueued("llm")
     assert JOBS[job.job].func == "parley.workers.jobs.run_llm" and (job.work, job.attempt) == ("llm-1", 1)
     assert job.timeout == 120
-    assert job.args["request"] == {"messages": [
+    assert s.llm_request(job) == {"messages": [
         {"id": "msg-1", "parent_id": None, "role": "user", "content": "hello"}]}
     assert s.show()["pending"] == [{"call_id": "llm-1", "kind": "llm", "name": None}]
 
@@ -295,7 +295,7 @@ def test_llm_call_action_passes_model_and_params():
     s.send("hello")
     s.decide()
     s.decide([{"type": "llm.call", "model": "big", "params": {"temperature": 0}}])
-    req = s.enqueued("llm")[0].args["request"]
+    req = s.llm_request(s.enqueued("llm")[0])
     assert req["model"] == "big" and req["params"] == {"temperature": 0}
 
 
@@ -373,7 +373,7 @@ def test_tool_completed_pending_and_llm_call_only_when_nothing_pending():
     assert s.trigger["pending"] == [] and s.proposed == [{"type": "llm.call"}]
     s.decide()
     assert s.enqueued_work("llm") == ["llm-2"]
-    req = s.enqueued("llm")[0].args["request"]
+    req = s.llm_request(s.enqueued("llm")[0])
     assert [m["id"] for m in req["messages"]] == ["msg-1", "msg-2", "msg-3", "msg-4"]
 
 

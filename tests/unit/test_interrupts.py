@@ -22,7 +22,7 @@ def enqueue_turns(s: Sim, tr: Any) -> list[str | None]:
         if f.job == "decide":
             head = p["trigger"]["head"]
         elif f.job == "llm":
-            head = p["request"]["messages"][-1]["id"]
+            head = p["chain"][-1]
         else:  # the assistant message that carries the tool call
             head = next(m["id"] for m in s.state.messages.values()
                         if any(c["id"] == f.work for c in m.get("tool_calls") or []))

@@ -59,7 +59,7 @@ from parley.schemas.results import WorkOutcome
 from parley.schemas.state import Core, SessionState
 from parley.schemas.view import show
 
-from .harness import OMIT, Sim, next_state
+from .harness import OMIT, Sim, loaded, next_state
 
 TOOLS = {
     "search": ToolInfo(),
@@ -150,7 +150,7 @@ class RecSim(Sim):
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
                           ok=ok, value=value, error=error, lost=lost)
         self._source = ("outcome", out)
-        return self.commit(apply_outcome(self.state, out, ctx), ctx)
+        return self.commit(apply_outcome(loaded(self.state), out, ctx), ctx)
 
 
 class Checker:

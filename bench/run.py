@@ -257,6 +257,7 @@ def flow_row(fleet: Fleet, sessions: int, timeout: float, idem: bool, tag: str) 
     wall = run_flow(producer, tracks, timeout, fleet.check_alive)
     used = usage.stop()
     commands1 = fleet.redis.info("commandstats")
+    reads = producer.read_counts()
     after = fleet.counters()
     delta = {k: after[k] - before[k] for k in after}
     problems = [f"{t.session}: {t.problem}" for t in tracks if t.problem]
@@ -277,24 +278,50 @@ def flow_row(fleet: Fleet, sessions: int, timeout: float, idem: bool, tag: str) 
             "driver_reaction": dist([t.resume_ms - t.raised_at for t in tracks
                                      if t.resume_ms is not None and t.raised_at is not None]),
         },
-        "redis_commands_per_session": commands_per_session(commands0, commands1, sessions),
+        "redis_commands_per_session": commands_per_session(commands0, commands1, sessions, reads),
+        "driver_reads_per_session": {k: round(v / sessions, 2) for k, v in sorted(reads.items())},
+        "redis_usec_per_session": command_usec_per_session(commands0, commands1, sessions, reads),
         "problems": len(problems), "problem_examples": problems[:5],
         "cpu_ms_per_session": {k: round(v * 1000 / sessions, 2) for k, v in used["cpu_s"].items()},
         "usage": used,
     }
 
 
-def commands_per_session(before: dict[str, Any], after: dict[str, Any], sessions: int) -> dict[str, Any]:
+def command_deltas(before: dict[str, Any], after: dict[str, Any], field: str) -> dict[str, int]:
+    """INFO commandstats `field` (calls, usec) of each command over a measurement."""
+    return {k.removeprefix("cmdstat_"): int(v[field]) - int(before.get(k, {}).get(field, 0))
+            for k, v in after.items()}
+
+
+def commands_per_session(before: dict[str, Any], after: dict[str, Any], sessions: int,
+                         driver_reads: Counter[str] | None = None) -> dict[str, Any]:
     """Redis commands the run cost per session, from INFO commandstats, without the driver's
-    polling (`xread`); the driver's own XADDs (2 per session) are included. MULTI/EXEC and
-    the commands inside a script (EVALSHA) are counted as Redis counts them."""
-    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) - int(before.get(k, {}).get("calls", 0))
-             for k, v in after.items()}
-    skip = ("xread", "info", "hello", "client|setinfo")
+    reads (counted by the driver as it sends them: the feed's XREADs, the XRANGE of each session
+    at its end...); the driver's own XADDs (2 per session) are included. MULTI/EXEC and the
+    commands inside a script (EVALSHA) are counted as Redis counts them."""
+    calls = command_deltas(before, after, "calls")
+    for name, n in (driver_reads or Counter()).items():
+        calls[name] = calls.get(name, 0) - n
+    skip = ("info", "hello", "client|setinfo")
     calls = {k: v for k, v in calls.items() if v > 0 and k not in skip}
     total = sum(calls.values())
     top = sorted(calls.items(), key=lambda kv: -kv[1])[:12]
     return {"total": round(total / sessions, 1), "top": {k: round(v / sessions, 2) for k, v in top}}
+
+
+def command_usec_per_session(before: dict[str, Any], after: dict[str, Any], sessions: int,
+                             driver_reads: Counter[str]) -> dict[str, Any]:
+    """Redis's own command time per session (INFO commandstats usec: time inside commands, not
+    I/O), all of it, and the driver's reads' part of it. A command the engine sends too (XRANGE)
+    counts for the driver in proportion to the driver's share of its calls."""
+    usec = command_deltas(before, after, "usec")
+    calls = command_deltas(before, after, "calls")
+    skip = ("info", "hello", "client|setinfo")
+    total = sum(v for k, v in usec.items() if v > 0 and k not in skip)
+    driver = sum(usec.get(name, 0) * min(1.0, n / calls[name])
+                 for name, n in driver_reads.items() if calls.get(name))
+    return {"total": round(total / sessions, 1), "driver_reads": round(driver / sessions, 1),
+            "driver_share": round(driver / total, 3) if total else None}
 
 
 def floor(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet | None = None,
@@ -761,7 +788,8 @@ def report(out: dict[str, Any]) -> str:
             c = r["cpu_ms_per_session"]
             lines.append(f"  cpu ms/session ({r['appendfsync']}): "
                          + ", ".join(f"{k} {v}" for k, v in c.items() if k != "children_done")
-                         + f"; redis commands/session {r['redis_commands_per_session']['total']}")
+                         + f"; redis commands/session {r['redis_commands_per_session']['total']}"
+                         + driver_reads_note(r))
         lines.append("")
         lines.append("2. The floor: as many no-op RQ jobs, same worker class (SimpleWorker), JSONSerializer, "
                      "Redis; RQ's own path and Parley's lean path")
@@ -964,6 +992,19 @@ def report(out: dict[str, Any]) -> str:
             lines += [f"  {share:6.1%}  {frame}" for frame, share in d["self"][:6]]
             lines += [f"  {share:6.1%}  {frame}" for frame, share in d["inclusive"][:12]]
     return "\n".join(lines)
+
+
+def driver_reads_note(r: dict[str, Any]) -> str:
+    """The driver's reads next to what they cost Redis (rows from before they were counted: nothing)."""
+    usec = r.get("redis_usec_per_session")
+    if not usec:
+        return ""
+    reads = r.get("driver_reads_per_session", {})
+    share = usec.get("driver_share")
+    return (f"; driver reads/session {sum(reads.values()):.1f} ("
+            + ", ".join(f"{k} {v}" for k, v in reads.items())
+            + f"), Redis command time/session {usec['total']} us, the driver's reads "
+            + (f"{share:.0%}" if share is not None else "-") + " of it")
 
 
 def cycles_per_s(park_per_s: float, resume_per_s: float) -> float:

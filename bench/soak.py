@@ -50,7 +50,9 @@ class Soak:
         """The seed flow of every track, a chunk at a time; the wall seconds."""
         t0 = time.monotonic()
         for start in range(0, len(tracks), self.chunk):
-            run_flow(self.producer, tracks[start:start + self.chunk], self.timeout, self.fleet.check_alive)
+            # each session's own stream, not the feed: this fleet caps the feed at one entry
+            run_flow(self.producer, tracks[start:start + self.chunk], self.timeout, self.fleet.check_alive,
+                     follow="streams")
         self.fleet.quiesce()
         return time.monotonic() - t0
 

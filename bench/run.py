@@ -1,6 +1,6 @@
 """Parley's benchmark: real processes on a private Redis, twelve scenarios, one table.
 
-    python -m bench.run            (make bench: default sizes, ~10 minutes on 2 cores)
+    python -m bench.run            (make bench: default sizes, 6-9 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
 
 1. Seed cycle throughput (appendfsync always, plus one row with everysec)

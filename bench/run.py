@@ -759,9 +759,10 @@ def mib(kib: int | None) -> str:
 def report(out: dict[str, Any]) -> str:
     lines: list[str] = []
     m, v = out["machine"], out["versions"]
+    walls = out.get("scenario_wall_s") or {}
     lines.append(f"Parley bench  {out['started_at']}  ({out.get('total_wall_s', '?')} s"
-                 + (": " + ", ".join(f"{k} {v:.0f} s" for k, v in out["scenario_wall_s"].items())
-                    if out.get("scenario_wall_s") else "") + ")")
+                 + ("; by scenario: " + ", ".join(f"{k}: {t:.0f} s" for k, t in walls.items())
+                    if walls else "") + ")")
     lines.append(f"machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['mem_total']}; fsync 4 KiB p50 "
                  f"{m['fsync_ms'].get('p50')} ms p99 {m['fsync_ms'].get('p99')} ms; loadavg at start "
                  f"{', '.join(f'{x:.2f}' for x in m['loadavg_at_start'])}")

@@ -11,19 +11,22 @@ processes of the row of one (bench/README.md says what that means on 2 cores).
 
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.driver import Producer, Track, run_flow
+from bench.driver import FEED_BLOCK_MS, FeedEntry, Producer, Track, run_flow
 from bench.fleet import cpu_seconds, deploy_tuning, machine_busy_seconds, rss_kib
 from parley.cli.procs import RedisServer, free_port, start_parley, stop_process
 from parley.schemas.keys import Keys
 from parley.shards import Shards
 
 APP = "examples.seed_app"
+# with several shards, the pause between rounds of non-blocking feed reads that found nothing
+SHARDS_IDLE_MS = 5
 
 
 class ShardsError(RuntimeError):
@@ -32,7 +35,8 @@ class ShardsError(RuntimeError):
 
 class RoutedProducer(Producer):
     """The bench producer over several shards: each session's inputs go to its shard's input
-    stream and its events are read there (the placement decides, `Shards.index_of_session`)."""
+    stream and its events are read there (the placement decides, `Shards.index_of_session`);
+    sessions are followed through every shard's own feed."""
 
     def __init__(self, shards: Shards, partitions: int, idempotency_keys: bool = True):
         super().__init__(shards.clients[0], shards.keys, partitions, idempotency_keys)
@@ -54,11 +58,33 @@ class RoutedProducer(Producer):
                 out[n] = m
         return out
 
-    def poll(self, tracks: list[Track]) -> list[tuple[Track, dict[str, Any]]]:
-        by_shard: dict[int, list[Track]] = {}
+    def by_shard(self, tracks: list[Track]) -> dict[int, list[Track]]:
+        out: dict[int, list[Track]] = {}
         for t in tracks:
-            by_shard.setdefault(self.shard_of(t.session), []).append(t)
-        return [pair for shard, ts in by_shard.items() for pair in self.each[shard].poll(ts)]
+            out.setdefault(self.shard_of(t.session), []).append(t)
+        return out
+
+    def read_counts(self) -> Counter[str]:
+        return sum((p.read_counts() for p in self.each), Counter())
+
+    def follow_feed(self) -> None:
+        for p in self.each:
+            p.follow_feed()
+
+    def feed(self, block_ms: int | None = FEED_BLOCK_MS) -> list[FeedEntry]:
+        """Every shard's feed (each shard's Redis has its own): one non-blocking XREAD each, and
+        a pause of a few ms when none had anything (one blocking read would hold up the others)."""
+        out = [entry for p in self.each for entry in p.feed(None)]
+        if not out and block_ms:
+            time.sleep(min(block_ms, SHARDS_IDLE_MS) / 1000)
+        return out
+
+    def read_rest(self, tracks: list[Track]) -> list[tuple[Track, dict[str, Any]]]:
+        return [pair for shard, ts in self.by_shard(tracks).items()
+                for pair in self.each[shard].read_rest(ts)]
+
+    def poll(self, tracks: list[Track], block_ms: int | None = None) -> list[tuple[Track, dict[str, Any]]]:
+        return [pair for shard, ts in self.by_shard(tracks).items() for pair in self.each[shard].poll(ts)]
 
 
 class ShardFleet:

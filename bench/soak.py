@@ -50,7 +50,9 @@ class Soak:
         """The seed flow of every track, a chunk at a time; the wall seconds."""
         t0 = time.monotonic()
         for start in range(0, len(tracks), self.chunk):
-            run_flow(self.producer, tracks[start:start + self.chunk], self.timeout, self.fleet.check_alive)
+            # each session's own stream, not the feed: this fleet caps the feed at one entry
+            run_flow(self.producer, tracks[start:start + self.chunk], self.timeout, self.fleet.check_alive,
+                     follow="streams")
         self.fleet.quiesce()
         return time.monotonic() - t0
 
@@ -87,6 +89,7 @@ def soak_row(workdir: Path, sessions: int, chunk: int, idle_timeout_s: int, time
         key_sizes(r)
         session_keys_left(r, "soak-")
         r.dbsize()
+        called0 = set(r.info("commandstats"))
         mem0 = r.info("memory")
         keys0 = int(r.dbsize())
         sizes0 = key_sizes(r)
@@ -99,6 +102,7 @@ def soak_row(workdir: Path, sessions: int, chunk: int, idle_timeout_s: int, time
             f"their idle close ({idle_timeout_s} s) and expiry ({RETENTION_S} s)")
         retire_wall = soak.retire()
         mem1 = r.info("memory")
+        called1 = set(r.info("commandstats"))
         sizes1 = key_sizes(r)
         before, after = mem0["used_memory"], mem1["used_memory"]
         return {
@@ -115,9 +119,14 @@ def soak_row(workdir: Path, sessions: int, chunk: int, idle_timeout_s: int, time
             "info_memory_delta": {name: mem1[name] - mem0[name] for name in sorted(mem1)
                                   if isinstance(mem1[name], int) and isinstance(mem0.get(name), int)
                                   and mem1[name] != mem0[name]},
-            # where the difference is: keys that grew (or appeared) by more than 1 KiB
+            # where the difference is: in the keys (all of them: MEMORY USAGE), or outside them
+            "keys_bytes_delta": sum(sizes1.values()) - sum(sizes0.values()),
+            # the keys that grew (or appeared) by more than 1 KiB
             "keys_grown_bytes": {key: size - sizes0.get(key, 0) for key, size in sorted(sizes1.items())
                                  if size - sizes0.get(key, 0) > 1024},
+            # commands Redis ran for the first time during the measured run (the engine's rarer
+            # paths): each first call allocates that command's latency histogram, outside any key
+            "commands_first_called": sorted(c.removeprefix("cmdstat_") for c in called1 - called0),
             "capped_streams_bytes_after": {"feed": int(r.memory_usage(k.feed, samples=0) or 0),
                                            "archive": int(r.memory_usage(k.archive, samples=0) or 0)},
         }

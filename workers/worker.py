@@ -30,7 +30,7 @@ from parley.metrics import JOBS_REFUSED, Health, start_worker_series
 from parley.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
-from parley.workers.jobs import ALLOWED_FUNCS
+from parley.workers.jobs import ALLOWED_FUNCS, Finish
 
 log = logging.getLogger("parley.worker")
 
@@ -81,10 +81,11 @@ class ParleyWorker(SimpleWorker):
     (`parley:inflight` from enqueue to outcome, `parley:running` while a worker runs it), so
     RQ's per-job bookkeeping (started registry, execution records, job status and result,
     worker state and counters: about 50 commands and 15 round trips per job) buys nothing
-    here. The lean path is two round trips per job: one script pops the job, records it as
-    running and returns its hash; one MULTI posts the outcome and deletes the job and both
-    records. Everything else (a job that raises instead of posting, a planted job naming a
-    foreign function) goes through RQ's own failure handling, as before.
+    here. The lean path is one round trip per job: one script posts the outcome of the job just
+    run, deletes its hash and both records, then pops the next job, records it as running and
+    returns its hash (workers/lua/take_job.lua). Everything else (a job that raises instead of
+    posting, a planted job naming a foreign function) goes through RQ's own failure handling,
+    as before.
     """
 
     job_class = ParleyJob
@@ -104,6 +105,10 @@ class ParleyWorker(SimpleWorker):
             files("parley.workers").joinpath("lua/take_job.lua").read_text())
         self._beat_at = 0.0
         self._suspension_checked_at = 0.0
+        # the job the last finish took (recorded as running here), run by the next dequeue
+        self._next: tuple[Job, Queue] | None = None
+        # the last finish found every queue empty: the next dequeue goes straight to its wait
+        self._drained = False
 
     # ---- fewer writes around each job ---------------------------------------------------------
 
@@ -128,6 +133,8 @@ class ParleyWorker(SimpleWorker):
             self._state = state
 
     def check_for_suspension(self, burst: bool) -> None:
+        if self._next is not None:  # a job taken is run first; the next loop checks
+            return
         if time.monotonic() - self._suspension_checked_at < self.SUSPENSION_CHECK_EVERY_S:
             return
         super().check_for_suspension(burst)
@@ -135,15 +142,22 @@ class ParleyWorker(SimpleWorker):
 
     # ---- the lean path ------------------------------------------------------------------------
 
-    def take(self, token: str, popped: str = "") -> tuple[Job, Queue] | bool | None:
-        """Run take_job.lua: (job, queue), None when every queue is empty, False when the
-        popped job was cancelled meanwhile. Call again with the same `token` after a call
-        that got no reply: it returns the job that call took, if it took one."""
+    def take(self, token: str, popped: str = "", finish: tuple[Job, Finish] | None = None,
+             take_next: bool = True) -> tuple[Job, Queue] | bool | None:
+        """Run take_job.lua: (job, queue), None when every queue is empty (or `take_next` is
+        False), False when the popped job was cancelled meanwhile. With `finish`, the same call
+        first posts that job's outcome and deletes its hash and records. Call again with the
+        same `token` after a call that got no reply: it returns the job that call took, if it
+        took one, and posts nothing again."""
         worker = jobs.worker_id() or ""
-        reply: Any = self._take(keys=self.queue_keys(), args=[
-            worker, self.job_class.redis_job_namespace_prefix, popped,
-            self.parley_keys.running, self.parley_keys.inflight,
-            self.parley_keys.last_take(worker), token])
+        args = [worker, self.job_class.redis_job_namespace_prefix, popped,
+                self.parley_keys.running, self.parley_keys.inflight,
+                self.parley_keys.last_take(worker), token]
+        if finish is not None:
+            done, post = finish
+            args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
+                     "1" if take_next else "0"]
+        reply: Any = self._take(keys=self.queue_keys(), args=args)
         if reply is None:
             return None
         raw_id, raw_queue, claimed, fields = reply
@@ -187,6 +201,10 @@ class ParleyWorker(SimpleWorker):
         two, the job's in-flight record covers a kill -9 (the dispatcher posts the loss)."""
         self.set_state(WorkerStatus.IDLE)
         self.heartbeat()
+        if self._next is not None:  # taken with the last job's outcome
+            (job, queue), self._next = self._next, None
+            if self.confirm_take(job):
+                return job, queue
         outages = 0  # consecutive failed attempts to reach Redis, for the backoff
         idle_since = time.monotonic()
         # Kept until a call gets its answer: the retry of a call that got no reply passes the
@@ -199,7 +217,11 @@ class ParleyWorker(SimpleWorker):
                     return None
                 if self.should_run_maintenance_tasks:
                     self.run_maintenance_tasks()
-                taken = self.take(token, popped)
+                if self._drained and not popped:
+                    taken = None  # the last finish found every queue empty a moment ago
+                    self._drained = False
+                else:
+                    taken = self.take(token, popped)
                 popped = ""
                 if taken is False:
                     token = secrets.token_hex(8)
@@ -260,10 +282,16 @@ class ParleyWorker(SimpleWorker):
             return
         self.set_state(WorkerStatus.BUSY)
         job.started_at = now()
+        job.parley_defer = True  # type: ignore[attr-defined]  # its outcome is posted with the next take
         try:
             timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
             with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
-                job.perform()  # posts the outcome and deletes the job hash (workers/jobs.py)
+                # leaves its outcome in job.parley_finish (or, with --replica-acks, posts it and
+                # deletes the job hash itself: workers/jobs.py)
+                job.perform()
+            finish: Finish | None = getattr(job, "parley_finish", None)
+            if finish is not None:
+                self.finish(job, finish)
         except Exception:
             # The job raised instead of posting an outcome (it could not reach Redis for
             # minutes, or its payload was malformed). Its running record must go, so that the
@@ -276,6 +304,62 @@ class ParleyWorker(SimpleWorker):
             self.handle_job_failure(job, queue, exc_string=_format(exc_info))  # RQ's failed registry
         finally:
             self.set_state(WorkerStatus.IDLE)
+
+    def finish(self, job: Job, finish: Finish) -> None:
+        """Post a job's outcome, delete its hash and records, and take the next job: one call
+        of take_job.lua, retried through Redis outages with the same token (a retry of a call
+        that ran returns what it took and posts nothing again). The job taken is run by the next
+        dequeue. None is taken once a stop was requested: the worker stops after this job.
+
+        Outside the job's time limit: an outcome is the only trace of work done, and it rides
+        out a Redis restart as long as any post does (jobs.OUTAGE_PATIENCE_S). Past that, the
+        worker cannot know whether its last call ran (and took a job it does not know of): it
+        exits, its heartbeat lapses, and a dispatcher posts the loss of every job recorded on it."""
+        token = secrets.token_hex(8)
+        take_next = not self._stop_requested
+        taken: tuple[Job, Queue] | bool | None = None
+
+        def call() -> None:
+            nonlocal taken
+            taken = self.take(token, finish=(job, finish), take_next=take_next)
+
+        try:
+            jobs.through_outages(call, "post an outcome")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            self.log.critical("could not post the outcome of job %s; exiting so that a dispatcher "
+                              "sees this worker gone and posts the loss", job.id)
+            os._exit(75)
+        if finish.done is not None:
+            finish.done()
+        if isinstance(taken, tuple):
+            self._next = taken
+        self._drained = taken is None and take_next
+
+    def teardown(self) -> None:
+        self.give_back()
+        super().teardown()
+
+    def give_back(self) -> None:
+        """The worker stops (a stop request during its last finish, `--max-jobs`, an error) with
+        a job taken and not run: put it back at the head of its queue and delete its running
+        record, in one MULTI, so that another worker runs it. Should that fail, the job stays
+        recorded on this worker, and its loss is posted once the worker's heartbeat lapses."""
+        held, self._next = self._next, None
+        if held is None:
+            return
+        job, queue = held
+
+        def back() -> None:
+            pipe = self.connection.pipeline(transaction=True)
+            pipe.lpush(queue.key, job.id)
+            pipe.hdel(self.parley_keys.running, job.id)
+            pipe.execute()
+
+        try:
+            jobs.through_outages(back, "give back a job taken and not run")
+        except redis.exceptions.RedisError:
+            self.log.exception("could not give back job %s; its loss is posted once this worker's "
+                               "heartbeat lapses", job.id)
 
 
     def release_running(self, job_id: str) -> None:

@@ -105,6 +105,26 @@ def test_parley_job_class_refuses_before_importing(r: redis.Redis) -> None:
                       "parley.workers.jobs.run_tool"}) == jobs.ALLOWED_FUNCS
 
 
+def test_parley_job_restores_a_job_hash_as_rq_does(r: redis.Redis) -> None:
+    """ParleyJob reads the timestamps with fromisoformat instead of RQ's strptime: same values
+    (UTC-aware), the older second-precision form included, the rest of the hash untouched."""
+    jid = enqueue_tool_job(r, "s-w", "call-1", "add", {"a": 1, "b": 2})
+    raw = r.hgetall(f"rq:job:{jid}")
+    raw[b"started_at"] = b"2026-12-01T18:00:00Z"  # RQ's older form, without microseconds
+    theirs, ours = Job(jid, connection=r, serializer=JSONSerializer), ParleyJob(
+        jid, connection=r, serializer=JSONSerializer)
+    theirs.restore(dict(raw))
+    ours.restore(dict(raw))
+    fields = ("created_at", "enqueued_at", "started_at", "ended_at", "last_heartbeat", "origin",
+              "timeout", "result_ttl", "args", "func_name")
+    assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields]
+    assert ours.enqueued_at is not None and ours.enqueued_at.tzinfo is not None
+    assert ours.func is jobs.run_tool
+    raw[b"enqueued_at"] = b"yesterday"
+    with pytest.raises(ValueError):  # what RQ's own parser raises for it
+        ParleyJob(jid, connection=r, serializer=JSONSerializer).restore(dict(raw))
+
+
 # ---- real jobs post WorkOutcomes ---------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.exceptions import DequeueTimeout
 from rq.job import Job
-from rq.serializers import JSONSerializer
+from rq.serializers import JSONSerializer, resolve_serializer
 from rq.timeouts import JobTimeoutException
 from rq.utils import now, str_to_date
 from rq.worker import WorkerStatus
@@ -55,6 +55,17 @@ def _utc(value: bytes | str) -> datetime:
 
 class ParleyJob(Job):
     """RQ imports whatever function a job hash names; the allowlist is checked before that."""
+
+    # RQ resolves the serializer for every Job it builds, with an isinstance check against a
+    # runtime Protocol (tens of microseconds, a job per take); a worker has one serializer
+    _serializers: dict[Any, Any] = {}
+
+    def __init__(self, id: str | None = None, connection: Any = None, serializer: Any = None):
+        super().__init__(id, connection=connection)  # RQ's default serializer: no check
+        resolved = self._serializers.get(serializer)
+        if resolved is None:
+            resolved = self._serializers[serializer] = resolve_serializer(serializer)
+        self.serializer = resolved
 
     @property
     def func(self):  # type: ignore[no-untyped-def]
@@ -189,7 +200,7 @@ class ParleyWorker(SimpleWorker):
             done, post = finish
             args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
                      "1" if take_next else "0"]
-        reply: Any = self._take(keys=self.queue_keys(), args=args)
+        reply: Any = self._call_take(self.queue_keys(), args)
         if reply is None:
             return None
         raw_id, raw_queue, claimed, fields = reply
@@ -214,6 +225,16 @@ class ParleyWorker(SimpleWorker):
             queue = next((q for q in self._ordered_queues if q.name == job.origin), self._ordered_queues[0])
         job.parley_claimed = bool(claimed)  # type: ignore[attr-defined]
         return job, queue
+
+    def _call_take(self, keys: list[str], args: list[str]) -> Any:
+        """EVALSHA of take_job.lua, loading it when Redis does not have it (a fresh or restarted
+        server): what redis-py's Script call does, without its per-call import and Pipeline
+        protocol check (a job's worth of microseconds, once per job)."""
+        try:
+            return self.connection.evalsha(self._take.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            self._take.sha = self.connection.script_load(self._take.script)
+            return self.connection.evalsha(self._take.sha, len(keys), *keys, *args)
 
     # blocking waits are short, so that a stop request is acted on within a second when idle
     BLOCK_S = 1

@@ -363,6 +363,22 @@ def _finish_of(r: redis.Redis, job: Job, value: Any) -> Finish:
     return Finish(payload["reply_to"], outcome.model_dump_json())
 
 
+def test_lean_path_loads_its_script_again_after_redis_forgot_it(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """A restarted Redis (here SCRIPT FLUSH) answers NOSCRIPT: the worker loads take_job.lua and
+    calls it again, once, finishing and taking as before."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    first = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    second = outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
+    worker = make_worker(["tools"], r)
+    taken = worker.take("token-1")
+    assert taken and taken[0].id == first
+    r.script_flush()
+    nxt = worker.take("token-2", finish=(taken[0], _finish_of(r, taken[0], 2)))
+    assert nxt and nxt[0].id == second
+    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2)]
+
+
 def test_lean_path_a_finish_retried_after_a_lost_reply_posts_once_and_gets_the_job_it_took(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
     """The finish's reply is lost (Redis went away after running it): the retry with the same

@@ -7,8 +7,8 @@ one process per worker) is what `parley worker` runs.
 
 Two floors: **RQ's own path** (`noop`, enqueued the plain RQ way: the worker runs it with RQ's
 full bookkeeping) and **the lean path** (`noop_lean`, enqueued with an in-flight record as
-Parley's outbox does, taken by take_job.lua; the job deletes its hash and records in one MULTI,
-what a Parley job's outcome MULTI does minus the outcome).
+Parley's outbox does, taken by take_job.lua; the worker deletes its hash and records and takes
+the next job in one take_job.lua call, what a Parley job's finish does minus the outcome).
 
     python -m bench.noop REDIS_URL QUEUE [WORKER_ID]   (started by bench.run, one per worker;
                                                         WORKER_ID turns on the lean path)
@@ -27,8 +27,8 @@ import redis
 from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
-from parley.schemas.keys import Keys
 from parley.workers import jobs
+from parley.workers.jobs import Finish
 from parley.workers.worker import ParleyJob, ParleyWorker
 
 NOOP = "bench.noop.noop"
@@ -46,16 +46,12 @@ def noop(payload: Any = None) -> None:
 
 
 def noop_lean(payload: Any = None) -> None:
-    """The lean path's own cleanup (workers/jobs.py `_post` without the outcome), then a count."""
+    """A count, leaving its finish to the worker as a Parley job does (workers/jobs.py `_post`),
+    with no outcome: the worker deletes the job's hash and records and takes the next job in one
+    take_job.lua call, the engine's jobs' round trip minus the XADD."""
     job = get_current_job()
     assert job is not None
-    keys = Keys()
-    pipe = job.connection.pipeline(transaction=True)
-    pipe.hdel(keys.running, job.id)
-    pipe.hdel(keys.inflight, job.id)
-    pipe.zrem(keys.inflight_order(job.origin), job.id)
-    pipe.delete(job.key)
-    pipe.execute()
+    job.parley_finish = Finish(reply_to="", outcome="")  # type: ignore[attr-defined]
     RAN[0] += 1
 
 

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -147,6 +148,24 @@ def _check_reply_to(payload: dict[str, Any]) -> None:
                          f"prefix {_keys.prefix!r} (`{_keys.results()}` or `{_keys.results()}:<n>`)")
 
 
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """What a job on the lean path leaves for its worker instead of posting it: the worker posts
+    the outcome, deletes the job's records and takes its next job in one round trip
+    (workers/lua/take_job.lua, docs/design.md)."""
+
+    reply_to: str  # the results stream; '' = no outcome to post (the floor's no-op, bench/noop.py)
+    outcome: str  # the WorkOutcome's JSON
+    done: Callable[[], None] | None = None  # its metrics and log line, once posted
+
+
+def _defers(job: Any) -> bool:
+    """True when the worker posts this job's outcome with its next take: a job it took on the lean
+    path, which asked for it (ParleyWorker.execute_job). Not with `--replica-acks`: a post there
+    is confirmed (and posted again) on its own, before the worker takes anything else."""
+    return _claimed_by_worker(job) and bool(getattr(job, "parley_defer", False)) and not _replicas.enabled
+
+
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
           started: float | None = None) -> None:
     reply_to = payload["reply_to"]
@@ -154,6 +173,17 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
                           kind=kind, ok=ok, value=value, error=error)
     job = get_current_job()
     assert job is not None
+
+    def done() -> None:
+        seconds = time.monotonic() - (started or time.monotonic())
+        metrics.timed(kind)(seconds, ok)
+        if log.isEnabledFor(logging.INFO):
+            log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
+                                          attempt=payload["attempt"], ok=ok, ms=round(seconds * 1000, 1)))
+
+    if _defers(job):
+        job.parley_finish = Finish(reply_to, outcome.model_dump_json(), done)  # type: ignore[attr-defined]
+        return
 
     def post() -> None:
         pipe = job.connection.pipeline(transaction=True)
@@ -178,10 +208,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
     # no longer running, or of another attempt, as already settled (dispatcher/core/outcomes.py,
     # `_running`: DropReason.ALREADY_SETTLED / STALE_ATTEMPT; `_decide`: STALE_DECISION).
     through_outages(post, "post an outcome")
-    metrics.timed(kind)(time.monotonic() - (started or time.monotonic()), ok)
-    log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
-                                  attempt=payload["attempt"], ok=ok,
-                                  ms=round((time.monotonic() - (started or time.monotonic())) * 1000, 1)))
+    done()
 
 
 def _describe(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from datetime import datetime
 from importlib.resources import files
 from typing import Any
 
@@ -21,16 +22,16 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.exceptions import DequeueTimeout
 from rq.job import Job
-from rq.serializers import JSONSerializer
+from rq.serializers import JSONSerializer, resolve_serializer
 from rq.timeouts import JobTimeoutException
-from rq.utils import now
+from rq.utils import now, str_to_date
 from rq.worker import WorkerStatus
 
 from parley.metrics import JOBS_REFUSED, Health, start_worker_series
 from parley.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
-from parley.workers.jobs import ALLOWED_FUNCS
+from parley.workers.jobs import ALLOWED_FUNCS, Finish
 
 log = logging.getLogger("parley.worker")
 
@@ -39,8 +40,32 @@ class RefusedJob(Exception):
     pass
 
 
+# the job hash fields RQ's restore turns into datetimes (with str_to_date)
+_DATES = frozenset({"created_at", "enqueued_at", "started_at", "ended_at", "last_heartbeat"})
+
+
+def _utc(value: bytes | str) -> datetime:
+    text = value.decode() if isinstance(value, bytes) else value
+    try:
+        parsed = datetime.fromisoformat(text)  # RQ writes 2026-12-01T18:00:00.123456Z
+    except ValueError:
+        return str_to_date(text)
+    return parsed if parsed.tzinfo is not None else str_to_date(text)
+
+
 class ParleyJob(Job):
     """RQ imports whatever function a job hash names; the allowlist is checked before that."""
+
+    # RQ resolves the serializer for every Job it builds, with an isinstance check against a
+    # runtime Protocol (tens of microseconds, a job per take); a worker has one serializer
+    _serializers: dict[Any, Any] = {}
+
+    def __init__(self, id: str | None = None, connection: Any = None, serializer: Any = None):
+        super().__init__(id, connection=connection)  # RQ's default serializer: no check
+        resolved = self._serializers.get(serializer)
+        if resolved is None:
+            resolved = self._serializers[serializer] = resolve_serializer(serializer)
+        self.serializer = resolved
 
     @property
     def func(self):  # type: ignore[no-untyped-def]
@@ -49,7 +74,25 @@ class ParleyJob(Job):
                       extra={"kv": {"job": self.id, "func": self.func_name}})
             JOBS_REFUSED.inc()
             raise RefusedJob(f"job {self.id} names {self.func_name!r}, which is not a Parley job")
-        return super().func
+        # one of workers/jobs.py's own functions: taken from the module already imported rather
+        # than imported by name for every job (RQ's import_attribute)
+        return getattr(jobs, self.func_name.rpartition(".")[2])
+
+    def restore(self, raw_data: Any) -> Any:
+        """RQ's restore, with its timestamps read by `datetime.fromisoformat` (C) rather than
+        `strptime` (Python, about a tenth of a lean job's worker CPU for the two a queued job
+        has). Same values: UTC-aware datetimes; any other form is left to RQ's parser."""
+        rest: dict[Any, Any] = {}
+        dates: dict[str, Any] = {}
+        for name, value in raw_data.items():
+            key = name.decode() if isinstance(name, bytes) else name
+            if key in _DATES and value:
+                dates[key] = value
+            else:
+                rest[name] = value
+        super().restore(rest)
+        for key, value in dates.items():
+            setattr(self, key, _utc(value))
 
     # RQ also imports and calls the callbacks a job hash names. Parley's jobs never have any:
     # a planted name is ignored, never imported.
@@ -81,10 +124,11 @@ class ParleyWorker(SimpleWorker):
     (`parley:inflight` from enqueue to outcome, `parley:running` while a worker runs it), so
     RQ's per-job bookkeeping (started registry, execution records, job status and result,
     worker state and counters: about 50 commands and 15 round trips per job) buys nothing
-    here. The lean path is two round trips per job: one script pops the job, records it as
-    running and returns its hash; one MULTI posts the outcome and deletes the job and both
-    records. Everything else (a job that raises instead of posting, a planted job naming a
-    foreign function) goes through RQ's own failure handling, as before.
+    here. The lean path is one round trip per job: one script posts the outcome of the job just
+    run, deletes its hash and both records, then pops the next job, records it as running and
+    returns its hash (workers/lua/take_job.lua). Everything else (a job that raises instead of
+    posting, a planted job naming a foreign function) goes through RQ's own failure handling,
+    as before.
     """
 
     job_class = ParleyJob
@@ -104,6 +148,10 @@ class ParleyWorker(SimpleWorker):
             files("parley.workers").joinpath("lua/take_job.lua").read_text())
         self._beat_at = 0.0
         self._suspension_checked_at = 0.0
+        # the job the last finish took (recorded as running here), run by the next dequeue
+        self._next: tuple[Job, Queue] | None = None
+        # the last finish found every queue empty: the next dequeue goes straight to its wait
+        self._drained = False
 
     # ---- fewer writes around each job ---------------------------------------------------------
 
@@ -128,6 +176,8 @@ class ParleyWorker(SimpleWorker):
             self._state = state
 
     def check_for_suspension(self, burst: bool) -> None:
+        if self._next is not None:  # a job taken is run first; the next loop checks
+            return
         if time.monotonic() - self._suspension_checked_at < self.SUSPENSION_CHECK_EVERY_S:
             return
         super().check_for_suspension(burst)
@@ -135,15 +185,22 @@ class ParleyWorker(SimpleWorker):
 
     # ---- the lean path ------------------------------------------------------------------------
 
-    def take(self, token: str, popped: str = "") -> tuple[Job, Queue] | bool | None:
-        """Run take_job.lua: (job, queue), None when every queue is empty, False when the
-        popped job was cancelled meanwhile. Call again with the same `token` after a call
-        that got no reply: it returns the job that call took, if it took one."""
+    def take(self, token: str, popped: str = "", finish: tuple[Job, Finish] | None = None,
+             take_next: bool = True) -> tuple[Job, Queue] | bool | None:
+        """Run take_job.lua: (job, queue), None when every queue is empty (or `take_next` is
+        False), False when the popped job was cancelled meanwhile. With `finish`, the same call
+        first posts that job's outcome and deletes its hash and records. Call again with the
+        same `token` after a call that got no reply: it returns the job that call took, if it
+        took one, and posts nothing again."""
         worker = jobs.worker_id() or ""
-        reply: Any = self._take(keys=self.queue_keys(), args=[
-            worker, self.job_class.redis_job_namespace_prefix, popped,
-            self.parley_keys.running, self.parley_keys.inflight,
-            self.parley_keys.last_take(worker), token])
+        args = [worker, self.job_class.redis_job_namespace_prefix, popped,
+                self.parley_keys.running, self.parley_keys.inflight,
+                self.parley_keys.last_take(worker), token]
+        if finish is not None:
+            done, post = finish
+            args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
+                     "1" if take_next else "0"]
+        reply: Any = self._call_take(self.queue_keys(), args)
         if reply is None:
             return None
         raw_id, raw_queue, claimed, fields = reply
@@ -169,6 +226,16 @@ class ParleyWorker(SimpleWorker):
         job.parley_claimed = bool(claimed)  # type: ignore[attr-defined]
         return job, queue
 
+    def _call_take(self, keys: list[str], args: list[str]) -> Any:
+        """EVALSHA of take_job.lua, loading it when Redis does not have it (a fresh or restarted
+        server): what redis-py's Script call does, without its per-call import and Pipeline
+        protocol check (a job's worth of microseconds, once per job)."""
+        try:
+            return self.connection.evalsha(self._take.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            self._take.sha = self.connection.script_load(self._take.script)
+            return self.connection.evalsha(self._take.sha, len(keys), *keys, *args)
+
     # blocking waits are short, so that a stop request is acted on within a second when idle
     BLOCK_S = 1
 
@@ -187,6 +254,10 @@ class ParleyWorker(SimpleWorker):
         two, the job's in-flight record covers a kill -9 (the dispatcher posts the loss)."""
         self.set_state(WorkerStatus.IDLE)
         self.heartbeat()
+        if self._next is not None:  # taken with the last job's outcome
+            (job, queue), self._next = self._next, None
+            if self.confirm_take(job):
+                return job, queue
         outages = 0  # consecutive failed attempts to reach Redis, for the backoff
         idle_since = time.monotonic()
         # Kept until a call gets its answer: the retry of a call that got no reply passes the
@@ -199,7 +270,11 @@ class ParleyWorker(SimpleWorker):
                     return None
                 if self.should_run_maintenance_tasks:
                     self.run_maintenance_tasks()
-                taken = self.take(token, popped)
+                if self._drained and not popped:
+                    taken = None  # the last finish found every queue empty a moment ago
+                    self._drained = False
+                else:
+                    taken = self.take(token, popped)
                 popped = ""
                 if taken is False:
                     token = secrets.token_hex(8)
@@ -260,10 +335,16 @@ class ParleyWorker(SimpleWorker):
             return
         self.set_state(WorkerStatus.BUSY)
         job.started_at = now()
+        job.parley_defer = True  # type: ignore[attr-defined]  # its outcome is posted with the next take
         try:
             timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
             with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
-                job.perform()  # posts the outcome and deletes the job hash (workers/jobs.py)
+                # leaves its outcome in job.parley_finish (or, with --replica-acks, posts it and
+                # deletes the job hash itself: workers/jobs.py)
+                job.perform()
+            finish: Finish | None = getattr(job, "parley_finish", None)
+            if finish is not None:
+                self.finish(job, finish)
         except Exception:
             # The job raised instead of posting an outcome (it could not reach Redis for
             # minutes, or its payload was malformed). Its running record must go, so that the
@@ -276,6 +357,62 @@ class ParleyWorker(SimpleWorker):
             self.handle_job_failure(job, queue, exc_string=_format(exc_info))  # RQ's failed registry
         finally:
             self.set_state(WorkerStatus.IDLE)
+
+    def finish(self, job: Job, finish: Finish) -> None:
+        """Post a job's outcome, delete its hash and records, and take the next job: one call
+        of take_job.lua, retried through Redis outages with the same token (a retry of a call
+        that ran returns what it took and posts nothing again). The job taken is run by the next
+        dequeue. None is taken once a stop was requested: the worker stops after this job.
+
+        Outside the job's time limit: an outcome is the only trace of work done, and it rides
+        out a Redis restart as long as any post does (jobs.OUTAGE_PATIENCE_S). Past that, the
+        worker cannot know whether its last call ran (and took a job it does not know of): it
+        exits, its heartbeat lapses, and a dispatcher posts the loss of every job recorded on it."""
+        token = secrets.token_hex(8)
+        take_next = not self._stop_requested
+        taken: tuple[Job, Queue] | bool | None = None
+
+        def call() -> None:
+            nonlocal taken
+            taken = self.take(token, finish=(job, finish), take_next=take_next)
+
+        try:
+            jobs.through_outages(call, "post an outcome")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            self.log.critical("could not post the outcome of job %s; exiting so that a dispatcher "
+                              "sees this worker gone and posts the loss", job.id)
+            os._exit(75)
+        if finish.done is not None:
+            finish.done()
+        if isinstance(taken, tuple):
+            self._next = taken
+        self._drained = taken is None and take_next
+
+    def teardown(self) -> None:
+        self.give_back()
+        super().teardown()
+
+    def give_back(self) -> None:
+        """The worker stops (a stop request during its last finish, `--max-jobs`, an error) with
+        a job taken and not run: put it back at the head of its queue and delete its running
+        record, in one MULTI, so that another worker runs it. Should that fail, the job stays
+        recorded on this worker, and its loss is posted once the worker's heartbeat lapses."""
+        held, self._next = self._next, None
+        if held is None:
+            return
+        job, queue = held
+
+        def back() -> None:
+            pipe = self.connection.pipeline(transaction=True)
+            pipe.lpush(queue.key, job.id)
+            pipe.hdel(self.parley_keys.running, job.id)
+            pipe.execute()
+
+        try:
+            jobs.through_outages(back, "give back a job taken and not run")
+        except redis.exceptions.RedisError:
+            self.log.exception("could not give back job %s; its loss is posted once this worker's "
+                               "heartbeat lapses", job.id)
 
 
     def release_running(self, job_id: str) -> None:

@@ -7,13 +7,19 @@ itself the N-th time a transition reaches POINT:
 
 - `before_commit`: transitions computed, about to be committed;
 - `after_commit`: transitions committed, their outbox not flushed yet;
-- `after_flush`: a batch's settle done (effects flushed, entries acknowledged).
+- `after_flush`: a batch's settle done (effects flushed, entries acknowledged);
+
+or `parley worker ...`, the N-th time it reaches:
+
+- `before_finish`: a job run, its outcome not posted (ParleyWorker.finish not called);
+- `after_finish`: a job's outcome posted by a finish that also took the next job, not yet run.
 
 Why here and not in the dispatcher: production modules carry no test hooks. Every
 transition passes through two seams that the tests can wrap from outside, `Store.commit_many`
 (each wave's commits, one at a time included) and `Outbox.flush_many` (each settle's MULTI),
 so this module patches those two methods in its own process before starting the CLI; the
-dispatcher's code is the one users run. tests/e2e/test_crash_points.py uses it.
+dispatcher's code is the one users run. A worker's seam is `ParleyWorker.finish`.
+tests/e2e/test_crash_points.py uses it.
 """
 
 import os
@@ -24,8 +30,9 @@ from typing import Any
 from parley.cli import main
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.store import COMMITTED, Store
+from parley.workers.worker import ParleyWorker
 
-POINTS = ("before_commit", "after_commit", "after_flush")
+POINTS = ("before_commit", "after_commit", "after_flush", "before_finish", "after_finish")
 
 
 class CrashAt:
@@ -61,6 +68,15 @@ class CrashAt:
 
         Store.commit_many = crashing_commit_many  # type: ignore[method-assign]
         Outbox.flush_many = crashing_flush_many  # type: ignore[method-assign]
+
+        finish = ParleyWorker.finish
+
+        def crashing_finish(worker: ParleyWorker, *args: Any, **kwargs: Any) -> None:
+            crash.reached("before_finish")
+            finish(worker, *args, **kwargs)
+            crash.reached("after_finish", int(worker._next is not None))  # only when it took a job
+
+        ParleyWorker.finish = crashing_finish  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

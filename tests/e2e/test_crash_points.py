@@ -1,5 +1,6 @@
 """kill -9 of a dispatcher at chosen points of a transition (docs/guarantees.md): the session
-ends exactly as an undisturbed run does, and the resume is delivered exactly once."""
+ends exactly as an undisturbed run does, and the resume is delivered exactly once. kill -9 of a
+worker around a finish (docs/design.md, the lean path): every session still ends, once."""
 
 import signal
 import time
@@ -53,3 +54,30 @@ def test_dispatcher_killed_at_a_chosen_point_changes_nothing(procs: Procs, r: re
     assert crashed == reference
     assert len(of_type(crashed[0], "interrupt.resumed")) == 1
     assert r.hlen("parley:{crashed}:outbox") == 0 and r.xlen("parley:inputs") == 0
+
+
+@pytest.mark.parametrize("point", ["before_finish", "after_finish"])
+def test_worker_killed_around_a_finish_loses_no_session(procs: Procs, r: redis.Redis, client: Client,
+                                                        point: str) -> None:
+    """Killed before posting a job's outcome (the job is recorded as running on it), or right
+    after a finish that took the next job (that job is recorded as running on it, not run): a
+    dispatcher posts the loss once the worker's heartbeat lapses, the work is retried on the
+    worker started afterwards, and every session completes with its resume applied once."""
+    procs.dispatcher("examples.seed_app")
+    crashing = procs.start("worker", "examples.seed_app", crash_at=f"{point}:3")
+    sessions = [f"w-{i}" for i in range(6)]
+    for session in sessions:  # at once, so that a finish finds the next job queued
+        r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(
+            {"type": "message.create", "content": SEED})})
+    assert crashing.wait(30) == -signal.SIGKILL  # it really died at that point
+    procs.forget(crashing)
+    procs.worker("examples.seed_app")
+    for session in sessions:
+        raised = wait_for(client, session, lambda e: e["type"] == "interrupt.raised", timeout=60)[-1]
+        r.xadd("parley:inputs", {"session": session, "input": orjson.dumps(
+            {"type": "interrupt.resume", "interrupt_id": raised["interrupt_id"],
+             "payload": {"approved": True}})})
+    for session in sessions:
+        events = wait_for(client, session, lambda e: e["type"] == "turn.completed", timeout=60)
+        assert len(of_type(events, "interrupt.resumed")) == 1
+    assert r.hlen("parley:running") == 0

@@ -1,45 +1,81 @@
 -- Take the next job for a worker in one round trip: pop it, record it as running on this
 -- worker, and return its RQ job hash. Popping and recording in one script leaves no moment
 -- at which a job is neither queued nor recorded (a kill -9 can't fall between the two).
+-- The same call can first finish the job the worker has just run (post its outcome, delete its
+-- records and its hash, as the outcome's MULTI did): one round trip per job instead of two.
 -- KEYS: the RQ queue lists, in priority order
 -- ARGV[1] worker id ('' = record nothing), ARGV[2] the RQ job key prefix ('rq:job:'),
 -- ARGV[3] a job id already popped by a blocking wait ('' = pop one here),
 -- ARGV[4] the running hash, ARGV[5] the in-flight hash,
--- ARGV[6] this worker's last-take key, ARGV[7] this take's token
--- Returns nil when every queue is empty, else {job id, queue key, claimed 0/1, job hash fields}.
+-- ARGV[6] this worker's last-take key, ARGV[7] this take's token,
+-- optional, to finish a job first: ARGV[8] its id ('' = none), ARGV[9] the results stream to
+-- post its outcome to ('' = post nothing), ARGV[10] the outcome (JSON), ARGV[11] the job's
+-- in-flight order key (its queue's numbering), ARGV[12] '0' = finish only, take nothing
+-- Returns nil when nothing is taken (every queue empty, or ARGV[12] '0'), else
+-- {job id, queue key, claimed 0/1, job hash fields}.
 -- Only the queues are KEYS so that the worker's ACL (rq:* keys) admits the call; the job hash's
 -- name is only known after the pop, and the other keys are checked by ACL command by command.
 --
 -- A worker whose call got no reply (Redis went away) calls again with the same token and gets
 -- the job the first call took, if it ran: a job is never recorded as running on a live worker
--- that does not know it has it (no dispatcher would ever post its loss).
+-- that does not know it has it (no dispatcher would ever post its loss). A call that finished a
+-- job always leaves its token, so that its retry returns what it took (nothing included) and
+-- never posts the outcome a second time.
 if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
   if last then
-    local token, was_claimed, job = string.match(last, '^(%S+) (%d) (.+)$')
+    local token, was_claimed, job = string.match(last, '^(%S+) (%d) (.*)$')
     if token == ARGV[7] then
+      if job == '' then
+        return nil  -- that call finished a job and took nothing
+      end
       return {job, '', tonumber(was_claimed), redis.call('HGETALL', ARGV[2] .. job)}
     end
+  end
+end
+local finished = ARGV[8] or ''
+if finished ~= '' then
+  -- what the outcome's MULTI did: the outcome, then every record of the job and its hash
+  -- (RQ would delete a finished job with result_ttl 0 too)
+  if ARGV[9] ~= '' then
+    redis.call('XADD', ARGV[9], '*', 'outcome', ARGV[10])
+  end
+  redis.call('HDEL', ARGV[4], finished)
+  redis.call('HDEL', ARGV[5], finished)
+  redis.call('ZREM', ARGV[11], finished)
+  redis.call('DEL', ARGV[2] .. finished)
+end
+local function took(claimed, id)
+  if ARGV[1] ~= '' then
+    redis.call('SET', ARGV[6], ARGV[7] .. ' ' .. claimed .. ' ' .. id, 'PX', 600000)
   end
 end
 local id = ARGV[3]
 local queue = ''
 if id == '' then
-  for i = 1, #KEYS do
-    local popped = redis.call('LPOP', KEYS[i])
-    if popped then
-      id = popped
-      queue = KEYS[i]
-      break
+  if ARGV[12] ~= '0' then
+    for i = 1, #KEYS do
+      local popped = redis.call('LPOP', KEYS[i])
+      if popped then
+        id = popped
+        queue = KEYS[i]
+        break
+      end
     end
   end
   if id == '' then
+    if finished ~= '' then
+      took(0, '')
+    end
     return nil
   end
 end
 local fields = redis.call('HGETALL', ARGV[2] .. id)
 if #fields == 0 then
   -- cancelled between its enqueue and now: nothing to run
+  if finished ~= '' then
+    took(0, id)
+  end
   return {id, queue, 0, fields}
 end
 local claimed = 0
@@ -53,7 +89,5 @@ if ARGV[1] ~= '' then
     claimed = 1
   end
 end
-if ARGV[1] ~= '' then
-  redis.call('SET', ARGV[6], ARGV[7] .. ' ' .. claimed .. ' ' .. id, 'PX', 600000)
-end
+took(claimed, id)
 return {id, queue, claimed, fields}

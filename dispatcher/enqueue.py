@@ -11,6 +11,7 @@ path and the outbox").
 
 import math
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
@@ -21,6 +22,8 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.utils import now as utcnow
+from rq.utils import utcformat
 
 from parley.dispatcher.core.effects import (
     Cancel,
@@ -40,7 +43,7 @@ from parley.dispatcher.core.effects import (
 )
 from parley.dispatcher.engine_key import EngineKey
 from parley.dispatcher.store import load_script
-from parley.schemas.jobs import JOBS, job_id
+from parley.schemas.jobs import JOBS, JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.listing import listing_member
 from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields
@@ -128,6 +131,7 @@ class JobMaker:
         self.redis = redis
         self.keys = keys
         self._queues: dict[str, Queue] = {}
+        self._templates: dict[JobKind, dict[Any, Any]] = {}
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -138,23 +142,78 @@ class JobMaker:
         return q
 
     def prepare(self, session: str, fx: Enqueue) -> PreparedJob:
+        """The job's hash: its kind's template (what RQ wrote for a sample job of that kind) with
+        the fields that differ between jobs filled in as RQ fills them (`_rq_varying`)."""
         spec = JOBS[fx.job]
         jid = job_id(session, fx.work, fx.attempt)
         queue = self.queue(spec.queue)
-        args = {"session": session, "work": fx.work, "attempt": fx.attempt, "reply_to": fx.reply_to,
-                "app": fx.app, **fx.args}
-        job = Job.create(spec.func, args=[args], id=jid, connection=self.redis, serializer=JSONSerializer,
-                         timeout=max(1, math.ceil(fx.timeout)), result_ttl=RESULT_TTL,
-                         failure_ttl=FAILURE_TTL, description=f"{fx.work} of {session}")
+        template = self._templates.get(fx.job)
+        if template is None:
+            template = self._templates[fx.job] = self._template(fx.job)
+        fields = {**template, **_rq_varying(spec.func, job_args(session, fx), session, fx)}
+        record = orjson.dumps({
+            "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
+            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
+        return PreparedJob(jid, Job.redis_job_namespace_prefix + jid, queue.key,
+                           self.keys.inflight_order(queue.name), [x for kv in fields.items() for x in kv],
+                           record)
+
+    def rq_prepare(self, session: str, fx: Enqueue) -> dict[Any, Any]:
+        """The job hash as RQ's own `Job.create` + `Queue.enqueue_job` write it, recorded."""
+        spec = JOBS[fx.job]
+        jid = job_id(session, fx.work, fx.attempt)
+        queue = self.queue(spec.queue)
+        job = Job.create(spec.func, args=[job_args(session, fx)], id=jid, connection=self.redis,
+                         serializer=JSONSerializer, timeout=_timeout(fx), result_ttl=RESULT_TTL,
+                         failure_ttl=FAILURE_TTL, description=_description(session, fx))
         rec = _Recorder(job.key.decode() if isinstance(job.key, bytes) else job.key, queue.key)
         queue.enqueue_job(job, pipeline=rec)  # type: ignore[arg-type]  # records, writes nothing
         if rec.pushed != [jid]:
             raise ValueError(f"RQ's enqueue pushed {rec.pushed!r}, not the job {jid!r}")
-        record = orjson.dumps({
-            "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
-            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
-        return PreparedJob(jid, rec.job_key, queue.key, self.keys.inflight_order(queue.name),
-                           [x for kv in rec.fields.items() for x in kv], record)
+        return rec.fields
+
+    def _template(self, kind: JobKind) -> dict[Any, Any]:
+        """RQ's job hash for a job of this kind, made by RQ twice for two jobs that differ in
+        everything a job can (session, work, attempt, time limit, arguments): the fields that
+        differ must be exactly those `_rq_varying` fills in, or an RQ that writes a field more,
+        or another way, is refused here rather than copied wrong (Job.create and enqueue_job
+        cost about ten times what filling a template does: most of a job's preparation)."""
+        one = Enqueue(seq=1, job=kind, work="w-1", attempt=1, timeout=30, reply_to="a", app=None,
+                      args={"x": 1})
+        two = Enqueue(seq=2, job=kind, work="w-2", attempt=2, timeout=61.5, reply_to="b", app="m:f",
+                      args={"y": [2]})
+        first, second = self.rq_prepare("s-1", one), self.rq_prepare("s-2", two)
+        differ = {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)}
+        filled = set(_rq_varying("", {}, "", one))
+        if not differ <= filled or first.keys() != second.keys():
+            raise RuntimeError(f"RQ's job hash changed shape: fields {sorted(map(str, differ - filled))} "
+                               "differ between jobs; update JobMaker (dispatcher/enqueue.py)")
+        return {k: v for k, v in first.items() if k not in filled}
+
+
+def job_args(session: str, fx: Enqueue) -> dict[str, Any]:
+    """The one argument of a job's function: its identity, where to answer, and its kind's own."""
+    return {"session": session, "work": fx.work, "attempt": fx.attempt, "reply_to": fx.reply_to,
+            "app": fx.app, **fx.args}
+
+
+def _timeout(fx: Enqueue) -> int:
+    return max(1, math.ceil(fx.timeout))
+
+
+def _description(session: str, fx: Enqueue) -> str:
+    return f"{fx.work} of {session}"
+
+
+def _rq_varying(func: str, args: dict[str, Any], session: str, fx: Enqueue) -> dict[str, Any]:
+    """The fields of an RQ job hash that differ between Parley's jobs of one kind, as RQ 3 writes
+    them: `data` is `Job.data` (the JSON of (function, instance, args, kwargs), zlib-compressed,
+    `Job.to_dict`), the times are `utcformat(now())` (one time for both: RQ takes two a few
+    microseconds apart), the rest are Job.create's arguments."""
+    stamp = utcformat(utcnow())
+    return {"created_at": stamp, "enqueued_at": stamp,
+            "data": zlib.compress(JSONSerializer.dumps((func, None, [args], {}))),
+            "description": _description(session, fx), "timeout": _timeout(fx)}
 
 
 class Outbox:

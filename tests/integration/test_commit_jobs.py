@@ -127,3 +127,42 @@ def test_the_outbox_enqueues_an_older_dispatchers_job_the_same_way(store: Store,
     assert {k: v for k, v in r.hgetall(Job.key_for(jid)).items() if k not in WHEN} == committed
     assert r.lrange("rq:queue:llm", 0, -1) == [jid.encode()] and r.smembers("rq:queues") == {b"rq:queue:llm"}
     assert r.zscore(KEYS.inflight_order("llm"), jid) == 1 and r.hexists(KEYS.inflight, jid)
+
+
+@pytest.mark.parametrize("kind", list(JobKind))
+def test_a_prepared_job_is_rqs_own_but_for_its_times(r: redis.Redis, kind: JobKind) -> None:
+    """JobMaker fills a template RQ made; every field but the times is what RQ writes for the job."""
+    maker = JobMaker(r, KEYS)
+    fx = Enqueue(seq=3, job=kind, work="w-9", attempt=3, timeout=0.2, reply_to="parley:results:3",
+                 app="pkg.mod:agent", args={"name": "lookup", "arguments": {"q": "é", "n": [1, 2.5, None]}})
+    prepared = maker.prepare("tenant/s-9", fx)
+    ours = dict(zip(prepared.fields[::2], prepared.fields[1::2], strict=True))
+    theirs = maker.rq_prepare("tenant/s-9", fx)
+    assert ours.keys() == theirs.keys()
+    assert {k: v for k, v in ours.items() if k not in {"created_at", "enqueued_at"}} == {
+        k: v for k, v in theirs.items() if k not in {"created_at", "enqueued_at"}}
+    assert prepared.job_key == Job.key_for(prepared.job_id)
+
+
+def test_an_rq_whose_job_hash_changed_shape_is_refused(r: redis.Redis,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    maker = JobMaker(r, KEYS)
+    real = JobMaker.rq_prepare
+    calls = iter(range(100))
+
+    def with_a_field_more(self: JobMaker, session: str, fx: Enqueue) -> dict[Any, Any]:
+        return {**real(self, session, fx), "new_field": next(calls)}  # differs from job to job
+
+    monkeypatch.setattr(JobMaker, "rq_prepare", with_a_field_more)
+    with pytest.raises(RuntimeError, match=r"changed shape.*new_field"):
+        maker.prepare(S, job(1))
+
+
+def test_the_recorder_refuses_a_write_commit_lua_would_not_make(r: redis.Redis,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def push_elsewhere(self: Queue, job_id: str, pipeline: Any = None, at_front: bool = False) -> None:
+        pipeline.rpush("rq:queue:other", job_id)
+
+    monkeypatch.setattr(Queue, "push_job_id", push_elsewhere)
+    with pytest.raises(ValueError, match=r"pushed on 'rq:queue:other'"):
+        JobMaker(r, KEYS).rq_prepare(S, job(1))

@@ -1,9 +1,10 @@
 """Effects: what a transition asks the shell to do once it is committed.
 
-A transition cannot enqueue a job or touch another session's keys inside its own atomic
-commit (those keys live in other Redis slots), so it writes what it wants done into the
-session's outbox, in the same commit; the shell then does it (dispatcher/enqueue.py)
-and deletes it from the outbox in one MULTI (docs/design.md, "The outbox").
+A transition's jobs (`Enqueue`) are written by its own commit script, on the session's shard
+(`split_effects` says which). Everything else that touches keys outside the session (the
+interrupt index, another session's inputs, the listings) goes into the session's outbox, in
+the same commit; the shell then does it (dispatcher/enqueue.py) and deletes it from the
+outbox in one MULTI (docs/design.md, "The enqueue path and the outbox").
 
 Effects are stored, so they have a JSON form: `effect_to_dict` / `effect_from_dict`
 (`effect_to_json` is the same thing, faster, for the commit). `seq` numbers a session's

@@ -131,7 +131,7 @@ class JobMaker:
         self.redis = redis
         self.keys = keys
         self._queues: dict[str, Queue] = {}
-        self._templates: dict[JobKind, dict[Any, Any]] = {}
+        self._templates: dict[tuple[JobKind, str], dict[Any, Any]] = {}
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
@@ -141,15 +141,16 @@ class JobMaker:
             self._queues[name] = q
         return q
 
-    def prepare(self, session: str, fx: Enqueue) -> PreparedJob:
+    def prepare(self, session: str, fx: Enqueue, queue: Queue | None = None) -> PreparedJob:
         """The job's hash: its kind's template (what RQ wrote for a sample job of that kind) with
-        the fields that differ between jobs filled in as RQ fills them (`_rq_varying`)."""
+        the fields that differ between jobs filled in as RQ fills them (`_rq_varying`). `queue`:
+        another than the kind's own (the outbox's `queue`, which tests point elsewhere)."""
         spec = JOBS[fx.job]
         jid = job_id(session, fx.work, fx.attempt)
-        queue = self.queue(spec.queue)
-        template = self._templates.get(fx.job)
-        if template is None:
-            template = self._templates[fx.job] = self._template(fx.job)
+        queue = queue or self.queue(spec.queue)
+        template = self._templates.get((fx.job, queue.name))
+        if template is None:  # per queue too: the hash names its queue (`origin`)
+            template = self._templates[(fx.job, queue.name)] = self._template(fx.job, queue)
         fields = {**template, **_rq_varying(spec.func, job_args(session, fx), session, fx)}
         record = orjson.dumps({
             "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
@@ -158,11 +159,11 @@ class JobMaker:
                            self.keys.inflight_order(queue.name), [x for kv in fields.items() for x in kv],
                            record)
 
-    def rq_prepare(self, session: str, fx: Enqueue) -> dict[Any, Any]:
+    def rq_prepare(self, session: str, fx: Enqueue, queue: Queue | None = None) -> dict[Any, Any]:
         """The job hash as RQ's own `Job.create` + `Queue.enqueue_job` write it, recorded."""
         spec = JOBS[fx.job]
         jid = job_id(session, fx.work, fx.attempt)
-        queue = self.queue(spec.queue)
+        queue = queue or self.queue(spec.queue)
         job = Job.create(spec.func, args=[job_args(session, fx)], id=jid, connection=self.redis,
                          serializer=JSONSerializer, timeout=_timeout(fx), result_ttl=RESULT_TTL,
                          failure_ttl=FAILURE_TTL, description=_description(session, fx))
@@ -172,7 +173,7 @@ class JobMaker:
             raise ValueError(f"RQ's enqueue pushed {rec.pushed!r}, not the job {jid!r}")
         return rec.fields
 
-    def _template(self, kind: JobKind) -> dict[Any, Any]:
+    def _template(self, kind: JobKind, queue: Queue) -> dict[Any, Any]:
         """RQ's job hash for a job of this kind, made by RQ twice for two jobs that differ in
         everything a job can (session, work, attempt, time limit, arguments): the fields that
         differ must be exactly those `_rq_varying` fills in, or an RQ that writes a field more,
@@ -182,7 +183,7 @@ class JobMaker:
                       args={"x": 1})
         two = Enqueue(seq=2, job=kind, work="w-2", attempt=2, timeout=61.5, reply_to="b", app="m:f",
                       args={"y": [2]})
-        first, second = self.rq_prepare("s-1", one), self.rq_prepare("s-2", two)
+        first, second = self.rq_prepare("s-1", one, queue), self.rq_prepare("s-2", two, queue)
         differ = {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)}
         filled = set(_rq_varying("", {}, "", one))
         if not differ <= filled or first.keys() != second.keys():
@@ -314,7 +315,7 @@ class Outbox:
         """The job, and our record of it as in flight (for the unclaimed-work sweep). Only for an
         `Enqueue` an older dispatcher left in an outbox: a transition's jobs are enqueued by its
         commit (store.py). The same writes as commit.lua's, in the flush's MULTI."""
-        job = self.jobs.prepare(session, fx)
+        job = self.jobs.prepare(session, fx, self.queue(JOBS[fx.job].queue))
         pipe.sadd(Queue.redis_queues_keys, job.queue_key)
         pipe.hset(job.job_key, mapping=dict(zip(job.fields[::2], job.fields[1::2], strict=True)))
         pipe.rpush(job.queue_key, job.job_id)

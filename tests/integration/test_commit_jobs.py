@@ -150,8 +150,8 @@ def test_an_rq_whose_job_hash_changed_shape_is_refused(r: redis.Redis,
     real = JobMaker.rq_prepare
     calls = iter(range(100))
 
-    def with_a_field_more(self: JobMaker, session: str, fx: Enqueue) -> dict[Any, Any]:
-        return {**real(self, session, fx), "new_field": next(calls)}  # differs from job to job
+    def with_a_field_more(self: JobMaker, session: str, fx: Enqueue, queue: Any = None) -> dict[Any, Any]:
+        return {**real(self, session, fx, queue), "new_field": next(calls)}  # differs from job to job
 
     monkeypatch.setattr(JobMaker, "rq_prepare", with_a_field_more)
     with pytest.raises(RuntimeError, match=r"changed shape.*new_field"):

@@ -23,6 +23,7 @@ from redis.exceptions import WatchError
 
 from parley import metrics
 from parley.dispatcher.core import Context, Effect, Transition
+from parley.dispatcher.core.effects import split_effects
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.rejected import rejected_copy
@@ -243,7 +244,8 @@ class Applier:
             log.info("outcome dropped", extra=kv(session=session, entry=r.prep.entry_id, why=tr.dropped))
         for key, n in tr.counts.items():
             self.stats.counts[key] = self.stats.counts.get(key, 0) + n
-        batch.effects.append((session, tr.effects))
+        # its jobs were enqueued by the commit itself; the rest is in its outbox, for the settle
+        batch.effects.append((session, split_effects(tr.effects)[1]))
         batch.ack(stream, r.prep.entry_id)
         self._done(stream, r.prep.fields, session, batch)
         metrics.record_transition(tr, time.perf_counter() - started)

@@ -36,7 +36,7 @@ from parley.dispatcher.apply import (
     take_fair,
 )
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
-from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, Outbox
+from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, JobMaker, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, entry_key
 from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
@@ -87,9 +87,11 @@ class Dispatcher:
         self.block_ms = block_ms
         self.batch = batch
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        # one JobMaker (RQ's queues, read once) for the commits' jobs and the outbox's old ones
+        jobs = JobMaker(redis, keys)
         self.store = Store(redis, keys, events_maxlen=events_maxlen, feed_maxlen=feed_maxlen,
-                           unknown_session_ttl_ms=unknown_session_ttl_ms)
-        self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen)
+                           unknown_session_ttl_ms=unknown_session_ttl_ms, jobs=jobs)
+        self.outbox = Outbox(redis, keys, archive_maxlen=archive_maxlen, jobs=jobs)
         # --replica-acks: the WAIT between a batch's commits and its settle (dispatcher/replicas.py)
         self.replicas = Replicas(redis, keys, replicas or ReplicaPolicy())
         self.stats = Stats()

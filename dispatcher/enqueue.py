@@ -1,13 +1,19 @@
-"""The outbox flush: the effects a commit left (dispatcher/core/effects.py), done.
+"""The outbox flush: the effects a commit left (dispatcher/core/effects.py), done; and the
+RQ jobs the commit script enqueues itself (`JobMaker`).
 
 One MULTI does the effects and deletes them from the session's outbox, so a crash
 leaves both or neither; an entry is acknowledged only after its flush, so the next
 owner of the partition replays it, finds it applied, and flushes what is left.
+A transition's jobs do not go through the outbox: `JobMaker` prepares each job's hash as
+RQ writes it, and commit.lua writes it with the transition (docs/design.md, "The enqueue
+path and the outbox").
 """
 
 import math
 import time
+import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, assert_never
 
@@ -16,6 +22,8 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from rq.utils import now as utcnow
+from rq.utils import utcformat
 
 from parley.dispatcher.core.effects import (
     Cancel,
@@ -35,7 +43,7 @@ from parley.dispatcher.core.effects import (
 )
 from parley.dispatcher.engine_key import EngineKey
 from parley.dispatcher.store import load_script
-from parley.schemas.jobs import JOBS, job_id
+from parley.schemas.jobs import JOBS, JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.listing import listing_member
 from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields
@@ -61,13 +69,162 @@ RETIRE = "".join(files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_tex
 DEFAULT_ARCHIVE_MAXLEN = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedJob:
+    """One RQ job as its enqueue writes it, for commit.lua: the job hash's fields exactly as
+    RQ's `enqueue_job` writes them (so workers, `rq info` and RQ's tools read it as one RQ
+    made), the queue it is pushed on, and Parley's in-flight record of it."""
+
+    job_id: str
+    #: `rq:job:<id>`, the queue's list key (`rq:queue:<name>`), the queue's in-flight order
+    job_key: str
+    queue_key: str
+    order_key: str
+    #: field, value, field, value, ... of the job hash
+    fields: list[Any]
+    #: the in-flight record (JSON): what the sweeps and the worker's take read
+    record: bytes
+
+
+class _Recorder:
+    """Stands in for the redis-py pipeline RQ's `enqueue_job(pipeline=)` writes into, and keeps
+    what it would have written. RQ 3 writes a job without dependencies, rate limit or TTL as
+    SADD rq:queues, HSET of the job hash (its status, then the whole mapping) and RPUSH on the
+    queue; any other command is an AttributeError here, so an RQ that starts writing something
+    else fails loudly (tests/integration/test_commit_jobs.py compares with RQ's own enqueue)
+    instead of being half copied."""
+
+    #: RQ puts a pipeline it is given into MULTI mode unless it already is: what it records is
+    #: written by one atomic script, as good as a MULTI
+    explicit_transaction = True
+
+    def __init__(self, job_key: str, queue_key: str):
+        self.job_key = job_key
+        self.queue_key = queue_key
+        self.fields: dict[Any, Any] = {}
+        self.pushed: list[Any] = []
+
+    def sadd(self, key: str, *values: Any) -> None:
+        if key != Queue.redis_queues_keys or list(values) != [self.queue_key]:
+            raise ValueError(f"RQ's enqueue added {values!r} to {key!r}: not what commit.lua writes")
+
+    def hset(self, key: str, field: Any = None, value: Any = None, mapping: Any = None) -> None:
+        if key != self.job_key:
+            raise ValueError(f"RQ's enqueue wrote {key!r}, not the job hash {self.job_key!r}")
+        if field is not None:
+            self.fields[field] = value
+        if mapping:
+            self.fields.update(mapping)
+
+    def rpush(self, key: str, *values: Any) -> None:
+        if key != self.queue_key:
+            raise ValueError(f"RQ's enqueue pushed on {key!r}, not {self.queue_key!r}")
+        self.pushed.extend(values)
+
+
+class JobMaker:
+    """A transition's `Enqueue` effects as `PreparedJob`s (RQ's Job.create and enqueue, into a
+    `_Recorder` instead of Redis): what the commit script writes, and the outbox's own enqueue of
+    an `Enqueue` an older dispatcher left in an outbox."""
+
+    def __init__(self, redis: Redis, keys: Keys):
+        self.redis = redis
+        self.keys = keys
+        self._queues: dict[str, Queue] = {}
+        self._templates: dict[tuple[JobKind, str], dict[Any, Any]] = {}
+
+    def queue(self, name: str) -> Queue:
+        """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
+        q = self._queues.get(name)
+        if q is None:
+            q = Queue(self.keys.queue(name), connection=self.redis, serializer=JSONSerializer)
+            self._queues[name] = q
+        return q
+
+    def prepare(self, session: str, fx: Enqueue, queue: Queue | None = None) -> PreparedJob:
+        """The job's hash: its kind's template (what RQ wrote for a sample job of that kind) with
+        the fields that differ between jobs filled in as RQ fills them (`_rq_varying`). `queue`:
+        another than the kind's own (the outbox's `queue`, which tests point elsewhere)."""
+        spec = JOBS[fx.job]
+        jid = job_id(session, fx.work, fx.attempt)
+        queue = queue or self.queue(spec.queue)
+        template = self._templates.get((fx.job, queue.name))
+        if template is None:  # per queue too: the hash names its queue (`origin`)
+            template = self._templates[(fx.job, queue.name)] = self._template(fx.job, queue)
+        fields = {**template, **_rq_varying(spec.func, job_args(session, fx), session, fx)}
+        record = orjson.dumps({
+            "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
+            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
+        return PreparedJob(jid, Job.redis_job_namespace_prefix + jid, queue.key,
+                           self.keys.inflight_order(queue.name), [x for kv in fields.items() for x in kv],
+                           record)
+
+    def rq_prepare(self, session: str, fx: Enqueue, queue: Queue | None = None) -> dict[Any, Any]:
+        """The job hash as RQ's own `Job.create` + `Queue.enqueue_job` write it, recorded."""
+        spec = JOBS[fx.job]
+        jid = job_id(session, fx.work, fx.attempt)
+        queue = queue or self.queue(spec.queue)
+        job = Job.create(spec.func, args=[job_args(session, fx)], id=jid, connection=self.redis,
+                         serializer=JSONSerializer, timeout=_timeout(fx), result_ttl=RESULT_TTL,
+                         failure_ttl=FAILURE_TTL, description=_description(session, fx))
+        rec = _Recorder(job.key.decode() if isinstance(job.key, bytes) else job.key, queue.key)
+        queue.enqueue_job(job, pipeline=rec)  # type: ignore[arg-type]  # records, writes nothing
+        if rec.pushed != [jid]:
+            raise ValueError(f"RQ's enqueue pushed {rec.pushed!r}, not the job {jid!r}")
+        return rec.fields
+
+    def _template(self, kind: JobKind, queue: Queue) -> dict[Any, Any]:
+        """RQ's job hash for a job of this kind, made by RQ twice for two jobs that differ in
+        everything a job can (session, work, attempt, time limit, arguments): the fields that
+        differ must be exactly those `_rq_varying` fills in, or an RQ that writes a field more,
+        or another way, is refused here rather than copied wrong (Job.create and enqueue_job
+        cost about ten times what filling a template does: most of a job's preparation)."""
+        one = Enqueue(seq=1, job=kind, work="w-1", attempt=1, timeout=30, reply_to="a", app=None,
+                      args={"x": 1})
+        two = Enqueue(seq=2, job=kind, work="w-2", attempt=2, timeout=61.5, reply_to="b", app="m:f",
+                      args={"y": [2]})
+        first, second = self.rq_prepare("s-1", one, queue), self.rq_prepare("s-2", two, queue)
+        differ = {k for k in first.keys() | second.keys() if first.get(k) != second.get(k)}
+        filled = set(_rq_varying("", {}, "", one))
+        if not differ <= filled or first.keys() != second.keys():
+            raise RuntimeError(f"RQ's job hash changed shape: fields {sorted(map(str, differ - filled))} "
+                               "differ between jobs; update JobMaker (dispatcher/enqueue.py)")
+        return {k: v for k, v in first.items() if k not in filled}
+
+
+def job_args(session: str, fx: Enqueue) -> dict[str, Any]:
+    """The one argument of a job's function: its identity, where to answer, and its kind's own."""
+    return {"session": session, "work": fx.work, "attempt": fx.attempt, "reply_to": fx.reply_to,
+            "app": fx.app, **fx.args}
+
+
+def _timeout(fx: Enqueue) -> int:
+    return max(1, math.ceil(fx.timeout))
+
+
+def _description(session: str, fx: Enqueue) -> str:
+    return f"{fx.work} of {session}"
+
+
+def _rq_varying(func: str, args: dict[str, Any], session: str, fx: Enqueue) -> dict[str, Any]:
+    """The fields of an RQ job hash that differ between Parley's jobs of one kind, as RQ 3 writes
+    them: `data` is `Job.data` (the JSON of (function, instance, args, kwargs), zlib-compressed,
+    `Job.to_dict`), the times are `utcformat(now())` (one time for both: RQ takes two a few
+    microseconds apart), the rest are Job.create's arguments."""
+    stamp = utcformat(utcnow())
+    return {"created_at": stamp, "enqueued_at": stamp,
+            "data": zlib.compress(JSONSerializer.dumps((func, None, [args], {}))),
+            "description": _description(session, fx), "timeout": _timeout(fx)}
+
+
 class Outbox:
-    def __init__(self, redis: Redis, keys: Keys, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN):
+    def __init__(self, redis: Redis, keys: Keys, archive_maxlen: int = DEFAULT_ARCHIVE_MAXLEN,
+                 jobs: JobMaker | None = None):
         self.redis = redis
         self.keys = keys
         #: the archive stream's approximate cap; 0: closed sessions are not archived
         self.archive_maxlen = archive_maxlen
-        self._queues: dict[str, Queue] = {}
+        self.jobs = jobs or JobMaker(redis, keys)
         self._partitions: int | None = None
         self.engine_key = EngineKey(redis, keys)
         # the gauges' counts, for an index an older dispatcher wrote without them (once per Redis)
@@ -79,11 +236,7 @@ class Outbox:
 
     def queue(self, name: str) -> Queue:
         """An RQ queue by its name in the job table (`JOBS[kind].queue`)."""
-        q = self._queues.get(name)
-        if q is None:
-            q = Queue(self.keys.queue(name), connection=self.redis, serializer=JSONSerializer)
-            self._queues[name] = q
-        return q
+        return self.jobs.queue(name)
 
     def input_stream(self, session: str) -> str:
         if self._partitions is None:
@@ -159,20 +312,14 @@ class Outbox:
         pipe.hdel(self.keys.outbox(session), *[fx.seq for fx in effects])
 
     def _enqueue(self, pipe: Any, session: str, fx: Enqueue) -> None:
-        """The job, and our record of it as in flight (for the unclaimed-work sweep)."""
-        spec = JOBS[fx.job]
-        jid = job_id(session, fx.work, fx.attempt)
-        queue = self.queue(spec.queue)
-        args = {"session": session, "work": fx.work, "attempt": fx.attempt, "reply_to": fx.reply_to,
-                "app": fx.app, **fx.args}
-        job = Job.create(spec.func, args=[args], id=jid, connection=self.redis, serializer=JSONSerializer,
-                         timeout=max(1, math.ceil(fx.timeout)), result_ttl=RESULT_TTL,
-                         failure_ttl=FAILURE_TTL, description=f"{fx.work} of {session}")
-        queue.enqueue_job(job, pipeline=pipe)
-        record = orjson.dumps({
-            "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
-            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
-        pipe.eval(RECORD_INFLIGHT, 2, self.keys.inflight, self.keys.inflight_order(queue.name), jid, record)
+        """The job, and our record of it as in flight (for the unclaimed-work sweep). Only for an
+        `Enqueue` an older dispatcher left in an outbox: a transition's jobs are enqueued by its
+        commit (store.py). The same writes as commit.lua's, in the flush's MULTI."""
+        job = self.jobs.prepare(session, fx, self.queue(JOBS[fx.job].queue))
+        pipe.sadd(Queue.redis_queues_keys, job.queue_key)
+        pipe.hset(job.job_key, mapping=dict(zip(job.fields[::2], job.fields[1::2], strict=True)))
+        pipe.rpush(job.queue_key, job.job_id)
+        pipe.eval(RECORD_INFLIGHT, 2, self.keys.inflight, job.order_key, job.job_id, job.record)
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
         # Best effort: a queued job is removed; a running model call is stopped by its worker,

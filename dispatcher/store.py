@@ -3,7 +3,7 @@
 import time
 from collections.abc import Sequence
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from redis import Redis
@@ -11,10 +11,14 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from parley.dispatcher.core import Effect, Transition, effect_from_dict, effect_to_json
+from parley.dispatcher.core.effects import split_effects
 from parley.schemas.events import FEED_EVENT_TYPES
 from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState, bodies_wanted
 from parley.schemas.tree import Shape
+
+if TYPE_CHECKING:
+    from parley.dispatcher.enqueue import JobMaker
 
 IDEMPOTENCY_TTL_S = 24 * 3600
 IDEMPOTENCY_WINDOW_MS = IDEMPOTENCY_TTL_S * 1000
@@ -27,6 +31,8 @@ DEFAULT_FEED_MAXLEN = 100_000
 DEFAULT_UNKNOWN_SESSION_TTL_S = 600
 
 COMMITTED, CONFLICT, LEASE_LOST = 1, 0, -1
+#: RQ's set of queue keys (rq.Queue.redis_queues_keys), which an enqueue adds its queue to
+RQ_QUEUES = "rq:queues"
 
 
 def evalsha_many(redis: Redis, script: Script, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
@@ -66,9 +72,16 @@ def load_script(redis: Redis, name: str) -> Script:
 class Store:
     def __init__(self, redis: Redis, keys: Keys, events_maxlen: int = DEFAULT_EVENTS_MAXLEN,
                  feed_maxlen: int = DEFAULT_FEED_MAXLEN,
-                 unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000):
+                 unknown_session_ttl_ms: int = DEFAULT_UNKNOWN_SESSION_TTL_S * 1000,
+                 jobs: "JobMaker | None" = None):
         self.redis = redis
         self.keys = keys
+        if jobs is None:
+            # enqueue.py imports this module (load_script): imported here, once both are loaded
+            from parley.dispatcher.enqueue import JobMaker
+            jobs = JobMaker(redis, keys)
+        #: prepares the RQ jobs a commit enqueues itself (docs/design.md, "The enqueue path")
+        self.jobs = jobs
         self.events_maxlen = events_maxlen
         self.feed_maxlen = feed_maxlen
         self.unknown_session_ttl_ms = unknown_session_ttl_ms
@@ -170,11 +183,19 @@ class Store:
         for e in tr.events:
             # the feed copies the event whole: fields added to an event later flow through
             argv += [_feed_type(e), orjson.dumps(e)]
-        argv.append(len(tr.effects))
-        for fx in tr.effects:
+        # The transition's jobs are enqueued by the script itself (split_effects); the other
+        # effects go to the outbox, for the settle.
+        jobs, outboxed = split_effects(tr.effects)
+        argv.append(len(outboxed))
+        for fx in outboxed:
             argv += [fx.seq, effect_to_json(fx)]
         keys = [k.meta(session), k.messages(session), k.events(session), k.outbox(session),
-                k.idempotency_keys(session), lease_key, k.feed]
+                k.idempotency_keys(session), lease_key, k.feed, RQ_QUEUES, k.inflight]
+        argv.append(len(jobs))
+        for fx in jobs:
+            job = self.jobs.prepare(session, fx)
+            keys += [job.job_key, job.queue_key, job.order_key]
+            argv += [job.job_id, job.record, len(job.fields) // 2, *job.fields]
         return keys, argv
 
     def pending_effects(self, session: str) -> list[Effect]:

@@ -1,9 +1,10 @@
 """Effects: what a transition asks the shell to do once it is committed.
 
-A transition cannot enqueue a job or touch another session's keys inside its own atomic
-commit (those keys live in other Redis slots), so it writes what it wants done into the
-session's outbox, in the same commit; the shell then does it (dispatcher/enqueue.py)
-and deletes it from the outbox in one MULTI (docs/design.md, "The outbox").
+A transition's jobs (`Enqueue`) are written by its own commit script, on the session's shard
+(`split_effects` says which). Everything else that touches keys outside the session (the
+interrupt index, another session's inputs, the listings) goes into the session's outbox, in
+the same commit; the shell then does it (dispatcher/enqueue.py) and deletes it from the
+outbox in one MULTI (docs/design.md, "The enqueue path and the outbox").
 
 Effects are stored, so they have a JSON form: `effect_to_dict` / `effect_from_dict`
 (`effect_to_json` is the same thing, faster, for the commit). `seq` numbers a session's
@@ -276,3 +277,42 @@ def _legacy_cancel(value: dict[str, Any]) -> Cancel:
     attempt): it cancels nothing. Cancels are best effort (I4): the voided job's result, if
     it comes, is dropped as settled."""
     return Cancel(seq=value["seq"], job=KIND_OF_QUEUE[value["queue"]], work="", attempt=0)
+
+
+def split_effects(effects: list[Effect]) -> tuple[list[Enqueue], list[Effect]]:
+    """A transition's effects split into the jobs its commit script enqueues itself and the
+    effects left for the outbox, each in the order asked for (docs/design.md, "The enqueue path
+    and the outbox").
+
+    A job enqueued and then cancelled within the same transition is neither enqueued nor
+    cancelled: with the enqueue in the commit and the cancel in the settle after it, a worker
+    could otherwise take a job that is already void. A job whose cancel comes *before* its
+    enqueue in one transition (the same job id asked for again) keeps the outbox path, so the
+    two stay in the order asked for."""
+    cancelled_later: set[tuple[str, int]] = set()
+    for fx in effects:
+        if isinstance(fx, Cancel):
+            cancelled_later.add((fx.work, fx.attempt))
+    jobs: list[Enqueue] = []
+    rest: list[Effect] = []
+    seen_cancel: set[tuple[str, int]] = set()
+    dropped: set[tuple[str, int]] = set()
+    for fx in effects:
+        if isinstance(fx, Enqueue):
+            ident = (fx.work, fx.attempt)
+            if ident in seen_cancel:
+                rest.append(fx)  # its cancel came first: both keep the outbox's order
+            elif ident in cancelled_later:
+                dropped.add(ident)  # void before it was ever enqueued
+            else:
+                jobs.append(fx)
+        elif isinstance(fx, Cancel):
+            ident = (fx.work, fx.attempt)
+            if ident in dropped:
+                dropped.discard(ident)  # the one cancel of the job dropped above
+            else:
+                rest.append(fx)
+            seen_cancel.add(ident)
+        else:
+            rest.append(fx)
+    return jobs, rest

@@ -6,8 +6,10 @@
 -- KEYS[5] the session's used idempotency keys ({S}: sorted set, key -> until, Unix ms)
 -- KEYS[6] the partition's lease (fencing; ignored when ARGV[2] is empty).
 -- KEYS[7] the fleet-wide feed stream.
---         KEYS[6] and KEYS[7] are the only keys outside the session's slot: Redis Cluster is
---         not supported yet.
+-- KEYS[8] RQ's set of queue keys (rq:queues), KEYS[9] the in-flight hash (parley:inflight)
+-- then    3 keys per job enqueued: its RQ job hash, its queue (list), the queue's in-flight
+--         order (zset)
+--         KEYS[6] and on are outside the session's slot: Redis Cluster is not supported yet.
 -- ARGV[1] expected version (what the transition was computed from)
 -- ARGV[2] lease token held by the committing dispatcher, or ''
 -- ARGV[3] core JSON ('' = the session still does not exist)
@@ -27,7 +29,9 @@
 -- then    t fields of the tree's shape, then t pairs (meta hash field `tree:<k>`, json):
 --         the chunks the new messages fall in (schemas/tree.py)
 -- then    m events, then m pairs (feed type or '' when the event stays in the session, json)
--- then    k effects, then k pairs (seq, json)
+-- then    k effects, then k pairs (seq, json): the outbox's, for the settle
+-- then    q jobs, then per job: its id, its in-flight record (JSON), f, then f pairs
+--         (field, value) of its RQ job hash (as RQ's enqueue writes it; dispatcher/enqueue.py)
 -- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
 -- Nothing is written before both checks pass, so a refused commit (a replay computed from an
 -- old version included) leaves the feed as it was: each applied event is copied once.
@@ -72,6 +76,27 @@ i = i + 2 * m + 1
 local k = tonumber(ARGV[i])
 for j = 1, k do
   redis.call('HSET', KEYS[4], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+end
+-- The transition's jobs, enqueued here rather than by the settle: a job exists iff its
+-- transition committed, so a replay of the entry (already applied) enqueues nothing again
+-- (docs/design.md, "The enqueue path and the outbox"). Per job what RQ's enqueue writes
+-- (SADD rq:queues, the job hash, RPUSH), then what record_inflight.lua writes: the in-flight
+-- record, numbered one above the highest number of its queue, in the same atomic step as the
+-- push, so the numbers of a queue's jobs follow the queue's order.
+i = i + 2 * k + 1
+local q = tonumber(ARGV[i])
+for j = 1, q do
+  local job, queue, order = KEYS[7 + 3 * j], KEYS[8 + 3 * j], KEYS[9 + 3 * j]
+  local id, record, f = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  redis.call('SADD', KEYS[8], queue)
+  redis.call('HSET', job, unpack(ARGV, i + 4, i + 3 + 2 * f))
+  redis.call('RPUSH', queue, id)
+  redis.call('HSET', KEYS[9], id, record)
+  local top = redis.call('ZRANGE', order, -1, -1, 'WITHSCORES')
+  local n = 1
+  if top[2] then n = tonumber(top[2]) + 1 end
+  redis.call('ZADD', order, n, id)
+  i = i + 3 + 2 * f
 end
 -- Last, so the keys this commit wrote are covered: meta, messages, events, outbox, used keys.
 if ARGV[3] == '' then

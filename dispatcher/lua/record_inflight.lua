@@ -1,7 +1,9 @@
--- Record an enqueued job as in flight, numbered in enqueue order. Run in the outbox's MULTI
--- right after RQ's RPUSH, so the numbers of one queue's jobs follow the queue's own order: the
--- unclaimed-work sweep then knows, from the number of the queue's head alone, which in-flight
--- jobs have left the queue, without looking for any job in the queue.
+-- Record an enqueued job as in flight, numbered in enqueue order. commit.lua does the same for
+-- the jobs of the transition it commits; this script is for an enqueue an older dispatcher left
+-- in an outbox, run in the outbox's MULTI right after RQ's RPUSH, so the numbers of one queue's
+-- jobs follow the queue's own order: the unclaimed-work sweep then knows, from the number of
+-- the queue's head alone, which in-flight jobs have left the queue, without looking for any job
+-- in the queue.
 -- The number is one above the queue's highest: every job still queued is in the zset (it
 -- leaves only once answered, cancelled or found lost), so a new job numbers above all of them
 -- whatever happened before. No counter is kept that an operator could reset.

@@ -6,7 +6,8 @@ runs `parley dispatcher ...` exactly as a user would, except that the process ki
 itself the N-th time a transition reaches POINT:
 
 - `before_commit`: transitions computed, about to be committed;
-- `after_commit`: transitions committed, their outbox not flushed yet;
+- `after_commit`: transitions committed, their jobs with them (the commit script enqueues
+  them), their outbox not flushed yet;
 - `after_flush`: a batch's settle done (effects flushed, entries acknowledged);
 
 or `parley worker ...`, the N-th time it reaches:

@@ -54,6 +54,11 @@ def test_dispatcher_killed_at_a_chosen_point_changes_nothing(procs: Procs, r: re
     assert crashed == reference
     assert len(of_type(crashed[0], "interrupt.resumed")) == 1
     assert r.hlen("parley:{crashed}:outbox") == 0 and r.xlen("parley:inputs") == 0
+    # every job ran and was answered: none is left queued, in flight or running (that a replay
+    # enqueues no job twice is tests/integration/test_consume.py's, where no worker takes it)
+    time.sleep(0.5)
+    assert [r.llen(f"rq:queue:{q}") for q in ("decide", "llm", "tools")] == [0, 0, 0]
+    assert r.hlen("parley:inflight") == 0 and r.hlen("parley:running") == 0
 
 
 @pytest.mark.parametrize("point", ["before_finish", "after_finish"])

@@ -216,13 +216,15 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
     send(r, "s-6", {"type": "message.create", "content": "crash me"})
     with pytest.raises(RuntimeError, match="killed between commit and flush"):
         tick(d1)
-    # committed (events, version), not flushed (no job, outbox full), not acknowledged
+    # committed (events, version, and the job: the commit enqueues it), not flushed (the
+    # listing is still in the outbox), not acknowledged
     committed = events(r, "s-6")
     assert [e["type"] for e in committed] == ["session.created", "message.created", "llm.started"]
     assert r.hget(KEYS.meta("s-6"), "ver") == b"1"
-    assert queue_ids(r, "llm") == []
-    # the job and the session's listing (created, active): neither done yet
-    assert [fx.op for fx in d1.store.pending_effects("s-6")] == ["enqueue", "listing"]
+    assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]
+    assert r.hexists(KEYS.inflight, job_id("s-6", "llm-1", 1))
+    # the session's listing (created, active): not done yet
+    assert [fx.op for fx in d1.store.pending_effects("s-6")] == ["listing"]
     assert r.zcard(KEYS.sessions_of_status("active")) == 0
     assert pending_count(r, INPUTS) == 1
 
@@ -231,7 +233,7 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
     tick(d2)
     assert d2.stats.replays == 1 and d2.stats.applied == 0
     assert events(r, "s-6") == committed  # no duplicate events
-    assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]  # the left-over job, once
+    assert queue_ids(r, "llm") == [job_id("s-6", "llm-1", 1)]  # the job, once: the replay adds none
     assert fetch(r, job_id("s-6", "llm-1", 1)).func_name == "parley.workers.jobs.run_llm"
     assert r.hlen(KEYS.outbox("s-6")) == 0
     created = orjson.loads(r.hget(KEYS.meta("s-6"), "core"))["created_at"]
@@ -251,27 +253,30 @@ def test_crash_after_commit_before_flush_is_replayed_and_flushed_exactly_once(
 def test_outbox_written_before_typed_effects_is_flushed_as_it_was_meant(
         r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
     """An upgrade over a crash: the outbox still holds an enqueue in the form stored before
-    effects were typed (RQ queue, function and job id, the job's identity in its payload)."""
+    effects were typed (RQ queue, function and job id, the job's identity in its payload), left
+    there by an older dispatcher, which enqueued jobs in the settle rather than in the commit."""
     d1 = make_dispatcher(name="d1")
     monkeypatch.setattr(d1.outbox, "flush_many", lambda batch, **kw: pytest.fail("crashed"))
     send(r, "s-old", {"type": "message.create", "content": "from before"})
     with pytest.raises(pytest.fail.Exception):
         tick(d1)
-    [(seq, raw)] = [(k, v) for k, v in r.hgetall(KEYS.outbox("s-old")).items()
-                    if orjson.loads(v)["op"] == "enqueue"]  # besides: the listing of the new session
-    new = orjson.loads(raw)
     jid = job_id("s-old", "llm-1", 1)
-    args = {"session": "s-old", "work": new["work"], "attempt": new["attempt"], "reply_to": new["reply_to"],
-            "app": new["app"], **new["args"]}
-    r.hset(KEYS.outbox("s-old"), seq, orjson.dumps({
-        "seq": new["seq"], "op": "enqueue", "queue": "llm", "func": "parley.workers.jobs.run_llm",
-        "job_id": jid, "timeout": new["timeout"], "payload": args}))
+    made = fetch(r, jid)  # this dispatcher's commit enqueued it; an older one would not have
+    [args] = made.args
+    r.delete(Job.key_for(jid))
+    r.lrem("rq:queue:llm", 0, jid)
+    r.hdel(KEYS.inflight, jid)
+    r.zrem(KEYS.inflight_order("llm"), jid)
+    r.hset(KEYS.outbox("s-old"), 1000, orjson.dumps({
+        "seq": 1000, "op": "enqueue", "queue": "llm", "func": "parley.workers.jobs.run_llm",
+        "job_id": jid, "timeout": made.timeout, "payload": args}))
 
     r.delete(KEYS.lease(0))
     tick(make_dispatcher(name="d2"))
     assert queue_ids(r, "llm") == [jid]
     job = fetch(r, jid)
     assert job.func_name == "parley.workers.jobs.run_llm" and job.args == [args] and job.timeout == 120
+    assert r.hexists(KEYS.inflight, jid) and r.zscore(KEYS.inflight_order("llm"), jid) == 1
     assert r.hlen(KEYS.outbox("s-old")) == 0
 
 
@@ -926,10 +931,11 @@ def test_lease_lost_in_the_middle_of_a_wave_leaves_the_rest_to_the_next_owner(
     send(r, "l-a", message("l-a again"))
     tick(d1, 1)
     assert d1.leases.owned == {} and d1.stats.applied == 1
-    # l-a's first entry is committed, but d1 no longer holds the partition: the settle is fenced,
-    # so nothing is flushed or acknowledged (the next owner's replay flushes it, once)
+    # l-a's first entry is committed (with its job: the commit enqueues it), but d1 no longer
+    # holds the partition: the settle is fenced, so nothing is flushed or acknowledged (the next
+    # owner's replay flushes the listing, once)
     assert types(r, "l-a") == ["session.created", "message.created", "llm.started"]
-    assert queue_ids(r, "llm") == [] and r.hlen(KEYS.outbox("l-a")) == 2  # its job and its listing
+    assert queue_ids(r, "llm") == [job_id("l-a", "llm-1", 1)] and r.hlen(KEYS.outbox("l-a")) == 1
     assert events(r, "l-b") == [] and events(r, "l-c") == []
     pending = r.xpending_range(INPUTS, Keys.GROUP, "-", "+", 10)
     assert sorted(p["message_id"].decode() for p in pending) == sorted(
@@ -973,7 +979,8 @@ def test_a_poison_entry_in_a_wave_does_not_block_the_others(
 def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
         r: redis.Redis, make_dispatcher: MakeDispatcher, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two entries of a session committed, then a crash before the flush: the next owner replays
-    both in one batch; each replay finds the whole outbox, yet every job is enqueued once."""
+    both in one batch; each replay finds the whole outbox, yet every effect is done once, and the
+    jobs (enqueued by the commits) are not enqueued again."""
     d1 = make_dispatcher(name="d1")
 
     def crash(batch: list, **kw: Any) -> None:
@@ -984,8 +991,10 @@ def test_replays_of_one_session_in_a_batch_flush_its_outbox_once(
     send(r, "r-1", message("two"))
     with pytest.raises(RuntimeError, match="killed between commit and flush"):
         tick(d1)
-    # two jobs, and the listing of the session the first message created
-    assert r.hlen(KEYS.outbox("r-1")) == 3 and queue_ids(r, "llm") == []
+    # two jobs, enqueued by the commits; the listing of the session the first message created
+    # is left in the outbox
+    jobs = [job_id("r-1", "llm-1", 1), job_id("r-1", "llm-2", 1)]
+    assert r.hlen(KEYS.outbox("r-1")) == 1 and queue_ids(r, "llm") == jobs
 
     r.delete(KEYS.lease(0))
     d2 = make_dispatcher(name="d2")

@@ -24,7 +24,7 @@ from parley.dispatcher.core import (
     effect_to_dict,
     effect_to_json,
 )
-from parley.dispatcher.core.effects import EFFECT_TYPES
+from parley.dispatcher.core.effects import EFFECT_TYPES, split_effects
 from parley.schemas.codes import CloseReason, DropReason, EffectKind, IgnoreCode, RefusalCode
 from parley.schemas.events import EVENT_ADAPTER
 from parley.schemas.inputs import ParentLink
@@ -179,3 +179,47 @@ def test_a_reply_with_nulls_reads_as_empty_and_keeps_usage_only_as_an_object():
     assert reply.tokens == 12 and parse_llm_reply({"usage": {"tokens": True}}).tokens == 0
     with pytest.raises(InvalidLlmReply, match=r"at tool_calls\.0\.name$"):
         parse_llm_reply({"tool_calls": [{"name": ""}]})
+
+
+# ---- split_effects: which jobs the commit script enqueues itself ------------------------------
+
+
+def _job(seq: int, work: str, attempt: int = 1) -> Enqueue:
+    return Enqueue(seq=seq, job=JobKind.LLM, work=work, attempt=attempt, timeout=60,
+                   reply_to="parley:results", app=None, args={})
+
+
+def _cancel(seq: int, work: str, attempt: int = 1) -> Cancel:
+    return Cancel(seq=seq, job=JobKind.LLM, work=work, attempt=attempt)
+
+
+def test_split_effects_sends_jobs_to_the_commit_and_the_rest_to_the_outbox_in_order():
+    stat, listing = Stat(seq=2, field="x", delta=1), ONE_OF_EACH[-1]
+    jobs, rest = split_effects([_job(1, "llm-1"), stat, _job(3, "tool-1"), listing])
+    assert [fx.seq for fx in jobs] == [1, 3]
+    assert rest == [stat, listing]
+
+
+def test_a_cancel_of_an_earlier_transitions_job_stays_in_the_outbox():
+    jobs, rest = split_effects([_cancel(1, "llm-1"), _job(2, "llm-2")])
+    assert [fx.seq for fx in jobs] == [2] and [fx.seq for fx in rest] == [1]
+
+
+def test_a_job_enqueued_then_cancelled_in_one_transition_is_neither():
+    # the cancel would come a settle later than the commit's enqueue: a worker could take a void job
+    other = _job(4, "llm-1", attempt=2)  # another attempt is another job
+    jobs, rest = split_effects([_job(1, "llm-1"), Stat(seq=2, field="x", delta=1), _cancel(3, "llm-1"),
+                                other])
+    assert jobs == [other]
+    assert [fx.seq for fx in rest] == [2]
+
+
+def test_a_second_cancel_of_a_dropped_job_is_kept():
+    jobs, rest = split_effects([_job(1, "llm-1"), _cancel(2, "llm-1"), _cancel(3, "llm-1")])
+    assert jobs == [] and [fx.seq for fx in rest] == [3]
+
+
+def test_a_job_asked_for_again_after_its_cancel_keeps_the_outbox_order():
+    # cancel, then the same job id enqueued: done in the outbox, in that order (the job ends queued)
+    jobs, rest = split_effects([_cancel(1, "llm-1"), _job(2, "llm-1")])
+    assert jobs == [] and [fx.seq for fx in rest] == [1, 2]

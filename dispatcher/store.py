@@ -123,6 +123,11 @@ class Store:
         state = SessionState.from_records(core, {}, meta.get(b"applied"),
                                           duplicate=has_key and is_used(replies[1], now_ms()),
                                           tree=shape.flat if shape is not None else None)
+        if shape is not None and state.core is not None and state.core.n_msgs != len(shape):
+            # Messages were added by a dispatcher that does not keep the shape (an older one,
+            # after a downgrade or during a mixed rolling restart): the shape is stale. Read the
+            # messages whole, as for a session that never had one; the commit writes it anew.
+            state.tree = None
         ver = meta.get(b"ver")
         return state, ver.decode() if ver else "0"
 

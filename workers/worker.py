@@ -146,6 +146,8 @@ class ParleyWorker(SimpleWorker):
         jobs.set_keys(self.parley_keys)  # the jobs it runs answer and keep their records under it
         self._take = self.connection.register_script(
             files("parley.workers").joinpath("lua/take_job.lua").read_text())
+        self._give_back = self.connection.register_script(
+            files("parley.workers").joinpath("lua/give_back.lua").read_text())
         self._beat_at = 0.0
         self._suspension_checked_at = 0.0
         # the job the last finish took (recorded as running here), run by the next dequeue
@@ -338,10 +340,16 @@ class ParleyWorker(SimpleWorker):
         job.parley_defer = True  # type: ignore[attr-defined]  # its outcome is posted with the next take
         try:
             timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
-            with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
-                # leaves its outcome in job.parley_finish (or, with --replica-acks, posts it and
-                # deletes the job hash itself: workers/jobs.py)
-                job.perform()
+            try:
+                with self.death_penalty_class(timeout, JobTimeoutException, job_id=job.id):
+                    # leaves its outcome in job.parley_finish (or, with --replica-acks, posts it
+                    # and deletes the job hash itself: workers/jobs.py)
+                    job.perform()
+            except Exception:
+                # The time limit may strike after the job left its outcome, before the block
+                # is left: the work is done and its outcome stands (it is posted below).
+                if getattr(job, "parley_finish", None) is None:
+                    raise
             finish: Finish | None = getattr(job, "parley_finish", None)
             if finish is not None:
                 self.finish(job, finish)
@@ -395,18 +403,20 @@ class ParleyWorker(SimpleWorker):
     def give_back(self) -> None:
         """The worker stops (a stop request during its last finish, `--max-jobs`, an error) with
         a job taken and not run: put it back at the head of its queue and delete its running
-        record, in one MULTI, so that another worker runs it. Should that fail, the job stays
-        recorded on this worker, and its loss is posted once the worker's heartbeat lapses."""
+        record, in one script (give_back.lua), so that another worker runs it; unless a
+        dispatcher settled it meanwhile (its in-flight record is gone: its loss posted while this
+        worker's heartbeat had lapsed, or cancelled), when it is dropped. Should the call fail,
+        the job stays recorded on this worker, and its loss is posted once the heartbeat lapses."""
         held, self._next = self._next, None
         if held is None:
             return
         job, queue = held
 
         def back() -> None:
-            pipe = self.connection.pipeline(transaction=True)
-            pipe.lpush(queue.key, job.id)
-            pipe.hdel(self.parley_keys.running, job.id)
-            pipe.execute()
+            given = self._give_back(keys=[queue.key, self.parley_keys.running, self.parley_keys.inflight,
+                                          job.key], args=[job.id])
+            if not given:
+                self.log.warning("job %s was settled while this worker held it; not given back", job.id)
 
         try:
             jobs.through_outages(back, "give back a job taken and not run")

@@ -296,6 +296,28 @@ def test_a_session_stored_before_the_shape_was_kept_is_read_whole_once(store: St
     assert loaded[1][0].messages == {} and calls == {"hgetall": 1}
 
 
+def test_a_shape_left_behind_by_an_older_dispatchers_commits_is_rebuilt(store: Store,
+                                                                        r: redis.Redis) -> None:
+    """A session whose shape was kept, then given a message by a dispatcher that does not keep
+    it (an older binary after a downgrade): its count says 3 messages, its shape 2. The shape is
+    not trusted: the messages are read whole and the next commit writes the whole shape again,
+    so the new message is found (a walk from it reaches the root)."""
+    new = transition("1-0", messages=[msg(1), msg(2, 1)])
+    new.state.core.n_msgs = 2  # type: ignore[union-attr]
+    assert store.commit(S, "0", new, LEASE, TOKEN) == COMMITTED
+    old = transition("2-0", head="msg-3", messages=[msg(3, 2)])
+    old.state.core.n_msgs = 3  # type: ignore[union-attr]
+    old.tree_fields = {}  # what an older dispatcher's commit writes
+    assert store.commit(S, "1", old, LEASE, TOKEN) == COMMITTED
+    state, version = store.load(S)
+    assert state.tree is None and set(state.messages) == {"msg-1", "msg-2", "msg-3"}
+    tx = Tx(state, Context(now_ms=2000, app=AppInfo()), S, owned=True)
+    assert list(tx.shape.ancestors("msg-3")) == ["msg-3", "msg-2", "msg-1"]
+    assert store.commit(S, version, tx.result(), LEASE, TOKEN) == COMMITTED
+    again, _ = store.load(S)
+    assert again.tree == ["msg-1", -1, 0, "msg-2", 0, 1, "msg-3", 1, 2] and again.messages == {}
+
+
 def test_an_unreported_childs_load_reads_its_turns_tips_and_nothing_else(store: Store,
                                                                          r: redis.Redis) -> None:
     child = "p:sub-1"

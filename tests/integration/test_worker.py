@@ -485,6 +485,45 @@ def test_lean_path_a_worker_stopping_with_a_job_taken_gives_it_back(
     assert r.hlen("parley:running") == 0 and r.hlen("parley:inflight") == 0
 
 
+def test_lean_path_a_job_settled_while_held_is_not_given_back(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """The worker holds a job its last finish took, and a dispatcher settles it meanwhile (its
+    heartbeat lapsed: the loss posted, the in-flight and running records gone, the job hash
+    left). Stopping, the worker must not push it back (another worker would run it beside its
+    retry): it deletes the job hash and leaves the queue as it is."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    held = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    worker = make_worker(["tools"], r)
+    taken = worker.take("token-1")
+    assert taken and taken[0].id == held
+    worker._next = taken  # as a finish that took it leaves it
+    r.hdel("parley:inflight", held)  # what settle_lost.lua does when it posts the loss
+    r.hdel("parley:running", held)
+    worker.give_back()
+    assert r.llen("rq:queue:tools") == 0 and not r.exists(f"rq:job:{held}")
+    assert r.hlen("parley:running") == 0
+
+
+def test_lean_path_an_outcome_left_before_the_time_limit_struck_is_posted(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """The time limit strikes after the job left its outcome, before its time-limit block is
+    left: the work is done, and its outcome is posted (not dropped for a loss posted later)."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    worker = make_worker(["tools"], r)
+    real = worker.death_penalty_class
+
+    class LateAlarm(real):  # type: ignore[misc,valid-type]
+        def __exit__(self, *exc: Any) -> Any:
+            super().__exit__(*exc)
+            raise self._exception("the time limit, struck on the way out")
+
+    worker.death_penalty_class = LateAlarm
+    worker.work(burst=True)
+    assert [(o.work, o.ok, o.value) for o in outcomes(r)] == [("call-1", True, 2)]
+    assert r.hlen("parley:running") == 0 and r.hlen("parley:inflight") == 0
+
+
 def test_lean_path_a_stop_requested_while_a_job_runs_takes_nothing_after_it(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGTERM while a job runs: its finish posts the outcome and takes nothing; the worker stops

@@ -41,10 +41,12 @@ def transition(entry: str, *, head: str | None = "msg-1", messages: list[dict[st
                shape: Shape | None = None) -> Transition:
     """A transition as the core makes one; `shape`: the tree's shape as loaded, to which the new
     messages are added (None: a session whose shape is not stored yet)."""
-    core = Core(session=session, created_at=1000, head=head, seq={"msg": 1}) if exists else None
     shape = shape if shape is not None else Shape(stored=None)
     for m in messages or []:
         shape.add(m["id"], m["parent_id"], m["turn"])
+    # the core counts what the shape holds, as every transition keeps it (Tx.add_message)
+    core = Core(session=session, created_at=1000, head=head, seq={"msg": 1},
+                n_msgs=len(shape)) if exists else None
     return Transition(state=SessionState(core=core, applied={"parley:inputs": entry}),
                       new_messages=messages or [], events=evs or [], effects=effects or [],
                       idempotency_key=idem, tree_fields=shape.dirty_fields() if exists else {})

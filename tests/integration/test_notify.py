@@ -88,6 +88,19 @@ def receivers() -> Iterator[Callable[[Behaviour], Receiver]]:
         rec.server.server_close()
 
 
+@pytest.fixture
+def two_shards(r: redis.Redis, tmp_path: Any) -> Iterator[list[redis.Redis]]:
+    """The test's Redis and a second redis-server, each with the notifier's group on its feed."""
+    other = RedisServer(tmp_path / "redis-shard-1").start()
+    try:
+        shards = [r, redis.Redis.from_url(other.url)]
+        for shard in shards:
+            shard.xgroup_create(FEED, GROUP, id="0", mkstream=True)
+        yield shards
+    finally:
+        other.stop(kill=True)
+
+
 def write_feed(r: redis.Redis, n: int, kind: str = "interrupt.raised") -> list[str]:
     """Feed entries as the commit script writes them."""
     ids = []
@@ -233,84 +246,72 @@ def test_a_type_that_is_not_on_the_feed_is_refused(procs: Procs) -> None:
 
 
 def test_the_feeds_of_two_shards_are_forwarded_in_time_order_across_them(
-        procs: Procs, r: redis.Redis, receivers: Callable[[Behaviour], Receiver], tmp_path: Any) -> None:
-    other = RedisServer(tmp_path / "redis-shard-1").start()
-    try:
-        second = redis.Redis.from_url(other.url)
-        shards = [r, second]
-        for shard in shards:
-            shard.xgroup_create(FEED, GROUP, id="0", mkstream=True)
-        # interleaved in time: entry k is written at millisecond 1000 + k on shard k mod 2, and
-        # one entry of each shard shares a millisecond (the tie goes to shard 0)
-        order: list[str] = []
-        for k in range(20):
-            shard = k % 2
-            ms = 1000 + k - (1 if k == 19 else 0)  # entries 18 (shard 0) and 19 (shard 1) tie
-            event = {"type": "interrupt.raised", "at": k, "interrupt_id": f"int-{k}", "reason": "approval"}
-            shards[shard].xadd(FEED, {"session": f"s-{k}", "type": "interrupt.raised", "event_id": "1-0",
-                                      "event": orjson.dumps(event)}, id=f"{ms}-0")
-            order.append(f"s-{k}")
-        rec = receivers(lambda n: 200)
-        procs.start("notify", "examples.seed_app", "--webhook", rec.url,
-                    env={"PARLEY_WEBHOOK_SECRET": SECRET, "PARLEY_REDIS_URLS": f"{procs.url} {other.url}"})
-        eventually(lambda: len(rec.accepted_ids()) >= 20, timeout=20)
-        with rec.lock:
-            assert [a["session"] for a in rec.accepted] == order
-        for shard in shards:  # each acknowledged on its own shard
-            eventually(lambda shard=shard: shard.xpending(FEED, GROUP)["pending"] == 0, timeout=10)
-    finally:
-        other.stop(kill=True)
+        procs: Procs, two_shards: list[redis.Redis], receivers: Callable[[Behaviour], Receiver]) -> None:
+    # interleaved in time: entry k is written at millisecond 1000 + k on shard k mod 2, and
+    # one entry of each shard shares a millisecond (the tie goes to shard 0)
+    order = write_interleaved(two_shards, 20, tie_last=True)
+    rec = receivers(lambda n: 200)
+    second = two_shards[1].connection_pool.connection_kwargs
+    procs.start("notify", "examples.seed_app", "--webhook", rec.url,
+                env={"PARLEY_WEBHOOK_SECRET": SECRET,
+                     "PARLEY_REDIS_URLS": f"{procs.url} redis://{second['host']}:{second['port']}/0"})
+    eventually(lambda: len(rec.accepted_ids()) >= 20, timeout=20)
+    with rec.lock:
+        assert [a["session"] for a in rec.accepted] == order
+    for shard in two_shards:  # each acknowledged on its own shard
+        eventually(lambda shard=shard: shard.xpending(FEED, GROUP)["pending"] == 0, timeout=10)
+
+
+def write_interleaved(shards: list[redis.Redis], n: int, tie_last: bool = False) -> list[str]:
+    """Feed entries k = 0..n-1 at millisecond 1000 + k on shard k mod 2 (with `tie_last`, the
+    last two share a millisecond: the tie goes to shard 0); their sessions in time order."""
+    for k in range(n):
+        ms = 1000 + k - (1 if tie_last and k == n - 1 else 0)
+        event = {"type": "interrupt.raised", "at": k, "interrupt_id": f"int-{k}", "reason": "approval"}
+        shards[k % 2].xadd(FEED, {"session": f"s-{k}", "type": "interrupt.raised", "event_id": "1-0",
+                                  "event": orjson.dumps(event)}, id=f"{ms}-0")
+    return [f"s-{k}" for k in range(n)]
 
 
 def test_after_an_outage_mid_batch_the_unfinished_entries_go_before_any_read_later(
-        r: redis.Redis, tmp_path: Any) -> None:
+        two_shards: list[redis.Redis]) -> None:
     """Two shards forwarded together, small batches: Redis fails (an acknowledgement raises) after
     the second POST of the first round. The loop starts again and must post what it had read and
     not finished (both shards' rest of the round) before the entries it reads next; without that
     they waited out the claim idle time while later entries overtook them."""
-    other = RedisServer(tmp_path / "redis-shard-1").start()
+    shards, second = two_shards, two_shards[1]
+    write_interleaved(shards, 24)
+    posted: list[str] = []
+
+    def receive(request: httpx.Request) -> httpx.Response:
+        posted.append(orjson.loads(request.content)["session"])
+        return httpx.Response(200)
+
+    http = httpx.Client(transport=httpx.MockTransport(receive))
+    config = NotifyConfig(url="http://receiver.invalid/", secret=SECRET.encode(), batch=4,
+                          timeout_s=0.1, retry_base_s=0.05, retry_cap_s=0.1, claim_idle_ms=60_000)
+    forwarders = [Forwarder(shard, Keys(), config, http=http) for shard in shards]
+    real_xack = second.xack
+    failed: list[bool] = []
+
+    def xack_failing_once(*args: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise redis.ConnectionError("injected: Redis went away")
+        return real_xack(*args)
+
+    second.xack = xack_failing_once  # type: ignore[method-assign]
+    stop = threading.Event()
+    loop = threading.Thread(target=TimeOrdered(forwarders).run, args=(stop,), daemon=True)
+    loop.start()
     try:
-        second = redis.Redis.from_url(other.url)
-        shards = [r, second]
-        for shard in shards:
-            shard.xgroup_create(FEED, GROUP, id="0", mkstream=True)
-        for k in range(24):  # entry k at millisecond 1000 + k on shard k mod 2
-            event = {"type": "interrupt.raised", "at": k, "interrupt_id": f"int-{k}", "reason": "approval"}
-            shards[k % 2].xadd(FEED, {"session": f"s-{k}", "type": "interrupt.raised", "event_id": "1-0",
-                                      "event": orjson.dumps(event)}, id=f"{1000 + k}-0")
-        posted: list[str] = []
-
-        def receive(request: httpx.Request) -> httpx.Response:
-            posted.append(orjson.loads(request.content)["session"])
-            return httpx.Response(200)
-
-        http = httpx.Client(transport=httpx.MockTransport(receive))
-        config = NotifyConfig(url="http://receiver.invalid/", secret=SECRET.encode(), batch=4,
-                              timeout_s=0.1, retry_base_s=0.05, retry_cap_s=0.1, claim_idle_ms=60_000)
-        forwarders = [Forwarder(shard, Keys(), config, http=http) for shard in shards]
-        real_xack = second.xack
-        failed: list[bool] = []
-
-        def xack_failing_once(*args: Any) -> Any:
-            if not failed:
-                failed.append(True)
-                raise redis.ConnectionError("injected: Redis went away")
-            return real_xack(*args)
-
-        second.xack = xack_failing_once  # type: ignore[method-assign]
-        stop = threading.Event()
-        loop = threading.Thread(target=TimeOrdered(forwarders).run, args=(stop,), daemon=True)
-        loop.start()
-        try:
-            eventually(lambda: len(set(posted)) >= 24, timeout=10)
-        finally:
-            stop.set()
-            loop.join(timeout=5)
-        assert failed, "the outage was not injected"
-        # s-1's POST went through but its acknowledgement failed: it is posted again (at least
-        # once), first; then everything in feed order, none skipped
-        assert posted == ["s-0", "s-1", "s-1", *[f"s-{k}" for k in range(2, 24)]]
-        for shard in shards:
-            assert shard.xpending(FEED, GROUP)["pending"] == 0
+        eventually(lambda: len(set(posted)) >= 24, timeout=10)
     finally:
-        other.stop(kill=True)
+        stop.set()
+        loop.join(timeout=5)
+    assert failed, "the outage was not injected"
+    # s-1's POST went through but its acknowledgement failed: it is posted again (at least
+    # once), first; then everything in feed order, none skipped
+    assert posted == ["s-0", "s-1", "s-1", *[f"s-{k}" for k in range(2, 24)]]
+    for shard in shards:
+        assert shard.xpending(FEED, GROUP)["pending"] == 0

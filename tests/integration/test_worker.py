@@ -396,16 +396,22 @@ def _finish_of(r: redis.Redis, job: Job, value: Any) -> Finish:
     return Finish(payload["reply_to"], outcome.model_dump_json())
 
 
-def test_lean_path_loads_its_script_again_after_redis_forgot_it(
-        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
-    """A restarted Redis (here SCRIPT FLUSH) answers NOSCRIPT: the worker loads take_job.lua and
-    calls it again, once, finishing and taking as before."""
+def two_jobs_first_taken(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, str]:
+    """Two tool jobs queued and the first taken by worker w-9: (worker, what it took, the second's id)."""
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
     first = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
     second = outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
     worker = make_worker(["tools"], r)
     taken = worker.take("token-1")
     assert taken and taken[0].id == first
+    return worker, taken, second
+
+
+def test_lean_path_loads_its_script_again_after_redis_forgot_it(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """A restarted Redis (here SCRIPT FLUSH) answers NOSCRIPT: the worker loads take_job.lua and
+    calls it again, once, finishing and taking as before."""
+    worker, taken, second = two_jobs_first_taken(r, monkeypatch)
     r.script_flush()
     nxt = worker.take("token-2", finish=(taken[0], _finish_of(r, taken[0], 2)))
     assert nxt and nxt[0].id == second
@@ -416,12 +422,8 @@ def test_lean_path_a_finish_retried_after_a_lost_reply_posts_once_and_gets_the_j
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
     """The finish's reply is lost (Redis went away after running it): the retry with the same
     token returns the job that call took and does not post the outcome a second time."""
-    monkeypatch.setattr(jobs, "_worker_id", "w-9")
-    first = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
-    second = outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
-    worker = make_worker(["tools"], r)
-    taken = worker.take("token-1")
-    assert taken and taken[0].id == first
+    worker, taken, second = two_jobs_first_taken(r, monkeypatch)
+    first = taken[0].id
     done = taken[0]
     lost = worker.take("token-2", finish=(done, _finish_of(r, done, 2)))
     assert lost and lost[0].id == second and r.hexists("parley:running", second)

@@ -55,9 +55,12 @@ FAILURE_TTL = 24 * 3600
 # EVAL, not EVALSHA: inside a MULTI a script missing from the cache (Redis restarted) would fail
 # alone at EXEC while the job's push went through, leaving a job with no in-flight record.
 # Likewise for the interrupt index: its counts must move with it or not at all.
-RECORD_INFLIGHT, INDEX_LIB, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
+INFLIGHT_LIB, RECORD_INFLIGHT, INDEX_LIB, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
     files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
-    for name in ("record_inflight", "index_lib", "index_add", "index_remove", "rebuild_index"))
+    for name in ("inflight_lib", "record_inflight", "index_lib", "index_add", "index_remove",
+                 "rebuild_index"))
+# the in-flight numbering is commit.lua's too (inflight_lib.lua)
+RECORD_INFLIGHT = INFLIGHT_LIB + RECORD_INFLIGHT
 # the index scripts share the listing's set names and members (index_lib.lua)
 INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (INDEX_LIB + script
                                          for script in (INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX))

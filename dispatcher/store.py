@@ -64,9 +64,13 @@ def evalsha_many(redis: Redis, script: Script, calls: Sequence[tuple[list[str], 
     return replies
 
 
+def _lua(name: str) -> str:
+    return files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
+
+
 def load_script(redis: Redis, name: str) -> Script:
     """A Lua script of dispatcher/lua/, registered once (EVALSHA, loaded again if flushed)."""
-    return redis.register_script(files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text())
+    return redis.register_script(_lua(name))
 
 
 class Store:
@@ -85,7 +89,8 @@ class Store:
         self.events_maxlen = events_maxlen
         self.feed_maxlen = feed_maxlen
         self.unknown_session_ttl_ms = unknown_session_ttl_ms
-        self._commit = load_script(redis, "commit")
+        # the in-flight numbering is shared with record_inflight.lua (inflight_lib.lua)
+        self._commit = redis.register_script(_lua("inflight_lib") + _lua("commit"))
 
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
         """`load_many` of one session."""

@@ -80,9 +80,8 @@ end
 -- The transition's jobs, enqueued here rather than by the settle: a job exists iff its
 -- transition committed, so a replay of the entry (already applied) enqueues nothing again
 -- (docs/design.md, "The enqueue path and the outbox"). Per job what RQ's enqueue writes
--- (SADD rq:queues, the job hash, RPUSH), then what record_inflight.lua writes: the in-flight
--- record, numbered one above the highest number of its queue, in the same atomic step as the
--- push, so the numbers of a queue's jobs follow the queue's order.
+-- (SADD rq:queues, the job hash, RPUSH), then its in-flight record, numbered in the queue's
+-- order (inflight_lib.lua).
 i = i + 2 * k + 1
 local q = tonumber(ARGV[i])
 for j = 1, q do
@@ -91,11 +90,7 @@ for j = 1, q do
   redis.call('SADD', KEYS[8], queue)
   redis.call('HSET', job, unpack(ARGV, i + 4, i + 3 + 2 * f))
   redis.call('RPUSH', queue, id)
-  redis.call('HSET', KEYS[9], id, record)
-  local top = redis.call('ZRANGE', order, -1, -1, 'WITHSCORES')
-  local n = 1
-  if top[2] then n = tonumber(top[2]) + 1 end
-  redis.call('ZADD', order, n, id)
+  record_inflight(KEYS[9], order, id, record)  -- inflight_lib.lua, prepended
   i = i + 3 + 2 * f
 end
 -- Last, so the keys this commit wrote are covered: meta, messages, events, outbox, used keys.

@@ -71,10 +71,12 @@ class Procs:
     url: str
     logdir: Path
     started: list[tuple[str, subprocess.Popen[bytes], Path]] = field(default_factory=list)
+    # the URL of each kind of process where it is not `url`: a deployed Redis's logins
+    urls: dict[str, str] = field(default_factory=dict)
 
-    def env(self, app: str) -> dict[str, str]:
+    def env(self, app: str, kind: str = "") -> dict[str, str]:
         path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-        return {"PARLEY_REDIS_URL": self.url, "PARLEY_APP": app, "PYTHONPATH": path,
+        return {"PARLEY_REDIS_URL": self.urls.get(kind, self.url), "PARLEY_APP": app, "PYTHONPATH": path,
                 "PARLEY_LOG_LEVEL": "INFO"}
 
     def start(self, kind: str, app: str = "tests.apps.scenarios", *args: str,
@@ -82,7 +84,7 @@ class Procs:
         """`parley KIND ARGS...`; with `crash_at` ("POINT:N"), run through tests/e2e/crash_at.py,
         which makes the process kill -9 itself at that point."""
         log = self.logdir / f"{kind}-{len(self.started)}.log"
-        environ = {**self.env(app), **(env or {})}
+        environ = {**self.env(app, kind), **(env or {})}
         if crash_at is None:
             proc = start_parley([kind, *args], environ, log)
         else:
@@ -109,8 +111,46 @@ class Procs:
 
 
 @pytest.fixture
+def deployed_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """Redis as shipped (tests/deployed.py): redis.conf, users.acl, producer `app` registered.
+    A module whose tests must hold under the shipped deployment makes it its `redis_server`;
+    `procs` then starts dispatchers and workers under their own logins, and `r` is the
+    harness's admin."""
+    from parley.dispatcher.functions import Functions
+    from tests.deployed import DISPATCHER, PRODUCER_NAME, deployed_redis, login
+
+    server = deployed_redis(tmp_path / "redis").start()
+    admin = redis.Redis.from_url(server.url)
+    admin.hset("parley:producers", PRODUCER_NAME, orjson.dumps({"tenant": None}))
+    admin.close()
+    # the submit function, as a dispatcher's start loads it (under its own login): a producer
+    # may send before the test's first dispatcher is up
+    as_dispatcher = redis.Redis.from_url(server.url_as(login(DISPATCHER)))
+    Functions(as_dispatcher).ensure()
+    as_dispatcher.close()
+    yield server
+    server.stop(kill=True)
+
+
+@pytest.fixture
+def producer_client(redis_server: RedisServer) -> Iterator[Client]:
+    """What an app writes inputs with under the shipped ACL file: the producer login, through
+    the submit function, as producer `app`."""
+    from tests.deployed import PRODUCER, PRODUCER_NAME, login
+
+    conn = redis.Redis.from_url(redis_server.url_as(login(PRODUCER)))
+    yield Client(conn, producer=PRODUCER_NAME)
+    conn.close()
+
+
+@pytest.fixture
 def procs(redis_server: RedisServer, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Procs]:
     p = Procs(redis_server.url, tmp_path)
+    if redis_server.aclfile is not None:  # deployed: each process under its shipped login
+        from tests.deployed import DISPATCHER, WORKER, login
+
+        p.urls = {"dispatcher": redis_server.url_as(login(DISPATCHER)),
+                  "worker": redis_server.url_as(login(WORKER))}
     yield p
     codes = [stop_process(proc) for _kind, proc, _log in p.started]
     rep = getattr(request.node, "rep_call", None)

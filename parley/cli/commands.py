@@ -336,6 +336,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     placement puts there. Without it, one dispatcher per shard is started.
     """
     from parley.cli.appinfo import app_info
+    from parley.cli.doctor import warn_if_aof_unsafe
     from parley.dispatcher.consume import Dispatcher
     from parley.dispatcher.core import AdmissionLimits, Lifecycle, Limits
     from parley.dispatcher.replicas import ReplicaPolicy
@@ -377,6 +378,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     # not ready while replicas hold back every settle; and say so at once if they are missing
     d.health = _serve_metrics(ctx, metrics_port, d.redis, checks=[d.replicas.readiness])
     d.replicas.warn_if_short()
+    warn_if_aof_unsafe(d.redis)
     register_producers(d.redis, d.keys, registrations)
     reloader = _reload_keys_on_sighup(keys_file)
     if reloader is not None:
@@ -952,11 +954,13 @@ def main() -> None:
 
 
 def _add_groups() -> None:
+    from parley.cli.doctor import doctor
     from parley.cli.inbox import inbox
     from parley.cli.inbox_users import inbox_user
     from parley.cli.partitions import partitions
     from parley.cli.producers import producers
 
+    cli.add_command(doctor)
     cli.add_command(producers)
     cli.add_command(partitions)
     cli.add_command(inbox)

@@ -29,20 +29,44 @@ class RedisServer:
     appendfsync: str = "always"
     # more `redis.conf` directives, e.g. {"stream-node-max-bytes": "1024"}
     settings: dict[str, str] = field(default_factory=dict)
+    # a redis.conf read first (the options above override it), e.g. deploy/redis/redis.conf
+    config_file: Path | None = None
+    # an ACL file (`--aclfile`); then `login` ("user:password") is the one `url` carries
+    aclfile: Path | None = None
+    login: str | None = None
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.url_as(self.login)
+
+    def url_as(self, login: str | None) -> str:
+        """The URL of this server for `login` ("user:password"; None: no credentials)."""
+        return f"redis://{login + '@' if login else ''}127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "redis.log"
+
+    def critical_lines(self) -> list[str]:
+        """The `== CRITICAL ==` lines of this server's log, e.g. a transaction its AOF's replay
+        skipped: none is expected of a healthy server."""
+        if not self.log_path.exists():
+            return []
+        return [line for line in self.log_path.read_text(errors="replace").splitlines()
+                if "CRITICAL" in line]
 
     def start(self) -> "RedisServer":
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
         self.directory.mkdir(parents=True, exist_ok=True)
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+        args = [binary, *([str(self.config_file)] if self.config_file else []),
+                "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no",
-                "--appendfsync", self.appendfsync, "--logfile", str(self.directory / "redis.log")]
+                "--appendfsync", self.appendfsync, "--logfile", str(self.log_path)]
+        if self.aclfile is not None:
+            args += ["--aclfile", str(self.aclfile)]
         for name, value in self.settings.items():
             args += [f"--{name}", value]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -57,7 +81,8 @@ class RedisServer:
             except (redis.ConnectionError, redis.BusyLoadingError):
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
+                tail = self.log_path.read_text(errors="replace")[-1500:] if self.log_path.exists() else ""
+                raise RuntimeError(f"redis-server did not start on port {self.port}\n{tail}")
             time.sleep(0.02)
         client.close()
         return self

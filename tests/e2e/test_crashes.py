@@ -1,5 +1,8 @@
 """Crashes and restarts (docs/design.md, Lost work; docs/guarantees.md; I13): kill -9 of workers
-and dispatchers, Redis restarted from its AOF."""
+and dispatchers, Redis restarted from its AOF.
+
+As deployed: Redis with the shipped redis.conf and users.acl, each process under its login,
+inputs written by the producer login through the submit function."""
 
 import time
 
@@ -8,10 +11,15 @@ import redis
 
 from parley.cli.procs import RedisServer
 from parley.client import Client
-from tests.conftest import Procs, all_events, of_type, send, wait_for
+from tests.conftest import Procs, all_events, of_type, wait_for
 from tests.e2e.llm_calls import wait_running
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def redis_server(deployed_redis_server: RedisServer) -> RedisServer:
+    return deployed_redis_server
 
 
 def kill(procs: Procs, proc) -> None:  # type: ignore[no-untyped-def]
@@ -21,12 +29,13 @@ def kill(procs: Procs, proc) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("tool", "expect"), [("slow", "worker_lost"), ("slow_idem", "slept 2")])
-def test_worker_killed_during_a_tool_job(procs: Procs, r: redis.Redis, client: Client, tool: str,
+def test_worker_killed_during_a_tool_job(procs: Procs, producer_client: Client, r: redis.Redis,
+                                         client: Client, tool: str,
                                          expect: str) -> None:
     procs.dispatcher()
     procs.worker("tests.apps.scenarios", "--queues", "decide,llm")
     tools_worker = procs.worker("tests.apps.scenarios", "--queues", "tools")
-    send(r, "w1", {"type": "message.create", "content": f'call {tool} {{"seconds": 2}}'})
+    producer_client.send("w1", {"type": "message.create", "content": f'call {tool} {{"seconds": 2}}'})
     wait_for(client, "w1", lambda e: e["type"] == "tool.started")
     time.sleep(0.5)
     kill(procs, tools_worker)  # kill -9 mid-job
@@ -41,11 +50,12 @@ def test_worker_killed_during_a_tool_job(procs: Procs, r: redis.Redis, client: C
     assert r.hlen("parley:running") == 0
 
 
-def test_worker_killed_during_an_llm_job_is_retried(procs: Procs, r: redis.Redis, client: Client) -> None:
+def test_worker_killed_during_an_llm_job_is_retried(procs: Procs, producer_client: Client, r: redis.Redis,
+                                                    client: Client) -> None:
     procs.dispatcher()
     llm_worker = procs.worker("tests.apps.scenarios", "--queues", "llm")
     procs.worker("tests.apps.scenarios", "--queues", "decide,tools")
-    send(r, "w2", {"type": "message.create", "content": "[slow-llm] hello"})
+    producer_client.send("w2", {"type": "message.create", "content": "[slow-llm] hello"})
     wait_for(client, "w2", lambda e: e["type"] == "llm.started")
     wait_running(r, "w2", "llm-1")  # killed while it runs the call, not before it took it
     kill(procs, llm_worker)
@@ -57,18 +67,19 @@ def test_worker_killed_during_an_llm_job_is_retried(procs: Procs, r: redis.Redis
     assert len(of_type(events, "llm.started")) == 1 and len(of_type(events, "llm.completed")) == 1
 
 
-def test_dispatcher_killed_standby_takes_over_and_nothing_is_lost(procs: Procs, r: redis.Redis,
+def test_dispatcher_killed_standby_takes_over_and_nothing_is_lost(procs: Procs, producer_client: Client,
+                                                                  r: redis.Redis,
                                                                   client: Client) -> None:
     first = procs.dispatcher("tests.apps.scenarios", "--lease-ms", "2000")
     time.sleep(1.0)  # the first holds the lease; the second stands by
     procs.dispatcher("tests.apps.scenarios", "--lease-ms", "2000")
     procs.worker()
-    send(r, "k1", {"type": "message.create", "content": "email bob: hi"})
+    producer_client.send("k1", {"type": "message.create", "content": "email bob: hi"})
     wait_for(client, "k1", lambda e: e["type"] == "interrupt.raised")
     kill(procs, first)
     for n in range(5):  # written while nobody holds the lease: applied in order after takeover
-        send(r, f"k{n + 2}", {"type": "message.create", "content": f"m{n}"})
-    send(r, "k1", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
+        producer_client.send(f"k{n + 2}", {"type": "message.create", "content": f"m{n}"})
+    producer_client.resume("k1", "int-1", {"approved": True})
     events = wait_for(client, "k1", lambda e: e["type"] == "turn.completed", timeout=30)
     assert len(of_type(events, "interrupt.resumed")) == 1
     for n in range(5):
@@ -77,12 +88,12 @@ def test_dispatcher_killed_standby_takes_over_and_nothing_is_lost(procs: Procs, 
 
 
 @pytest.mark.parametrize("how", ["shutdown", "kill"])
-def test_I13_redis_restarted_from_its_aof_keeps_the_pause(procs: Procs, redis_server: RedisServer,
+def test_I13_redis_restarted_from_its_aof_keeps_the_pause(procs: Procs, producer_client: Client,
+                                                          redis_server: RedisServer,
                                                           client: Client, how: str) -> None:
     procs.dispatcher()
     procs.worker()
-    r = redis.Redis.from_url(redis_server.url)
-    send(r, "a1", {"type": "message.create", "content": "email bob: hi"})
+    producer_client.send("a1", {"type": "message.create", "content": "email bob: hi"})
     wait_for(client, "a1", lambda e: e["type"] == "interrupt.raised")
     time.sleep(0.3)
     before = client.show("a1")
@@ -91,20 +102,20 @@ def test_I13_redis_restarted_from_its_aof_keeps_the_pause(procs: Procs, redis_se
     redis_server.start()
     assert client.show("a1") == before  # open interrupt, pending call, transcript: all there
     assert [i["interrupt_id"] for i in client.interrupts()] == ["int-1"]
-    send(r, "a1", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
+    producer_client.resume("a1", "int-1", {"approved": True})
     events = wait_for(client, "a1", lambda e: e["type"] == "turn.completed", timeout=30)
     assert len(of_type(events, "interrupt.resumed")) == 1
     assert of_type(events, "message.created")[-1]["message"]["content"] == "Done. send_email: sent"
     assert len(of_type(all_events(client, "a1"), "interrupt.raised")) == 1
 
 
-def test_redis_restarted_while_a_worker_runs_a_job_loses_nothing(procs: Procs, redis_server: RedisServer,
+def test_redis_restarted_while_a_worker_runs_a_job_loses_nothing(procs: Procs, producer_client: Client,
+                                                                 redis_server: RedisServer,
                                                                  client: Client) -> None:
     """The worker rides out the outage: its outcome is posted once Redis is back, and it goes on."""
     procs.dispatcher()
     worker = procs.worker()
-    r = redis.Redis.from_url(redis_server.url)
-    send(r, "a2", {"type": "message.create", "content": 'call slow {"seconds": 2}'})
+    producer_client.send("a2", {"type": "message.create", "content": 'call slow {"seconds": 2}'})
     wait_for(client, "a2", lambda e: e["type"] == "tool.started")
     redis_server.stop(kill=True)  # mid-job
     time.sleep(1.5)
@@ -112,7 +123,7 @@ def test_redis_restarted_while_a_worker_runs_a_job_loses_nothing(procs: Procs, r
     events = wait_for(client, "a2", lambda e: e["type"] == "turn.completed", timeout=40)
     assert [e["message"]["content"] for e in of_type(events, "message.created")
             if e["message"]["role"] == "tool"] == ["slept 2"]
-    send(r, "a2", {"type": "message.create", "content": "still serving?"})
+    producer_client.send("a2", {"type": "message.create", "content": "still serving?"})
     wait_for(client, "a2", lambda e: e["type"] == "message.created"
              and e["message"]["content"] == "You said: still serving?", timeout=30)
     assert worker.poll() is None

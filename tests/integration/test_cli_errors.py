@@ -35,6 +35,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "notify": ["--webhook", "http://127.0.0.1:1/hook"],
     "producers": ["list"],
     "partitions": ["list"],
+    "doctor": [],
     "inbox": ["--users-file", str(ROOT / "deploy/secrets/inbox-users.json"),
               "--keys-file", str(ROOT / "deploy/secrets/keys.json")],
 }

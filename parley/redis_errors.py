@@ -7,7 +7,13 @@ Parley.
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import AskError, ClusterDownError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterCrossSlotError,
+    ClusterDownError,
+    ResponseError,
+    TryAgainError,
+)
 
 #: what a reader blocked in XREADGROUP is answered when its stream is deleted (Redis 7)
 STREAM_DELETED = "UNBLOCKED the stream key no longer exists"
@@ -34,6 +40,10 @@ def group_gone(exc: BaseException) -> bool:
 CLUSTER_DOC = 'docs/operations.md, "Redis Cluster"'
 #: the start of an error reply only a Redis Cluster node gives (but those redis-py has classes for)
 CLUSTER_REPLIES = ("CROSSSLOT ", "CLUSTERDOWN ", "MOVED ", "ASK ", "TRYAGAIN ")
+#: what a cluster node says of a `SELECT` (a database other than 0), and of a script reaching a
+#: key of another slot than those it was called with
+CLUSTER_MESSAGES = ("not allowed in cluster mode", "non local key in a cluster node",
+                    "hash to the same slot")
 
 
 def is_cluster_node(info: Mapping[str, Any]) -> bool:
@@ -46,14 +56,16 @@ def is_cluster_reply(exc: BaseException) -> bool:
     ASK), slots served by nobody (CLUSTERDOWN), keys of several slots in one command or script
     (CROSSSLOT), a slot being moved (TRYAGAIN), `SELECT` of a database other than 0. What a
     command meets there when its login may not run `INFO` (a producer's, a reader's)."""
-    if isinstance(exc, AskError | ClusterDownError | TryAgainError):  # MovedError is an AskError
+    # redis-py gives these replies classes of their own (MovedError is an AskError), the code
+    # cut off the message
+    if isinstance(exc, AskError | ClusterDownError | TryAgainError | ClusterCrossSlotError):
         return True
     if not isinstance(exc, ResponseError) or not exc.args:
         return False
     message = str(exc.args[0])
     if PIPELINE_PREFIX in message:
         message = message.split(PIPELINE_PREFIX, 1)[1]
-    return message.startswith(CLUSTER_REPLIES) or "not allowed in cluster mode" in message
+    return message.startswith(CLUSTER_REPLIES) or any(m in message for m in CLUSTER_MESSAGES)
 
 
 def cluster_message(urls: Sequence[str]) -> str:

@@ -95,3 +95,13 @@ def test_a_login_without_info_gets_the_line_from_moved(moving_node: int, command
     out = run_parley("--redis-url", url, command, *COMMAND_ARGS[command])
     one_line(out, f"redis://{NO_INFO[0]}:***@127.0.0.1:{moving_node}/0")
     assert NO_INFO[1] not in out.stderr
+
+
+@pytest.mark.parametrize("command", ["dispatcher", "worker"])
+def test_a_login_without_info_gets_the_line_from_crossslot(whole_cluster: str, command: str) -> None:
+    """On a node holding every slot, single keys are served: a login without INFO goes on until
+    its first command over keys of several slots (CROSSSLOT), then says the same line."""
+    port = whole_cluster.split(":")[2].split("/")[0]
+    url = f"redis://{NO_INFO[0]}:{NO_INFO[1]}@127.0.0.1:{port}/0"
+    out = run_parley("--redis-url", url, command, *COMMAND_ARGS[command])
+    one_line(out, f"redis://{NO_INFO[0]}:***@127.0.0.1:{port}/0")

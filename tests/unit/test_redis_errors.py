@@ -3,7 +3,14 @@ node), and the one line a `parley` command exits with on a cluster node. Real re
 Redis: tests/integration/test_nogroup.py and tests/integration/test_cluster.py."""
 
 import pytest
-from redis.exceptions import AskError, ClusterDownError, MovedError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterCrossSlotError,
+    ClusterDownError,
+    MovedError,
+    ResponseError,
+    TryAgainError,
+)
 
 from parley.redis_errors import cluster_message, group_gone, is_cluster_node, is_cluster_reply
 
@@ -40,6 +47,8 @@ def test_info_cluster_tells_a_cluster_node() -> None:
     ResponseError("CROSSSLOT Keys in request don't hash to the same slot"),
     ResponseError("Command # 2 (FCALL parley_submit 3 a b c) of pipeline caused error: CROSSSLOT Keys"),
     ResponseError("ERR SELECT is not allowed in cluster mode"),
+    ClusterCrossSlotError("Keys in request don't hash to the same slot"),  # as redis-py parses it
+    ResponseError("ERR Script attempted to access a non local key in a cluster node script"),
 ])
 def test_replies_only_a_cluster_node_gives(exc: Exception) -> None:
     assert is_cluster_reply(exc)

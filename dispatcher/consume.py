@@ -51,6 +51,7 @@ from parley.dispatcher.store import (
 )
 from parley.dispatcher.sweeps import Sweeps
 from parley.logs import kv
+from parley.redis_errors import group_gone
 from parley.retry import backoff
 from parley.schemas.codec import InputError, entry_bytes, input_refs, session_of
 from parley.schemas.codes import RefusalCode
@@ -141,14 +142,35 @@ class Dispatcher:
                 self._pause(stop, failures)
                 failures += 1
             except RedisError as exc:
+                ahead = None
+                if group_gone(exc) and (made := self.regroup()):
+                    # A stream of ours lost its group (deleted: the runbook for a jammed producer
+                    # stream, docs/operations.md): made again, every stream is read on at once.
+                    log.warning("a stream's consumer group was gone (the stream deleted?): made "
+                                "again from id 0, reading on", extra=kv(streams=",".join(made)))
+                    self.leases.suspect_all()  # what was read ahead is claimed again, as after an outage
+                    continue
                 # A command Redis refused: a bug or a misconfiguration, not an outage. Nothing
                 # was acknowledged, so the entry is retried; say loudly why.
-                ahead = None
                 log.exception("redis refused a command, retrying", extra=kv(error=repr(exc)))
                 self._pause(stop, failures)
                 failures += 1
         with contextlib.suppress(RedisError):
             self.leases.release_all()
+
+    def regroup(self) -> list[str]:
+        """After `NOGROUP`: the group of every stream we read made again where it is missing
+        (from id 0, `Leases.ensure_group` says why); the streams it was made on. One XREADGROUP
+        reads all of a partition's streams, so one stream without its group (a producer's
+        stream deleted, or a results stream) would otherwise fail every read of every stream,
+        for good. The backlog of such a stream is dropped: its entries went with it."""
+        made = []
+        for p in list(self.leases.owned.values()):
+            for stream in p.streams:
+                if self.leases.ensure_group(stream):
+                    made.append(stream)
+                    self.backlog.pop(stream, None)
+        return made
 
     def _pause(self, stop: threading.Event, failures: int) -> None:
         # whatever the last tick read stays pending: re-claim our own entries once back

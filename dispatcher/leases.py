@@ -166,13 +166,24 @@ class Leases:
         self.owned[n] = Partition(n=n, token=token, renewed_at=time.monotonic(), streams=streams)
         log.info("lease acquired", extra=kv(partition=n, consumer=self.name))
 
-    def ensure_group(self, stream: str) -> None:
-        """The consumers' group on `stream`, created (with the stream) unless it exists."""
+    def ensure_group(self, stream: str) -> bool:
+        """The consumers' group on `stream`, created (with the stream) unless it exists; True
+        when it was created now.
+
+        From id 0, the stream's first entry, also when a group is made again after `NOGROUP`
+        (the stream deleted, `Dispatcher.regroup`): a stream deleted and written again holds only
+        entries added after the DEL, none of them read before, and 0 delivers every one (`$`
+        would skip those a producer added between the DEL and the re-creation). Nothing is
+        applied twice either: a stream holds only entries not yet acknowledged (the settle's
+        MULTI deletes what it acknowledges), and a replay of one applied before (a group alone
+        destroyed, its stream kept) is a no-op by the session's marker."""
         try:
             self.redis.xgroup_create(stream, self.keys.GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+            return False
+        return True
 
     def fair_share(self) -> int:
         """ceil(served / live dispatchers): N, or the partitions our shard serves, over the live

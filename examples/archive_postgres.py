@@ -46,6 +46,7 @@ from psycopg import sql
 from redis.exceptions import ResponseError
 
 from parley.export import ExportError, archive_entry
+from parley.redis_errors import group_gone
 from parley.retry import backoff
 from parley.schemas.keys import Keys
 
@@ -165,6 +166,18 @@ class ArchiveConsumer:
                 outages = 0
                 if burst and done == 0:
                     return
+            except redis.ResponseError as exc:
+                if not group_gone(exc):
+                    raise
+                # `parley:archive` deleted, its group with it: made again from id 0
+                # (`ensure_group`), so nothing written to it since is skipped, and what it held
+                # before the DEL is gone with it, never stored twice
+                self.own_pending_first = True
+                self.group_ready = False
+                log.warning("the archive's consumer group was gone (the stream deleted?): "
+                            "making it again from id 0: %s", exc)
+                stop.wait(backoff(outages, base=0.05, cap=5.0))
+                outages += 1
             except (redis.ConnectionError, redis.TimeoutError, psycopg.OperationalError) as exc:
                 self.close()  # a broken PostgreSQL connection is opened anew
                 self.own_pending_first = True

@@ -37,6 +37,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
 from parley.logs import kv
+from parley.redis_errors import group_gone
 from parley.retry import backoff
 from parley.schemas.keys import Keys
 
@@ -52,10 +53,16 @@ SIGNATURE_TOLERANCE_S = 300
 
 
 
-def run_through_outages(stop: threading.Event, step: Callable[[], None]) -> None:
+def run_through_outages(stop: threading.Event, step: Callable[[], None],
+                        regroup: Callable[[], list[str]] | None = None) -> None:
     """Run `step` until `stop`: a Redis outage (a connection or timeout error out of it) is
-    waited out with backoff and `step` run again; nothing was acknowledged meanwhile."""
-    outages = 0
+    waited out with backoff and `step` run again; nothing was acknowledged meanwhile.
+
+    `NOGROUP` out of it (the feed deleted, and its group with it) calls `regroup`, which makes
+    the group again, and runs `step` again: otherwise the process would stop for good on the
+    first read. Said once a time, at warning; paced by a backoff if it keeps happening."""
+    outages = nogroups = 0
+    last_nogroup = float("-inf")
     while not stop.is_set():
         try:
             step()
@@ -65,6 +72,16 @@ def run_through_outages(stop: threading.Event, step: Callable[[], None]) -> None
             outages += 1
             log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
             stop.wait(delay)
+        except ResponseError as exc:
+            if regroup is None or not group_gone(exc):
+                raise
+            now = time.monotonic()
+            nogroups = nogroups + 1 if now - last_nogroup < 60 else 0
+            last_nogroup = now
+            made = regroup()
+            log.warning("the feed's consumer group was gone (the feed deleted?): made again from "
+                        "id 0, forwarding on", extra=kv(error=str(exc), made=",".join(made)))
+            stop.wait(backoff(nogroups, base=0.05, cap=5.0) if nogroups else 0)
 
 class FeedEntryError(ValueError):
     """A feed entry that cannot be forwarded as it is (not written by the commit script)."""
@@ -240,15 +257,30 @@ class Forwarder:
             if "BUSYGROUP" not in str(exc):
                 raise
 
+    def regroup(self) -> list[str]:
+        """After `NOGROUP`: the group made again, from id 0 this time, not the end: the feed was
+        deleted (its group went with it), so all it holds now was written after the DEL and
+        none of it was posted; `$` would skip what the commits wrote before the group was made
+        again. Only when the group alone was destroyed (`XGROUP DESTROY`, the feed kept) is the
+        feed's content posted again: delivery is at least once, and the receiver tells a second
+        delivery by the entry's `id`. The feed when the group was made now, else nothing."""
+        try:
+            self.redis.xgroup_create(self.keys.feed, self.config.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+            return []
+        return [self.keys.feed]
+
     def run(self, stop: threading.Event) -> None:
         """Until `stop`; a Redis outage is waited out with backoff (nothing is acknowledged
-        meanwhile, so nothing is lost)."""
+        meanwhile, so nothing is lost), a deleted feed's group made again (`regroup`)."""
         def step() -> None:
             self.ensure_group()
             self.own_first = True
             self.tick(stop)
 
-        run_through_outages(stop, step)
+        run_through_outages(stop, step, self.regroup)
 
     def tick(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -408,7 +440,10 @@ class TimeOrdered:
                 forwarder.own_first = True
             self.tick(stop)
 
-        run_through_outages(stop, step)
+        def regroup() -> list[str]:  # whichever shard's feed it was: BUSYGROUP on the others
+            return [feed for forwarder in self.forwarders for feed in forwarder.regroup()]
+
+        run_through_outages(stop, step, regroup)
 
     def read_round(self) -> list[Sequence[tuple[Any, Any]]]:
         """One batch of every shard (entries taken over from a dead forwarder first). When all

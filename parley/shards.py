@@ -23,6 +23,7 @@ import redis
 import redis.asyncio
 from redis.sentinel import Sentinel
 
+from parley.redis_errors import is_cluster_node
 from parley.schemas.keys import Keys
 from parley.schemas.shards import (
     PLACEMENT_FIELD,
@@ -83,6 +84,39 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
     sentinel = Sentinel(list(address.sentinels), sentinel_kwargs=timeouts or {"socket_timeout": 1.0})
     return sentinel.master_for(address.service, db=address.db, username=address.username,
                                password=address.password, **kwargs)
+
+
+class ClusterNotSupported(Exception):
+    """The URL names a Redis Cluster node (docs/operations.md, "Redis Cluster")."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.url = url
+
+
+#: the URLs `connect_checked` has asked `INFO cluster` already, in this process
+_checked: set[str] = set()
+
+
+def connect_checked(url: str, **kwargs: Any) -> redis.Redis:
+    """`connect`, and the first time this process connects to `url`, one `INFO cluster`:
+    ClusterNotSupported for a Redis Cluster node, before anything is read or written there (a
+    node holding every slot would serve single keys and fail only later, CROSSSLOT). What
+    `parley` commands connect with. A login that may not run INFO (a producer's, a reader's), or
+    a Redis not up yet, is not asked: the command then meets the node's MOVED, CLUSTERDOWN or
+    CROSSSLOT replies, which the CLI turns into the same line (parley/redis_errors.py)."""
+    client = connect(url, **kwargs)
+    if url in _checked:
+        return client
+    try:
+        info: Any = client.info("cluster")
+    except redis.RedisError:  # NOPERM, a renamed INFO, or not reachable yet: not known
+        return client
+    _checked.add(url)
+    if is_cluster_node(info):
+        client.close()
+        raise ClusterNotSupported(url)
+    return client
 
 
 def connect_async(url: str, **kwargs: Any) -> redis.asyncio.Redis:

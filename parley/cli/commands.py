@@ -18,6 +18,7 @@ from parley.cli.producers import register_producers
 from parley.cli.transcript import format_transcript
 from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
 from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
+from parley.redis_errors import cluster_message, is_cluster_reply
 from parley.retry import backoff
 from parley.schemas.shards import PlacementError
 
@@ -28,10 +29,11 @@ DEFAULT_URL = "redis://localhost:6379/0"
 
 
 def _connect(ctx: click.Context, shard: int | None = None) -> redis.Redis:
-    """A client of one shard (the first when not told): a plain or a redis+sentinel:// URL."""
-    from parley.shards import connect
+    """A client of one shard (the first when not told): a plain or a redis+sentinel:// URL;
+    ClusterNotSupported for a Redis Cluster node (parley/shards.py, `connect_checked`)."""
+    from parley.shards import connect_checked
 
-    return connect(ctx.obj["urls"][shard or 0])
+    return connect_checked(ctx.obj["urls"][shard or 0])
 
 
 def _shards(ctx: click.Context) -> Any:
@@ -154,6 +156,8 @@ REDIS_UNAVAILABLE = 69
 SUBMIT_REFUSED = 7
 #: exit code when Redis holds no submit function yet: sysexits.h's EX_TEMPFAIL, try again soon
 SUBMIT_UNAVAILABLE = 75
+#: exit code when a Redis URL names a Redis Cluster node, not supported: sysexits.h's EX_CONFIG
+REDIS_CLUSTER = 78
 REDIS_UNUSABLE = (redis.ConnectionError, redis.TimeoutError,
                   redis.exceptions.AuthenticationWrongNumberOfArgsError)
 
@@ -181,8 +185,13 @@ class ParleyGroup(click.Group):
     waited out by their own loops; this catches what reaches the top, e.g. at start."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from parley.shards import ClusterNotSupported
+
         try:
             return super().invoke(ctx)
+        except ClusterNotSupported as exc:  # found at connect (INFO cluster)
+            click.echo(cluster_message([masked_url(exc.url)]), err=True)
+            raise click.exceptions.Exit(REDIS_CLUSTER) from None
         except REDIS_UNUSABLE as exc:
             url = ctx.obj["url"] if isinstance(ctx.obj, dict) else "?"
             click.echo(f"parley: cannot use Redis at {masked_url(url)}: {exc}", err=True)
@@ -197,6 +206,12 @@ class ParleyGroup(click.Group):
             raise click.exceptions.Exit(SUBMIT_UNAVAILABLE) from None
         except PlacementError as exc:  # the shards disagree, or hold no placement yet
             raise click.ClickException(f"placement: {exc}") from None
+        except redis.ResponseError as exc:  # last: some of the above are ResponseErrors
+            if not is_cluster_reply(exc):  # found by a login that may not run INFO
+                raise
+            urls = ctx.obj["urls"] if isinstance(ctx.obj, dict) else ["?"]
+            click.echo(cluster_message([masked_url(u) for u in urls]), err=True)
+            raise click.exceptions.Exit(REDIS_CLUSTER) from None
 
 
 @click.group(cls=ParleyGroup, context_settings={"help_option_names": ["-h", "--help"]})

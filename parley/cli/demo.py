@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import click
-import redis
 
 from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.cli.transcript import format_transcript
 from parley.client import Client
+from parley.shards import connect_checked
 from parley.workers.app import AppError, load_app
 
 TIMEOUT_S = 60
@@ -31,11 +31,13 @@ def run_demo(url: str | None, prefix: str, app: str, answer: str | None, message
         server = RedisServer(workdir / "redis").start()
         url = server.url
         click.echo(f"started a private redis-server on {url}")
+    # checked before anything is started: not a Redis Cluster node (ClusterNotSupported)
+    connection = connect_checked(url)
     env = {"PARLEY_REDIS_URL": url, "PARLEY_PREFIX": prefix, "PARLEY_APP": app}
     procs = [start_parley(["dispatcher"], env, workdir / "dispatcher.log"),
              start_parley(["worker"], env, workdir / "worker.log")]
     try:
-        return _converse(Client(redis.Redis.from_url(url), prefix), answer, message)
+        return _converse(Client(connection, prefix), answer, message)
     finally:
         for p in procs:
             stop_process(p)

@@ -39,7 +39,7 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     import uvicorn
 
     from parley.schemas.signing import KeysFileError
-    from parley.shards import connect
+    from parley.shards import connect_checked
     from parley.web.app import create_app
     from parley.web.config import InboxConfig
     from parley.web.serve import StoppingServer
@@ -53,7 +53,7 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     # one line and exit 69, not a page that fails later); an outage after start is a 503 page
     for url in obj["urls"]:
         obj["url"] = url  # the one named if it cannot be used
-        connect(url, socket_connect_timeout=5).ping()
+        connect_checked(url, socket_connect_timeout=5).ping()  # and not a Redis Cluster node
     obj["url"] = obj["urls"][0]
     config = InboxConfig(redis_urls=tuple(obj["urls"]), users_file=users_file, keys_file=keys_file,
                          prefix=obj["prefix"], producer=obj["producer"], session_secret=session_secret,

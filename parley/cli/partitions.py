@@ -11,10 +11,10 @@ from parley.schemas.shards import PlacementError
 
 def _shards(ctx: click.Context) -> Any:
     from parley.schemas.keys import Keys
-    from parley.shards import Shards, connect
+    from parley.shards import Shards, connect_checked
 
     obj = ctx.find_root().obj
-    return Shards([connect(u) for u in obj["urls"]], Keys(obj["prefix"]))
+    return Shards([connect_checked(u) for u in obj["urls"]], Keys(obj["prefix"]))
 
 
 def _mover(ctx: click.Context) -> Any:

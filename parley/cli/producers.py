@@ -27,10 +27,10 @@ from parley.schemas.producers import (
 
 def _registries(ctx: click.Context) -> tuple[list[redis.Redis], Keys]:
     """A client of every shard, in order (plain or redis+sentinel:// URLs)."""
-    from parley.shards import connect
+    from parley.shards import connect_checked
 
     obj = ctx.find_root().obj
-    return [connect(u) for u in obj["urls"]], Keys(obj["prefix"])
+    return [connect_checked(u) for u in obj["urls"]], Keys(obj["prefix"])
 
 
 def _partitions(r: redis.Redis, keys: Keys) -> int:

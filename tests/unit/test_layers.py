@@ -51,7 +51,8 @@ def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list
     # the engine never reaches up into the command line
     (("dispatcher", "workers"), ("parley.cli",)),
     # the ops floor: usable by dispatcher, workers and CLI alike, importing none of them
-    (("parley/metrics.py", "parley/logs.py", "parley/retry.py", "parley/replicas.py", "parley/stamps.py"),
+    (("parley/metrics.py", "parley/logs.py", "parley/retry.py", "parley/redis_errors.py",
+      "parley/replicas.py", "parley/stamps.py"),
      ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client")),
     # a producer needs neither the dispatcher nor the workers installed and imported
     (("parley/client.py", "parley/aclient.py", "parley/producer.py", "parley/inbox.py",

@@ -82,12 +82,13 @@ def doctor(ctx: click.Context) -> None:
     Run it with an admin login: what the login may not read is reported `unknown`. Exit 1 when
     anything FAILs, else 0."""
     from parley.cli.commands import masked_url
-    from parley.shards import connect
+    from parley.shards import connect_checked
 
     urls: list[str] = ctx.find_root().obj["urls"]
     bad = False
     for url in urls:
-        facts = server_facts(connect(url), masked_url(url))
+        # a Cluster node stops here as it stops every command (exit 78, one line)
+        facts = server_facts(connect_checked(url), masked_url(url))
         findings = examine(facts)
         click.echo(f"{facts.name} (Redis {facts.version or 'version unknown'})")
         for finding in findings:

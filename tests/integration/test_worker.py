@@ -361,9 +361,10 @@ def test_lean_path_costs_a_few_commands_per_job(r: redis.Redis, monkeypatch: pyt
         return commands_total(r) - before
 
     per_job = (commands_for(21) - commands_for(1)) / 20
-    # take_job.lua finishing one job and taking the next: EVALSHA + GET, XADD, HDEL x2, ZREM,
-    # DEL, LPOP, HGETALL, HGET, HSET, SET inside it: 12; RQ's own path costs about 60
-    assert per_job <= 13, per_job
+    # take_job.lua finishing one job and taking the next: EVALSHA + GET, XADD, HGET (are the
+    # records still that job's: finish_lib.lua), HDEL x2, ZREM, DEL, LPOP, HGETALL, HGET, HSET,
+    # SET inside it: 13; RQ's own path costs about 60
+    assert per_job <= 14, per_job
     assert r.xlen(RESULTS) == 22 and r.hlen("parley:running") == 0 and r.keys("rq:job:*") == []
 
 

@@ -66,6 +66,21 @@ def confirmed(policy: ReplicaPolicy, replicas: int) -> bool:
     return not policy.enabled or replicas >= policy.acks
 
 
+def take_confirmed(policy: ReplicaPolicy, took_on: str, waited_on: str, replicas: int) -> bool:
+    """Whether a worker may run a job it took (`--replica-acks`): the WAIT that answered
+    `replicas` ran on the very server that made the take (`took_on`, `waited_on`: the run_ids
+    the take's reply and the WAIT's pipeline came back with). A WAIT on any other server (a
+    promoted replica, the same address restarted) counts replicas of writes that server took,
+    and proves nothing of a take it may never have seen; an unnamed server proves nothing."""
+    if not policy.enabled:
+        return True
+    return took_on != "" and took_on == waited_on and replicas >= policy.acks
+
+
+class TakeNotConfirmed(RedisError):
+    """The WAIT after a take ran on another server than the take: its job must not run."""
+
+
 class ReplicasBehind(RedisConnectionError):
     """Fewer replicas than asked hold a batch's commits: nothing of it is acknowledged.
 
@@ -108,6 +123,33 @@ class Replicas:
         metrics.REPLICA_ACK_TIMEOUTS.inc()
         self.log.warning(f"replicas behind: {self.on_behind}",
                     extra=kv(wanted=self.policy.acks, acked=replicas, timeout_ms=self.policy.timeout_ms))
+        raise ReplicasBehind(f"{replicas} of {self.policy.acks} replicas acknowledged "
+                             f"within {self.policy.timeout_ms} ms")
+
+    def confirm_take(self, took_on: str) -> None:
+        """Return once `policy.acks` replicas hold a take made on the server `took_on` (its
+        run_id); raise otherwise: ReplicasBehind when they are short, TakeNotConfirmed when the
+        WAIT was answered by another server (`take_confirmed`). One pipeline, so one
+        connection: the probe write, its WAIT and the name of the server that answered both."""
+        if not self.policy.enabled:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hincrby(self.keys.stats, WAITS_FIELD, 1)
+        pipe.execute_command("WAIT", self.policy.acks, self.policy.timeout_ms)
+        pipe.info("server")
+        replies: Any = pipe.execute()
+        replicas, waited_on = int(replies[1]), str(replies[2].get("run_id", ""))
+        if take_confirmed(self.policy, took_on, waited_on, replicas):
+            self.behind = False
+            return
+        if took_on == "" or waited_on != took_on:
+            self.log.warning("a take was not confirmed: the WAIT ran on another server than the take",
+                             extra=kv(took_on=took_on, waited_on=waited_on))
+            raise TakeNotConfirmed(f"the take was made on server {took_on!r}, the WAIT ran on {waited_on!r}")
+        self.behind = True
+        metrics.REPLICA_ACK_TIMEOUTS.inc()
+        self.log.warning(f"replicas behind: {self.on_behind}",
+                         extra=kv(wanted=self.policy.acks, acked=replicas, timeout_ms=self.policy.timeout_ms))
         raise ReplicasBehind(f"{replicas} of {self.policy.acks} replicas acknowledged "
                              f"within {self.policy.timeout_ms} ms")
 

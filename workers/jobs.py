@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -108,17 +109,24 @@ def through_outages(action: Callable[[], Any], what: str) -> None:
             time.sleep(delay)
 
 
-def confirm_take(connection: Any) -> None:
-    """`--replica-acks K`: return once K replicas hold this worker's take of a job (through
-    outages and shortfalls, as an outcome post; raises once OUTAGE_PATIENCE_S has run out).
-    The replication stream is ordered: a replica that holds the take holds the settle that
-    enqueued the job too, so a failover cannot replay that settle and run the job twice."""
+def replicas_enabled() -> bool:
+    return _replicas.enabled
+
+
+def confirm_take(connection: Any, took_on: str) -> None:
+    """`--replica-acks K`: return once K replicas hold this worker's take of a job, made on the
+    server `took_on` (the run_id in the take's reply); raise otherwise. The replication stream
+    is ordered: a replica that holds the take holds the commit that enqueued the job too, so a
+    failover cannot replay that commit and run the job twice.
+
+    Asked once, never retried through an outage: a WAIT that comes after a reconnect may be
+    answered by a promoted replica, where it proves nothing about a take made on the old
+    primary (issue 29). The WAIT's pipeline names the server that answered it, which must be
+    the take's (parley.replicas, `take_confirmed`); the caller gives the job back otherwise."""
     if not _replicas.enabled:  # the default: nothing on a job's hot path
         return
-    through_outages(lambda: Replicas(connection, _keys, _replicas,
-                                     on_behind="the job taken is run once they hold its take",
-                                     log=log).confirm(),
-                    "confirm a take")
+    Replicas(connection, _keys, _replicas, on_behind="the job taken is given back, not run",
+             log=log).confirm_take(took_on)
 
 
 _agents: dict[str, App] = {}
@@ -166,11 +174,27 @@ def _defers(job: Any) -> bool:
     return _claimed_by_worker(job) and bool(getattr(job, "parley_defer", False)) and not _replicas.enabled
 
 
+_FINISH_JOB = (files("parley.workers").joinpath("lua/finish_lib.lua").read_text()
+               + files("parley.workers").joinpath("lua/finish_job.lua").read_text())
+
+
+def _finish_job(job: Any, reply_to: str, outcome: str) -> None:
+    """finish_job.lua: post `outcome` to `reply_to` ('' = none) and delete the job's records,
+    unless they belong to a job enqueued again under its id since its take (finish_lib.lua)."""
+    script = job.connection.register_script(_FINISH_JOB)
+    script(keys=[job.key], args=[job.id, reply_to, outcome, _keys.running, _keys.inflight,
+                                 _keys.inflight_order(job.origin),
+                                 # the lean path skips RQ's cleanup, which would delete the
+                                 # finished job (result_ttl 0)
+                                 "1" if _claimed_by_worker(job) else "0",
+                                 getattr(job, "parley_record", None) or ""])
+
+
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
-          started: float | None = None) -> None:
+          started: float | None = None, lost: bool = False) -> None:
     reply_to = payload["reply_to"]
     outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
-                          kind=kind, ok=ok, value=value, error=error)
+                          kind=kind, ok=ok, value=value, error=error, lost=lost)
     job = get_current_job()
     assert job is not None
 
@@ -186,15 +210,7 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
         return
 
     def post() -> None:
-        pipe = job.connection.pipeline(transaction=True)
-        pipe.xadd(reply_to, {"outcome": outcome.model_dump_json()})
-        pipe.hdel(_keys.running, job.id)
-        pipe.hdel(_keys.inflight, job.id)
-        pipe.zrem(_keys.inflight_order(job.origin), job.id)  # the in-flight record's place in its queue
-        if _claimed_by_worker(job):
-            # the lean path skips RQ's cleanup, which would delete the finished job (result_ttl 0)
-            pipe.delete(job.key)
-        pipe.execute()
+        _finish_job(job, reply_to, outcome.model_dump_json())
         # --replica-acks K: the outcome counts as posted once K replicas hold it. Lost in a
         # failover, the promoted replica would still hold this job's running record, of a live
         # worker: neither the lost-work nor the unclaimed sweep would fire, and the session
@@ -221,6 +237,13 @@ class JobFailure(Exception):
     """A failure whose message is the error to report as is (no exception-type prefix)."""
 
 
+class InputsLost(JobFailure):
+    """What the job reads is not there (an LLM job's messages): posted as lost work, which the
+    dispatcher retries, never as the call's failure. The job was enqueued by a commit that wrote
+    its inputs first; missing, they were lost with that commit (a failover), whose replay
+    writes them again, or the session is gone, when nobody applies the outcome anyway."""
+
+
 def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None:
     """Claim the job, run `body` with the session's app, post exactly one outcome."""
     started = time.monotonic()
@@ -228,6 +251,8 @@ def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None
     _claim(payload, kind)
     try:
         value = body(current_app(payload.get("app")))
+    except InputsLost as exc:
+        _post(payload, kind, False, error=str(exc), started=started, lost=True)
     except JobFailure as exc:
         _post(payload, kind, False, error=str(exc), started=started)
     except Exception as exc:
@@ -307,8 +332,9 @@ def llm_request(payload: dict[str, Any]) -> dict[str, Any]:
 
     through_outages(hmget, "read the branch's messages")
     if any(body is None for body in read):
-        # only a session deleted meanwhile (expired, retired): nobody will apply the outcome
-        raise JobFailure("the branch's messages are gone")
+        # a session deleted meanwhile (expired, retired: nobody applies the outcome), or the
+        # commit that wrote them lost in a failover: lost work, retried (InputsLost)
+        raise InputsLost("the branch's messages are gone")
     messages = [public_message(orjson.loads(body)) for body in read]
     return {"messages": messages, **payload["request"]}
 
@@ -330,11 +356,7 @@ def _stopped(payload: dict[str, Any], kind: str, started: float) -> None:
     assert job is not None
 
     def clear() -> None:
-        pipe = job.connection.pipeline(transaction=True)
-        pipe.hdel(_keys.running, job.id)
-        pipe.hdel(_keys.inflight, job.id)
-        pipe.delete(job.key)
-        pipe.execute()
+        _finish_job(job, "", "")
 
     through_outages(clear, "clear the records of a stopped job")
     seconds = time.monotonic() - started

@@ -144,10 +144,8 @@ class ParleyWorker(SimpleWorker):
         super().__init__(*args, **kwargs)
         self.parley_keys = keys or Keys()
         jobs.set_keys(self.parley_keys)  # the jobs it runs answer and keep their records under it
-        self._take = self.connection.register_script(
-            files("parley.workers").joinpath("lua/take_job.lua").read_text())
-        self._give_back = self.connection.register_script(
-            files("parley.workers").joinpath("lua/give_back.lua").read_text())
+        self._take = self.connection.register_script(_lua("finish_lib") + _lua("take_job"))
+        self._give_back = self.connection.register_script(_lua("give_back"))
         self._beat_at = 0.0
         self._suspension_checked_at = 0.0
         # the job the last finish took (recorded as running here), run by the next dequeue
@@ -195,17 +193,17 @@ class ParleyWorker(SimpleWorker):
         same `token` after a call that got no reply: it returns the job that call took, if it
         took one, and posts nothing again."""
         worker = jobs.worker_id() or ""
-        args = [worker, self.job_class.redis_job_namespace_prefix, popped,
+        args: list[Any] = [worker, self.job_class.redis_job_namespace_prefix, popped,
                 self.parley_keys.running, self.parley_keys.inflight,
-                self.parley_keys.last_take(worker), token]
+                self.parley_keys.last_take(worker), token, "1" if jobs.replicas_enabled() else "0"]
         if finish is not None:
             done, post = finish
             args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
-                     "1" if take_next else "0"]
+                     "1" if take_next else "0", getattr(done, "parley_record", None) or ""]
         reply: Any = self._call_take(self.queue_keys(), args)
         if reply is None:
             return None
-        raw_id, raw_queue, claimed, fields = reply
+        raw_id, raw_queue, claimed, fields, record, server = reply
         job_id = raw_id.decode()
         queue_key = raw_queue.decode() if raw_queue else ""
         if not fields:
@@ -226,9 +224,15 @@ class ParleyWorker(SimpleWorker):
         if queue is None:  # popped by the blocking wait: its origin names the queue
             queue = next((q for q in self._ordered_queues if q.name == job.origin), self._ordered_queues[0])
         job.parley_claimed = bool(claimed)  # type: ignore[attr-defined]
+        # what the take was: its token (the worker's last-take record names it, give_back.lua),
+        # the in-flight record it read (its outcome deletes the job's records only while they
+        # are still that job's: finish_lib.lua), and the server that took it (confirm_take)
+        job.parley_token = token  # type: ignore[attr-defined]
+        job.parley_record = record  # type: ignore[attr-defined]
+        job.parley_server = server.decode() if isinstance(server, bytes) else server  # type: ignore[attr-defined]
         return job, queue
 
-    def _call_take(self, keys: list[str], args: list[str]) -> Any:
+    def _call_take(self, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA of take_job.lua, loading it when Redis does not have it (a fresh or restarted
         server): what redis-py's Script call does, without its per-call import and Pipeline
         protocol check (a job's worth of microseconds, once per job)."""
@@ -256,11 +260,12 @@ class ParleyWorker(SimpleWorker):
         two, the job's in-flight record covers a kill -9 (the dispatcher posts the loss)."""
         self.set_state(WorkerStatus.IDLE)
         self.heartbeat()
+        outages = 0  # consecutive failed attempts to reach Redis (or to confirm a take), for the backoff
         if self._next is not None:  # taken with the last job's outcome
             (job, queue), self._next = self._next, None
-            if self.confirm_take(job):
+            if self.confirm_take(job, queue):
                 return job, queue
-        outages = 0  # consecutive failed attempts to reach Redis, for the backoff
+            outages = self._unconfirmed(outages)
         idle_since = time.monotonic()
         # Kept until a call gets its answer: the retry of a call that got no reply passes the
         # same token (and the same popped id) and gets what that call took.
@@ -297,8 +302,9 @@ class ParleyWorker(SimpleWorker):
                     popped, token = reply[1].decode(), secrets.token_hex(8)
                     continue
                 job, queue = taken  # type: ignore[misc]
-                if not self.confirm_take(job):
+                if not self.confirm_take(job, queue):
                     token = secrets.token_hex(8)
+                    outages = self._unconfirmed(outages)
                     continue
                 if self.log.isEnabledFor(logging.DEBUG):
                     self.log.debug("Worker %s: took job %s from %s", self.name, job.id, queue.name)
@@ -313,21 +319,38 @@ class ParleyWorker(SimpleWorker):
                                self.name, conn_err, wait_s)
                 time.sleep(wait_s)
 
-    def confirm_take(self, job: Job) -> bool:
-        """`--replica-acks K`: a job is run only once K replicas hold its take (on this
-        connection: WAIT covers the take script's writes). Otherwise a failover could promote a
-        replica that lacks the settle which enqueued it, whose replay enqueues it again: run
-        twice. Replicas away past the outage patience: the job is given up as lost work (its
-        running record released, so a dispatcher posts the loss) and False returned."""
+    def confirm_take(self, job: Job, queue: Queue) -> bool:
+        """`--replica-acks K`: a job is run only once K replicas hold its take. Otherwise a
+        failover could promote a replica that lacks the transition which enqueued it, whose
+        replay enqueues it again: run twice (or, for a model call, run where its messages are
+        not, and failed).
+
+        Confirmed only by a WAIT on the server that made the take, asked once: the take's reply
+        names that server (its run_id), and the probe write and WAIT come back with the name of
+        the server that answered them, in one pipeline, so on one connection (parley.replicas,
+        `take_confirmed`). A WAIT answered by any other server (the pool reconnected to a
+        promoted replica, or to the same address restarted) says nothing of the take, which
+        that server may never have seen. Comparing the server rather than keeping one
+        connection object holds whatever the pool does: redis-py's retries reconnect inside a
+        call, a Sentinel-managed pool hands a connection to the new primary, and neither is
+        visible to the caller. Any error (an outage, replicas behind, another server) is not
+        retried: the job is given back (give_back.lua, which pushes it back only if the server
+        now reached holds the take) and False returned; the dequeue loop backs off and takes
+        again."""
         try:
-            jobs.confirm_take(self.connection)
+            jobs.confirm_take(self.connection, getattr(job, "parley_server", ""))
             return True
         except redis.exceptions.RedisError as exc:
             self.log.error("Worker %s: replicas never held the take of job %s (%r); not running it",
                            self.name, job.id, exc)
-            if getattr(job, "parley_claimed", False):
-                self.release_running(job.id)
+            self.give_back_take(job, queue)
             return False
+
+    def _unconfirmed(self, outages: int) -> int:
+        """A take not confirmed: back off as for an outage before taking again."""
+        time.sleep(backoff(outages, base=0.1, cap=self.max_connection_wait_time,
+                           growth=self.exponential_backoff_factor))
+        return outages + 1
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         if not getattr(job, "parley_claimed", False) or job.func_name not in self.lean_funcs:
@@ -405,25 +428,40 @@ class ParleyWorker(SimpleWorker):
         a job taken and not run: put it back at the head of its queue and delete its running
         record, in one script (give_back.lua), so that another worker runs it; unless a
         dispatcher settled it meanwhile (its in-flight record is gone: its loss posted while this
-        worker's heartbeat had lapsed, or cancelled), when it is dropped. Should the call fail,
+        worker's heartbeat had lapsed, or cancelled), when it is dropped, or unless the server
+        does not hold the take (lost in a failover), when nothing is done. Should the call fail,
         the job stays recorded on this worker, and its loss is posted once the heartbeat lapses."""
         held, self._next = self._next, None
-        if held is None:
-            return
-        job, queue = held
+        if held is not None:
+            self.give_back_take(*held, stopping=True)
+
+    def give_back_take(self, job: Job, queue: Queue, stopping: bool = False) -> None:
+        """give_back.lua, through outages. Should the call fail for good, the job may stay
+        recorded on this worker, which must then not live on heartbeating with it: unless it is
+        `stopping` anyway, it exits, and the loss is posted once its heartbeat lapses."""
+        worker = jobs.worker_id() or ""
+        token = getattr(job, "parley_token", "") if worker else ""
 
         def back() -> None:
-            given = self._give_back(keys=[queue.key, self.parley_keys.running, self.parley_keys.inflight,
-                                          job.key], args=[job.id])
-            if not given:
+            given = self._give_back(keys=[queue.key, job.key],
+                                    args=[job.id, self.parley_keys.running, self.parley_keys.inflight,
+                                          self.parley_keys.last_take(worker), token])
+            if given == 0:
                 self.log.warning("job %s was settled while this worker held it; not given back", job.id)
+            elif given == -1:
+                self.log.warning("job %s: the take is not on this server (lost in a failover or a "
+                                 "restart); nothing to give back", job.id)
 
         try:
             jobs.through_outages(back, "give back a job taken and not run")
         except redis.exceptions.RedisError:
-            self.log.exception("could not give back job %s; its loss is posted once this worker's "
-                               "heartbeat lapses", job.id)
-
+            if stopping:
+                self.log.exception("could not give back job %s; its loss is posted once this "
+                                   "worker's heartbeat lapses", job.id)
+                return
+            self.log.critical("could not give back job %s; exiting so that a dispatcher sees this "
+                              "worker gone and posts the loss", job.id)
+            os._exit(75)
 
     def release_running(self, job_id: str) -> None:
         """Delete a job's running record, through Redis outages; a worker that cannot must not
@@ -469,6 +507,10 @@ class Heartbeat(threading.Thread):
             self.connection.delete(self.key)
         except Exception:
             log.warning("could not clear the heartbeat on exit")
+
+
+def _lua(name: str) -> str:
+    return files("parley.workers").joinpath(f"lua/{name}.lua").read_text()
 
 
 def worker_id() -> str:

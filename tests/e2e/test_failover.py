@@ -26,7 +26,9 @@ asserted: the processes follow the promoted replica and sessions started after t
 finish.
 """
 
+import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -34,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -43,11 +46,13 @@ from parley.producer import input_fields
 from parley.schemas.keys import Keys
 from parley.shards import connect
 from tests.chaos.run_chaos import APP, check, drive, leftovers
-from tests.conftest import Procs
+from tests.conftest import Procs, wait_for
 from tests.replica_set import ReplicaSet
 
 #: the running-jobs hash (parley:running) under the default prefix
 RUNNING = Keys().running
+#: the results stream (one partition)
+RESULTS = Keys().results()
 #: how long the replica is held still before the primary dies: longer than a tool body works
 #: after recording its run (tests/apps/chaos_tools.py: up to 1 s), so the outcome of every
 #: tool running at the freeze is posted inside the window the failover loses
@@ -207,3 +212,84 @@ def test_without_replica_acks_a_failover_may_lose_and_the_fleet_follows(
     problems = {s: p for s in after if (p := check(client, s, tally))}
     assert problems == {}
     assert all(proc.poll() is None for _kind, proc, _log in fleet.started), "a process died"
+
+
+# ---- issue 29: a take the failover lost is never run ---------------------------------------------
+
+
+def _hold(proc: Any) -> None:
+    os.kill(proc.pid, signal.SIGSTOP)
+
+
+def _let_go(proc: Any) -> None:
+    os.kill(proc.pid, signal.SIGCONT)
+
+
+def _types(client: Client, session: str) -> list[str]:
+    return [event["type"] for _id, event in client.events(session, block_ms=0, until=time.monotonic())]
+
+
+def _running_of(probe: redis.Redis, session: str, kind: str) -> bool:
+    return any(session.encode() in v and f'"kind":"{kind}"'.encode() in v for v in probe.hvals(RUNNING))
+
+
+def _until(what: str, predicate: Any, within_s: float = 20) -> None:
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_take_the_failover_lost_is_never_run(replica_set: ReplicaSet, fleet: Procs) -> None:
+    """Issue 29 (`tools-6` of the shards chaos smoke), reproduced: the dispatcher commits a
+    transition on the primary alone (its replica cut off), the worker takes its job there, the
+    dispatcher is paused across the failover that loses both, and the worker is still trying to
+    confirm its take meanwhile. That take proves nothing on the promoted replica: were the job
+    run there, an LLM call would find no messages and fail, and the dispatcher, replaying with
+    the same deterministic ids, would take that stale failure for its replayed call's (a final
+    `llm.failed`); a tool job would run its body twice (once for the lost take, once for the
+    replay's job). Fixed, the lost take is never run: the replay's own job is, once, and the
+    session completes its turn."""
+    rs = replica_set
+    dispatcher = fleet.dispatcher(APP, "--replica-acks", "1", "--replica-ack-timeout-ms", "300")
+    fleet.start("worker", APP, env={"CHAOS_WAIT_REPLICAS": "1", "PARLEY_REPLICA_ACKS": "1"})
+    client = CarefulClient(connect(rs.url, socket_timeout=5))
+    _until("the fleet did not start", lambda: int(client.redis.zcard(client.keys.dispatchers)) >= 1
+           and int(client.redis.scard("rq:workers")) >= 1, 30)
+    # a first session end to end: every script loaded and every group made before the failover
+    client.send("warm", {"type": "message.create", "content": "hello"}, "msg-warm")
+    wait_for(client, "warm", lambda e: e["type"] == "turn.completed")
+    old = rs.server(rs.primary_port())
+    ReplicaSet.wait_replicas(old, 1)
+    replica = next(s for s in rs.servers if s is not old)
+    assert replica.proc is not None
+    session = "take-lost"
+    probe = redis.Redis.from_url(old.url)
+    _hold(dispatcher)
+    try:
+        # the input is on the replica (a careful send)
+        client.send(session, {"type": "message.create", "content": "hello"}, f"msg-{session}")
+        os.kill(replica.proc.pid, signal.SIGSTOP)
+        probe.client_kill_filter(_type="replica")
+        _let_go(dispatcher)
+        # the dispatcher commits the transition (on the primary alone: it cannot confirm it), and
+        # the worker takes its job there, recorded as running on the primary alone
+        _until("the worker never took the model call", lambda: _running_of(probe, session, "llm"))
+        _hold(dispatcher)
+        time.sleep(0.5)  # the worker is trying to confirm its take meanwhile
+        old.stop(kill=True)
+        os.kill(replica.proc.pid, signal.SIGCONT)
+        new = rs.wait_promoted(old)
+        rs.rejoin(old, new)  # --replica-acks 1 can be met again: a confirm on `new` passes now
+        time.sleep(3)  # long enough for a worker to run the job it took (the bug)
+    finally:
+        probe.close()
+        _let_go(dispatcher)
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    ends = ("turn.completed", "llm.failed")
+    seen = [e["type"] for e in wait_for(client, session, lambda e: e["type"] in ends, timeout=40)]
+    assert "llm.failed" not in seen and seen[-1] == "turn.completed", seen
+    outcomes = [orjson.loads(f[b"outcome"]) for _id, f in client.redis.xrange(RESULTS)]
+    # the model call ran once, on the replay's job: no outcome of the lost take was ever posted
+    assert [(o["work"], o["attempt"], o["ok"]) for o in outcomes if o["session"] == session] == [
+        ("llm-1", 1, True)], outcomes

@@ -3,6 +3,7 @@
 import pytest
 
 from parley.dispatcher.replicas import ReplicaPolicy, confirmed
+from parley.replicas import take_confirmed
 
 
 def test_off_by_default_confirms_whatever_wait_says() -> None:
@@ -24,3 +25,22 @@ def test_a_policy_out_of_range_is_refused(acks: int, timeout_ms: int) -> None:
     # a timeout of 0 would be WAIT's "block forever": the dispatcher would hang, not back off
     with pytest.raises(ValueError):
         ReplicaPolicy(acks=acks, timeout_ms=timeout_ms)
+
+
+# ---- a worker's take (issue 29): confirmed only by a WAIT on the server that made it -------------
+
+
+def test_a_take_is_confirmed_only_by_a_wait_on_the_server_that_made_it() -> None:
+    policy = ReplicaPolicy(acks=1, timeout_ms=100)
+    assert take_confirmed(policy, "run-a", "run-a", 1)
+    assert take_confirmed(policy, "run-a", "run-a", 2)
+    assert not take_confirmed(policy, "run-a", "run-a", 0)  # replicas behind
+    # after a reconnect: the promoted replica (or the same address restarted) answered the WAIT;
+    # its replicas hold its own writes, which need not include the take
+    assert not take_confirmed(policy, "run-a", "run-b", 1)
+    assert not take_confirmed(policy, "", "", 1)  # a take that named no server proves nothing
+    assert not take_confirmed(policy, "", "run-b", 1)
+
+
+def test_without_replica_acks_a_take_needs_no_confirmation() -> None:
+    assert take_confirmed(ReplicaPolicy(), "", "", 0)

@@ -1,14 +1,34 @@
--- Give back a job a worker took and did not run (it stops: a stop request during its last
--- finish, --max-jobs, an error): its running record goes, and it is pushed back at the head of
--- its queue, unless its in-flight record is gone. Then a dispatcher has already settled it
--- (posted its loss once this worker's heartbeat lapsed, or cancelled it): pushed back, it would
--- run beside its retry, or after its call was settled; its job hash is deleted instead.
--- KEYS[1] the queue, KEYS[2] the running hash, KEYS[3] the in-flight hash, KEYS[4] the job hash
--- ARGV[1] the job id
--- Returns 1 given back, 0 settled meanwhile (nothing pushed back).
-redis.call('HDEL', KEYS[2], ARGV[1])
-if not redis.call('HGET', KEYS[3], ARGV[1]) then
-  redis.call('DEL', KEYS[4])
+-- Give back a job a worker took and did not run (its take unconfirmed by replicas, or the
+-- worker stops: a stop request during its last finish, --max-jobs, an error): its running
+-- record goes, and it is pushed back at the head of its queue, unless its in-flight record is
+-- gone. Then a dispatcher has already settled it (posted its loss once this worker's heartbeat
+-- lapsed, or cancelled it): pushed back, it would run beside its retry, or after its call was
+-- settled; its job hash is deleted instead.
+-- Only if this server holds the take: the worker's last-take record (take_job.lua) names this
+-- take's token and job. After a failover, or a restart that lost the take, it does not: the job
+-- is still queued there (a take pops and records in one step), or was lost with the transition
+-- that enqueued it (whose replay enqueues it again), or was enqueued again by that replay; in
+-- each case pushing it would queue it twice (run twice), and its records are not this take's.
+-- Nothing is touched then. The record is consumed, so a retry of a call that got no reply
+-- pushes nothing a second time.
+-- KEYS[1] the queue, KEYS[2] the job hash
+-- ARGV[1] the job id, ARGV[2] the running hash, ARGV[3] the in-flight hash, ARGV[4] this
+-- worker's last-take key, ARGV[5] the take's token ('' = a worker with no id, which records
+-- no take: given back unchecked)
+-- Only rq:* keys are KEYS, so that the worker's ACL admits the call (as take_job.lua).
+-- Returns 1 given back, 0 settled meanwhile (nothing pushed back), -1 this server does not hold
+-- the take (nothing done).
+if ARGV[5] ~= '' then
+  local last = redis.call('GET', ARGV[4])
+  local token, _, job = string.match(last or '', '^(%S+) (%d) (.*)$')
+  if token ~= ARGV[5] or job ~= ARGV[1] then
+    return -1
+  end
+  redis.call('SET', ARGV[4], 'given-back', 'PX', 600000)
+end
+redis.call('HDEL', ARGV[2], ARGV[1])
+if not redis.call('HGET', ARGV[3], ARGV[1]) then
+  redis.call('DEL', KEYS[2])
   return 0
 end
 redis.call('LPUSH', KEYS[1], ARGV[1])

@@ -16,6 +16,7 @@ from parley.doctor import (
     examine,
     failed,
 )
+from parley.logins import may_ask_acl
 from parley.logs import kv
 
 log = logging.getLogger("parley.doctor")
@@ -52,10 +53,6 @@ def format_finding(finding: Finding) -> str:
     return f"  {finding.level:<7} {finding.check}: {finding.text}"
 
 
-#: the shipped role logins (deploy/redis/users.acl) are named so, and none may run ACL GETUSER
-SHIPPED_LOGIN_PREFIX = "parley-"
-
-
 def warn_if_aof_unsafe(connection: redis.Redis) -> Finding | None:
     """At a dispatcher's start: where its login may read the default user, log an error when
     Redis would drop transactions replaying its AOF. Returns the finding when it failed.
@@ -63,8 +60,7 @@ def warn_if_aof_unsafe(connection: redis.Redis) -> Finding | None:
     A login named like the shipped ones (`parley-…`) is not asked: it may not run ACL GETUSER,
     and the refusal would land in Redis's ACL LOG at every start, where a refused command is
     something an operator should be able to treat as an alarm. `parley doctor` asks instead."""
-    username = connection.connection_pool.connection_kwargs.get("username")
-    if username and str(username).startswith(SHIPPED_LOGIN_PREFIX):
+    if not may_ask_acl(connection.connection_pool.connection_kwargs.get("username")):
         return None
     finding = default_user_finding(default_user(connection))
     if finding.level is Level.FAIL:

@@ -10,8 +10,9 @@ full bookkeeping) and **the lean path** (`noop_lean`, enqueued with an in-flight
 Parley's outbox does, taken by take_job.lua; the worker deletes its hash and records and takes
 the next job in one take_job.lua call, what a Parley job's finish does minus the outcome).
 
-    python -m bench.noop REDIS_URL QUEUE [WORKER_ID]   (started by bench.run, one per worker;
-                                                        WORKER_ID turns on the lean path)
+    python -m bench.noop REDIS_URL QUEUE [WORKER_ID]   (started by bench/scenarios/rq_floor.py,
+                                                        one per worker; WORKER_ID turns on
+                                                        the lean path)
 
 The process connects, announces itself on `bench:floor:ready`, waits for `bench:floor:go`,
 then works the queue in burst mode and prints one JSON line: its start and end (Unix s)

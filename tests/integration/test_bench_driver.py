@@ -189,7 +189,7 @@ def test_the_real_engine_through_the_feed(tmp_path: Path) -> None:
     """Scenario 1's row on a real fleet, small: every session done without a problem, the
     driver's reads a few per session and left out of the engine's commands per session."""
     from bench.fleet import Fleet
-    from bench.run import flow_row
+    from bench.scenarios.seed_cycle import flow_row
 
     with Fleet(tmp_path / "fleet", appendfsync="everysec", workers=1) as fleet:
         row = flow_row(fleet, 20, 120, True, "t")

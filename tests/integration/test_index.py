@@ -173,7 +173,7 @@ def page_cost(r: redis.Redis, client: Client, flt: InterruptFilter | None) -> tu
 def test_a_page_costs_the_same_with_100_or_5000_open_interrupts(
         r: redis.Redis, outbox: Outbox, client: Client, flt: InterruptFilter | None) -> None:
     """The same commands, and the same reply bytes give or take the width of numbers: a page reads
-    its own rows, not every open interrupt (the timing at 100,000 is bench/run.py's)."""
+    its own rows, not every open interrupt (the timing at 100,000 is the bench's scenario 7)."""
     def fill(start: int, stop: int) -> None:
         outbox.flush_many([(f"s-{i:06}", [add("int-1", 1_000 + i, "budget" if i % 2 else "confirm", 1,
                                               [None, ["alice"], ["bob"]][i % 3])])

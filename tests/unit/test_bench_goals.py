@@ -1,4 +1,4 @@
-"""The goals printed under the benchmark's table (bench/run.py `goal_lines`) and the per-session
+"""The goals printed under the benchmark's table (bench/goals.py `goal_lines`) and the per-session
 command figures, from made-up results: each goal says met or MISSED with its figure, only the
 goals a run has figures for are printed, and the driver's reads are told apart from the
 engine's commands."""
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from bench.run import command_usec_per_session, commands_per_session, cycles_per_s, goal_lines
+from bench.goals import cycles_per_s, goal_lines
+from bench.scenarios.seed_cycle import command_usec_per_session, commands_per_session
 
 
 def s1_row(fsync: str = "always", sess: float = 300.0, jobs: float = 1200.0, lean: float = 1800.0,

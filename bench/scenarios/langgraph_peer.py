@@ -1,0 +1,55 @@
+"""Scenario 5, the peer: the seed flow as a LangGraph graph (bench/peer.py) with its SQLite and
+Postgres checkpointers, threads parked one after another in this process, then resumed. The
+Postgres row is skipped, with the reason, when nothing answers at `--postgres-url`."""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bench import peer
+from bench.common import Usage, dist, log, out_of_time
+from bench.report import save
+
+
+def langgraph_peer(args: argparse.Namespace, workdir: Path, out: dict[str, Any]) -> None:
+    """Scenario 5: `out["scenario_5"]`, one row per checkpointer."""
+    rows = out.setdefault("scenario_5", [])
+    why = out_of_time(args, "scenario 5 (sqlite)")
+    if why:
+        rows.append({"checkpointer": "sqlite (file)", "skipped": why})
+    else:
+        log(f"scenario 5: LangGraph + SqliteSaver, {args.lg_threads} threads "
+            f"(durability {args.lg_durability})")
+        usage = Usage()
+        res = peer.sqlite_backend(workdir / "langgraph.sqlite", args.lg_threads, args.lg_durability)
+        row = peer_row("sqlite (file)", res)
+        row["usage"] = usage.stop()
+        rows.append(row)
+        save(args, out)
+    why = ("skipped (--no-postgres)" if args.no_postgres else peer.postgres_available(args.postgres_url)
+           or out_of_time(args, "scenario 5 (postgres)"))
+    if why is not None:
+        log(f"scenario 5: Postgres row SKIPPED: {why}")
+        rows.append({"checkpointer": "postgres", "skipped": why})
+    else:
+        log(f"scenario 5: LangGraph + PostgresSaver at {args.postgres_url}, {args.lg_threads} threads")
+        usage = Usage()
+        res = peer.postgres_backend(args.postgres_url, args.lg_threads, args.lg_durability)
+        row = peer_row("postgres", res)
+        row["usage"] = usage.stop()
+        rows.append(row)
+    save(args, out)
+
+
+def peer_row(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """One checkpointer's row from bench/peer.py's raw figures."""
+    n = result["threads"]
+    return {"checkpointer": name, "threads": n,
+            "park_threads_per_s": round(n / result["park_wall_s"], 1),
+            "resume_threads_per_s": round(n / result["resume_wall_s"], 1),
+            "park_ms": dist([x * 1000 for x in result["park_s"]]),
+            "resume_ms": dist([x * 1000 for x in result["resume_s"]]),
+            "row_bytes_per_parked_thread": round(result["row_bytes_per_thread"]),
+            "storage_growth_bytes_per_parked_thread": round(result["storage_growth_bytes_per_thread"]),
+            "rows_per_parked_thread": result["rows_per_thread"],
+            "storage_growth_detail": result["storage_growth_detail"], "settings": result["settings"]}

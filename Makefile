@@ -57,7 +57,7 @@ chaos-shards: $(STAMP)
 chaos-shards-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 24 --spread 20 --timeout 100
 
-# The benchmark (bench/README.md): twelve scenarios on real processes, a table, and
+# The benchmark (bench/README.md): thirteen scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.
 bench: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'

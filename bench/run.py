@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, twelve scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, thirteen scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, 6-9 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)

@@ -3,15 +3,27 @@
     python -m tests.chaos.run_chaos --sessions 200      (make chaos)
     python -m tests.chaos.run_chaos --sessions 40       (make chaos-smoke, in CI)
 
+All as deployed (tests/deployed.py): Redis with the shipped redis.conf (AOF, `appendfsync
+always`) and users.acl; dispatchers under `parley-dispatcher`, workers under `parley-worker`;
+this driver sends through `parley-producer` as producer `app` (the submit function) and reads
+and checks under `parley-reader`; the harness admin only seeds and checks the bookkeeping.
 Two dispatchers over two partitions and three workers run tests/apps/chaos_tools.py (the
 seed app plus two tools with real bodies); every few seconds one of them is killed with
-SIGKILL and replaced; once, Redis itself is killed (`appendfsync always`) and restarted from
-its AOF. Each seed session parks on the interrupt, is resumed by this driver, and must
-finish. Then every session is checked: its input taken (no lost input), no duplicate
-message, exactly one delivered resume, nothing still parked, and the transcript complete.
+SIGKILL and replaced; once, Redis itself is killed -9 and restarted from its AOF: every
+session's committed transitions (`ver`) are read just before the kill and after the replay,
+and none may have gone back. Each seed session parks on the interrupt, is resumed by this
+driver, and must finish. Then every session is checked: its input taken (no lost input), no
+duplicate message, exactly one delivered resume, nothing still parked, and the transcript
+complete.
+
+The evidence is kept outside the Redis under test (tests/chaos/evidence.py): the tool bodies
+and this driver append what they did and saw to fsynced files of their own, and each
+session's events in Redis at the end must hold every input the driver saw acknowledged and
+every event it read. Any `CRITICAL` line in Redis's log and any entry of its ACL LOG (a login
+short of a right) are violations as well.
 
 Tool sessions (`--tool-sessions`) ask for two calls at once: `record_once` (not idempotent)
-and `record_idem` (idempotent), whose bodies record each execution in Redis. What
+and `record_idem` (idempotent), whose bodies record each execution in their files. What
 docs/guarantees.md promises is checked against those records: each call settled exactly once
 (one `tool.completed`, one tool message); `record_once` ran at most once, and its result is
 either its own (it ran) or `worker_lost`; `record_idem` ran at most 3 times (its attempts), and

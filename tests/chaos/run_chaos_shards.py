@@ -3,8 +3,14 @@
     python -m tests.chaos.run_chaos_shards --sessions 120      (make chaos-shards)
     python -m tests.chaos.run_chaos_shards --sessions 24 ...   (make chaos-shards-smoke, in CI)
 
-Shard 0 is a plain redis-server (`appendfsync always`), restarted once from its AOF mid-run.
-Shard 1 is Sentinel-managed (a primary, a replica, three sentinels: tests/replica_set.py); its
+Every Redis runs as deployed (tests/deployed.py: the shipped redis.conf and users.acl), every
+process under its login (dispatchers `parley-dispatcher`, workers `parley-worker`, the driver's
+inputs `parley-producer`, its reads and checks `parley-reader`; the harness admin seeds, checks
+the bookkeeping and runs the moves, which no shipped login may). Shard 0 is one redis-server,
+restarted once from its AOF mid-run (each session's `ver` counted either side of the kill -9:
+none may go back). Shard 1 is Sentinel-managed (a primary, a replica, three sentinels:
+tests/replica_set.py, `deployed=True`: the replicas log in as `parley-replica`, the sentinels as
+`parley-sentinel`); its
 primary is killed -9 once mid-run, its replica held still and cut off for the second before
 (so the primary dies holding writes the replica lacks), the replica promoted, and the old
 primary started again as the new one's replica. Each shard has two dispatchers and two
@@ -20,15 +26,18 @@ the run lasts long enough, one of shard 1's (to shard 0); as each begins, one of
 workers is killed -9. A move that exits non-zero is a violation; `parley partitions repair` is
 then run so the run can end, and said.
 
-The driver is a careful producer (registered as `chaos`, so its inputs go through each
-shard's submit function): it sends each input to its session's shard, and on shard 1 counts
+The driver is a careful producer (producer `app`, the shipped producer login's, so its inputs
+go through each shard's submit function): it sends each input to its session's shard, and on shard 1 counts
 it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
 sends it again (its idempotency key makes the copy a no-op); refused `moved`, it reads the
 placement again and sends to the shard it names. Its event reads follow the placement too
-(read again every half second). The tool bodies record their runs on shard 0. Then every
-session is checked as run_chaos.py checks it, on the shard the placement names at the end,
-and each shard for leftovers, a moved partition's source for any key or member of it; exits
-1 on any violation.
+(read again every half second). The tool bodies and the driver record what ran and what was
+seen in files outside every Redis (tests/chaos/evidence.py). Then every session is checked as
+run_chaos.py checks it, on the shard the placement names at the end (the events the driver
+read by id where the session only ever lived on shard 0, by type where shard 1's failover may
+have written them again), each shard for leftovers, a moved partition's source for any key or
+member of it, every node's log for `CRITICAL` lines and its ACL LOG for refusals; exits 1 on
+any violation.
 """
 
 from __future__ import annotations

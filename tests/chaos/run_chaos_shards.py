@@ -27,8 +27,8 @@ workers is killed -9. A move that exits non-zero is a violation; `parley partiti
 then run so the run can end, and said.
 
 The driver is a careful producer (producer `app`, the shipped producer login's, so its inputs
-go through each shard's submit function): it sends each input to its session's shard, and on shard 1 counts
-it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
+go through each shard's submit function): it sends each input to its session's shard, and on
+shard 1 counts it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
 sends it again (its idempotency key makes the copy a no-op); refused `moved`, it reads the
 placement again and sends to the shard it names. Its event reads follow the placement too
 (read again every half second). The tool bodies and the driver record what ran and what was

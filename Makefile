@@ -40,6 +40,10 @@ test-e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
 
 # 200 seed sessions while dispatchers and workers are killed and Redis restarted (a few minutes).
+# As deployed: the shipped redis.conf and users.acl, each process and the driver under its login;
+# what ran and what the driver saw is kept in fsynced files outside Redis and compared at the
+# end; fails on any violation, any session whose `ver` went back across the restart, any CRITICAL
+# line in Redis's log, any ACL refusal.
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos --sessions 200 --spread 60
 
@@ -49,7 +53,9 @@ chaos-smoke: $(STAMP)
 
 # Two shards, one of them Sentinel-managed: kills, shard 0's Redis restarted, a failover of
 # shard 1's primary (killed -9), and two partitions moved (`parley partitions move`, one each
-# way, each in its own window, kills going on) mid-run; 0 violations (a few minutes).
+# way, each in its own window, kills going on) mid-run; 0 violations (a few minutes). As
+# deployed, with the same checks as `chaos`; shard 1's replicas and sentinels log in as
+# parley-replica and parley-sentinel.
 chaos-shards: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 120 --spread 45
 

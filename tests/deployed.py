@@ -13,7 +13,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import orjson
+import redis
+
 from parley.cli.procs import RedisServer
+from parley.schemas.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_ACL = ROOT / "deploy" / "redis" / "users.acl"
@@ -24,6 +28,8 @@ ADMIN_PASSWORD = "test-admin-password"
 
 DISPATCHER, WORKER = "parley-dispatcher", "parley-worker"
 PRODUCER, READER = "parley-producer", "parley-reader"
+#: a Sentinel-managed shard's logins: a replica's link to its primary, a sentinel's to each node
+REPLICA, SENTINEL = "parley-replica", "parley-sentinel"
 #: the producer the shipped producer login writes for (register it before sending)
 PRODUCER_NAME = "app"
 
@@ -55,11 +61,30 @@ def acl_copy(directory: Path, acl_text: str | None = None) -> Path:
     return path
 
 
+def conf_copy(directory: Path) -> Path:
+    """A private copy of the shipped redis.conf: a Sentinel's failover ends with `CONFIG REWRITE`
+    on the node it promotes, which would otherwise rewrite the repository's file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "redis.conf"
+    path.write_text(SHIPPED_CONF.read_text())
+    return path
+
+
 def deployed_redis(directory: Path, acl_text: str | None = None, **kwargs: object) -> RedisServer:
-    """A RedisServer (not started) with the shipped redis.conf and ACL file; its `url` is the
-    admin's, `url_as(login(user))` any shipped login's. `appendonly` and `appendfsync` are
-    those redis.conf ships (yes, always)."""
+    """A RedisServer (not started) with the shipped redis.conf and ACL file (private copies);
+    its `url` is the admin's, `url_as(login(user))` any shipped login's. `appendonly` and
+    `appendfsync` are those redis.conf ships (yes, always)."""
     kwargs.setdefault("appendonly", True)
     kwargs.setdefault("appendfsync", "always")
-    return RedisServer(directory, config_file=SHIPPED_CONF, aclfile=acl_copy(directory, acl_text),
+    return RedisServer(directory, config_file=conf_copy(directory), aclfile=acl_copy(directory, acl_text),
                        login=login(ADMIN), **kwargs)  # type: ignore[arg-type]
+
+
+def ready_for_producers(admin: redis.Redis, dispatcher: redis.Redis) -> None:
+    """What a deployment does before its first input: producer `app` registered (an operator,
+    here the admin) and the submit function loaded (a dispatcher's start, under its login), so a
+    producer may send before the first dispatcher is up."""
+    from parley.dispatcher.functions import Functions
+
+    admin.hset(Keys().producers, PRODUCER_NAME, orjson.dumps({"tenant": None}))
+    Functions(dispatcher).ensure()

@@ -4,6 +4,13 @@ All on loopback, free ports, one temporary folder. The sentinels are `redis-serv
 --sentinel`: Debian's `redis-sentinel` is the same program under another name, so nothing
 beyond redis-server needs installing. Failover is quick on purpose (`down-after-milliseconds`
 1000): a killed primary is replaced within a few seconds.
+
+`ReplicaSet(directory, deployed=True)` runs it as a deployment would (tests/deployed.py): every
+node with the shipped redis.conf and users.acl, each replica linked to its primary under the
+`parley-replica` login (`masteruser`/`masterauth`, set on every node: any of them may become a
+replica), each sentinel watching under `parley-sentinel` (`sentinel auth-user`/`auth-pass`).
+Its `url` is then the harness admin's; `url_as(login)` any shipped login's. Without it, the
+nodes run with no ACL file and no persistence, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ class Sentinel:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
+    #: (user, password) the sentinel authenticates to the nodes with (None: no ACL)
+    auth: tuple[str, str] | None = None
+
     def start(self, primary_port: int) -> Sentinel:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -44,7 +54,9 @@ class Sentinel:
                         f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n"
                         f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                         f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-                        f"sentinel parallel-syncs {SERVICE} 1\n")
+                        f"sentinel parallel-syncs {SERVICE} 1\n"
+                        + (f"sentinel auth-user {SERVICE} {self.auth[0]}\n"
+                           f"sentinel auth-pass {SERVICE} {self.auth[1]}\n" if self.auth else ""))
         self.proc = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         client = redis.Redis(host="127.0.0.1", port=self.port)
@@ -78,14 +90,31 @@ class ReplicaSet:
     directory: Path
     servers: list[RedisServer] = field(default_factory=list)
     sentinels: list[Sentinel] = field(default_factory=list)
+    #: as deployed: the shipped redis.conf and users.acl on every node, ACL'd links (above)
+    deployed: bool = False
+
+    def _node(self, name: str, settings: dict[str, str]) -> RedisServer:
+        if not self.deployed:
+            return RedisServer(self.directory / name, settings=settings)
+        from tests.deployed import REPLICA, deployed_redis, login
+
+        user, password = login(REPLICA).split(":", 1)
+        return deployed_redis(self.directory / name,
+                              settings={**settings, "masteruser": user, "masterauth": password})
 
     def start(self) -> ReplicaSet:
-        primary = RedisServer(self.directory / "a", settings=dict(FAST_SYNC)).start()
-        replica = RedisServer(self.directory / "b",
-                              settings={**FAST_SYNC, "replicaof": f"127.0.0.1 {primary.port}"}).start()
+        primary = self._node("a", dict(FAST_SYNC)).start()
+        replica = self._node("b", {**FAST_SYNC, "replicaof": f"127.0.0.1 {primary.port}"}).start()
         self.servers = [primary, replica]
         self.wait_replicas(primary, 1)
-        self.sentinels = [Sentinel(self.directory / f"sentinel-{i}").start(primary.port) for i in range(3)]
+        auth = None
+        if self.deployed:
+            from tests.deployed import SENTINEL, login
+
+            user, password = login(SENTINEL).split(":", 1)
+            auth = (user, password)
+        self.sentinels = [Sentinel(self.directory / f"sentinel-{i}", auth=auth).start(primary.port)
+                          for i in range(3)]
         # every sentinel knows the replica and the other sentinels before anything may fail
         deadline = time.monotonic() + 20
         while not all(self._sees_all(s) for s in self.sentinels):
@@ -105,8 +134,18 @@ class ReplicaSet:
 
     @property
     def url(self) -> str:
+        """The Sentinel URL (as deployed: the harness admin's login, that of the nodes' `url`)."""
+        return self.url_as(self.servers[0].login if self.servers else None)
+
+    def url_as(self, login: str | None) -> str:
+        """The Sentinel URL with `login` ("user:password", the primary's; None: none)."""
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}/0"
+        return f"redis+sentinel://{login + '@' if login else ''}{hosts}/{SERVICE}/0"
+
+    def critical_lines(self) -> list[str]:
+        """Every node's `== CRITICAL ==` log lines (RedisServer.critical_lines), each with its node."""
+        return [f"{server.directory.name}: {line}"
+                for server in self.servers for line in server.critical_lines()]
 
     def primary_port(self) -> int:
         """The primary as the sentinels name it now."""
@@ -164,7 +203,7 @@ class ReplicaSet:
         while time.monotonic() < deadline:
             port = self.primary_port()
             if port != old.port:
-                c = redis.Redis(host="127.0.0.1", port=port)
+                c = redis.Redis.from_url(self.server(port).url)
                 try:
                     if c.info("replication")["role"] == "master":
                         return self.server(port)

@@ -1,56 +1,36 @@
 """The chaos run's app: the seed scenario, plus two tools whose bodies really run and leave a
-trace of every execution in Redis (tests/chaos/run_chaos.py).
+trace of every execution outside the Redis under test (tests/chaos/run_chaos.py).
 
 A message `call record_once {"key": K}` / `call record_idem {"key": K}` (one line each) asks for
-those calls. Each execution adds a fresh token to the set `chaos:ran:<tool>:<K>` before it
-sleeps a little (so kills land mid-tool), then returns. SADD of its own token, retried through
-Redis outages, counts one execution once even when a reply is lost: SCARD is the number of
-executions whose body got that far. `record_once` is not idempotent (run at most once:
-docs/guarantees.md); `record_idem` is, and may run again after a lost worker (3 attempts in all).
+those calls. Each execution appends one line to its process's own file,
+`$CHAOS_RECORDS_DIR/tools-<pid>.log` (`{"tool": ..., "key": K, "token": ..., "pid": ...}`), with
+O_APPEND and `os.fsync` before it sleeps a little (so kills land mid-tool) and returns: a body
+that got that far is on disk whatever happens next to the worker or to Redis. The records used
+to be a set in Redis itself, the one the run kills and restarts (and fails over): a Redis that
+lost writes would have lost the very records that show a tool run twice. `record_once` is not
+idempotent (run at most once: docs/guarantees.md); `record_idem` is, and may run again after a
+lost worker (3 attempts in all). `tests.chaos.evidence` reads the files.
 """
 
 import os
 import random
 import secrets
 import time
-
-import redis
+from pathlib import Path
 
 from examples.seed_app import decide, decide_on, llm, send_email
-from parley.shards import connect
+from tests.chaos.evidence import AppendOnly
 
 __all__ = ["decide", "decide_on", "llm", "tools"]
 
-_redis: redis.Redis | None = None
-
-
-def ran_key(tool: str, key: str) -> str:
-    return f"chaos:ran:{tool}:{key}"
+_records: AppendOnly | None = None
 
 
 def _record(tool: str, key: str) -> str:
-    global _redis
-    if _redis is None:
-        # the deployment's Redis (a Sentinel URL too), or the one the driver names for them
-        # (CHAOS_RECORDS_URL: with several shards, all records are on one)
-        url = os.environ.get("CHAOS_RECORDS_URL") or os.environ["PARLEY_REDIS_URL"]
-        _redis = connect(url, socket_timeout=5)
-    token = secrets.token_hex(8)
-    # with a failover in the run, a record counts once a replica holds it (WAIT on the same
-    # connection: one pipeline), else a promoted replica could lack it; 0: no WAIT at all
-    replicas = int(os.environ.get("CHAOS_WAIT_REPLICAS", "0"))
-    for _ in range(300):  # Redis is restarted (or fails over) once during the run
-        try:
-            pipe = _redis.pipeline(transaction=False)
-            pipe.sadd(ran_key(tool, key), token)
-            pipe.execute_command("WAIT", replicas, 2000)
-            if int(pipe.execute()[-1]) < replicas:
-                continue  # not on a replica yet: again (the same token, so counted once)
-            break
-        except (redis.ConnectionError, redis.BusyLoadingError, redis.TimeoutError):
-            time.sleep(0.1)
-    else:
-        raise RuntimeError("redis stayed unavailable")
+    global _records
+    if _records is None or _records.pid != os.getpid():  # a file per process (a forked one too)
+        _records = AppendOnly(Path(os.environ["CHAOS_RECORDS_DIR"]) / f"tools-{os.getpid()}.log")
+    _records.write({"tool": tool, "key": key, "token": secrets.token_hex(8), "pid": os.getpid()})
     time.sleep(random.uniform(0, 1.0))
     return f"ran {key}"
 

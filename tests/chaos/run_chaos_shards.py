@@ -3,8 +3,14 @@
     python -m tests.chaos.run_chaos_shards --sessions 120      (make chaos-shards)
     python -m tests.chaos.run_chaos_shards --sessions 24 ...   (make chaos-shards-smoke, in CI)
 
-Shard 0 is a plain redis-server (`appendfsync always`), restarted once from its AOF mid-run.
-Shard 1 is Sentinel-managed (a primary, a replica, three sentinels: tests/replica_set.py); its
+Every Redis runs as deployed (tests/deployed.py: the shipped redis.conf and users.acl), every
+process under its login (dispatchers `parley-dispatcher`, workers `parley-worker`, the driver's
+inputs `parley-producer`, its reads and checks `parley-reader`; the harness admin seeds, checks
+the bookkeeping and runs the moves, which no shipped login may). Shard 0 is one redis-server,
+restarted once from its AOF mid-run (each session's `ver` counted either side of the kill -9:
+none may go back). Shard 1 is Sentinel-managed (a primary, a replica, three sentinels:
+tests/replica_set.py, `deployed=True`: the replicas log in as `parley-replica`, the sentinels as
+`parley-sentinel`); its
 primary is killed -9 once mid-run, its replica held still and cut off for the second before
 (so the primary dies holding writes the replica lacks), the replica promoted, and the old
 primary started again as the new one's replica. Each shard has two dispatchers and two
@@ -20,15 +26,18 @@ the run lasts long enough, one of shard 1's (to shard 0); as each begins, one of
 workers is killed -9. A move that exits non-zero is a violation; `parley partitions repair` is
 then run so the run can end, and said.
 
-The driver is a careful producer (registered as `chaos`, so its inputs go through each
-shard's submit function): it sends each input to its session's shard, and on shard 1 counts
-it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
+The driver is a careful producer (producer `app`, the shipped producer login's, so its inputs
+go through each shard's submit function): it sends each input to its session's shard, and on
+shard 1 counts it as sent once `WAIT 1`, in one pipeline with the submit, says a replica holds it, else
 sends it again (its idempotency key makes the copy a no-op); refused `moved`, it reads the
 placement again and sends to the shard it names. Its event reads follow the placement too
-(read again every half second). The tool bodies record their runs on shard 0. Then every
-session is checked as run_chaos.py checks it, on the shard the placement names at the end,
-and each shard for leftovers, a moved partition's source for any key or member of it; exits
-1 on any violation.
+(read again every half second). The tool bodies and the driver record what ran and what was
+seen in files outside every Redis (tests/chaos/evidence.py). Then every session is checked as
+run_chaos.py checks it, on the shard the placement names at the end (the events the driver
+read by id where the session only ever lived on shard 0, by type where shard 1's failover may
+have written them again), each shard for leftovers, a moved partition's source for any key or
+member of it, every node's log for `CRITICAL` lines and its ACL LOG for refusals; exits 1 on
+any violation.
 """
 
 from __future__ import annotations
@@ -48,17 +57,39 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-from parley.cli.procs import RedisServer, parley_command, start_parley
+from parley.cli.procs import parley_command, start_parley
 from parley.client import Client
 from parley.partitions import Mover
 from parley.producer import SubmitUnavailable, input_fields, is_moved, submit_call, submit_error
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import Placement
 from parley.shards import Shards, connect
-from tests.chaos.run_chaos import APP, Fleet, chaos_arguments, check, check_closed, drive, leftovers
+from tests.chaos.evidence import DRIVER_FILE, AppendOnly, Evidence
+from tests.chaos.run_chaos import (
+    Fleet,
+    Restart,
+    acl_denials,
+    chaos_arguments,
+    check,
+    check_closed,
+    drive,
+    leftovers,
+    restart,
+)
+from tests.deployed import (
+    DISPATCHER,
+    PRODUCER_NAME,
+    READER,
+    WORKER,
+    deployed_redis,
+    login,
+    ready_for_producers,
+)
+from tests.deployed import PRODUCER as PRODUCER_LOGIN
 from tests.replica_set import ReplicaSet
 
-PRODUCER = "chaos"
+#: the producer the shipped producer login sends as (registered by the dispatchers, and before)
+PRODUCER = PRODUCER_NAME
 PARTITIONS = 4
 #: how long the producer waits for shard 1's replica to hold an input
 PRODUCER_WAIT_MS = 2000
@@ -75,17 +106,17 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
 class ShardFleet(Fleet):
-    """Processes named `<kind>-<shard>-<letter>`, each serving its shard."""
+    """Processes named `<kind>-<shard>-<letter>`, each serving its shard, under its kind's
+    login on every shard (`shard_urls[kind]`: each shard's URL, in order)."""
 
-    def __init__(self, urls: list[str], logdir: Path, records_url: str):
-        super().__init__(urls[0], logdir)
-        # not PARLEY_REDIS_URL: the command lines name every shard
-        self.env = {"PARLEY_APP": APP, "PARLEY_LOG_LEVEL": "WARNING", "CHAOS_RECORDS_URL": records_url}
-        self.urls = urls
+    def __init__(self, shard_urls: dict[str, list[str]], logdir: Path, records: Path):
+        super().__init__({kind: urls[0] for kind, urls in shard_urls.items()}, logdir, records)
+        self.shard_urls = shard_urls
 
     def start(self, name: str) -> None:
         kind, shard, _ = name.split("-")
-        urls = [a for u in self.urls for a in ("--redis-url", u)]
+        # not PARLEY_REDIS_URL: the command lines name every shard
+        urls = url_args(self.shard_urls[kind])
         if kind == "dispatcher":
             args = ["dispatcher", "--shard", shard, "--partitions", str(PARTITIONS), "--lease-ms", "2000",
                     "--register-producer", PRODUCER]
@@ -261,11 +292,23 @@ def main() -> int:
     args = chaos_arguments(__doc__ or "", sessions=120, spread=45.0, close_fraction=0.2)
     rng = random.Random(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="parley-chaos-shards-"))
-    shard0 = RedisServer(workdir / "shard0", appendonly=True, appendfsync="always").start()
-    shard1 = ReplicaSet(workdir / "shard1").start()
+    records = workdir / "records"
+    records.mkdir()
+    # as deployed: the shipped redis.conf and users.acl on shard 0 and on every node of shard 1,
+    # whose replicas and sentinels log in with the shipped parley-replica / parley-sentinel
+    shard0 = deployed_redis(workdir / "shard0").start()
+    shard1 = ReplicaSet(workdir / "shard1", deployed=True).start()
+
+    def urls_as(user: str) -> list[str]:
+        return [shard0.url_as(login(user)), shard1.url_as(login(user))]
+
+    # the harness's admin: seeding, the bookkeeping checks, `parley partitions move` (no shipped
+    # login may move a partition: deploy/README.md, "What the patterns cannot say")
     urls = [shard0.url, shard1.url]
     shards = Shards([connect(u, socket_timeout=5) for u in urls], Keys())
-    fleet = ShardFleet(urls, workdir, records_url=shard0.url)
+    for admin, as_dispatcher in zip(shards.clients, urls_as(DISPATCHER), strict=True):
+        ready_for_producers(admin, connect(as_dispatcher, socket_timeout=5))
+    fleet = ShardFleet({"dispatcher": urls_as(DISPATCHER), "worker": urls_as(WORKER)}, workdir, records)
     for name in ("dispatcher-0-a", "dispatcher-0-b", "dispatcher-1-a", "dispatcher-1-b",
                  "worker-0-a", "worker-0-b", "worker-1-a", "worker-1-b"):
         fleet.start(name)
@@ -273,7 +316,10 @@ def main() -> int:
     shards.check()  # the placement the dispatchers wrote: how sessions are routed
     initial = shards.placement
     assert initial is not None
-    careful = CarefulClient(shards, replicas=[0, 1])
+    # the driver's inputs through the producer login, as producer `app`
+    careful = CarefulClient(Shards([connect(u, socket_timeout=5) for u in urls_as(PRODUCER_LOGIN)], Keys()),
+                            replicas=[0, 1])
+    careful.refresh()
 
     def route(_session: str) -> Client:
         careful.refresh(REFRESH_EVERY_S)  # a moved session's events are read on its new shard
@@ -287,6 +333,7 @@ def main() -> int:
     stop = threading.Event()
     events: list[str] = []
     moves: list[Move] = []
+    restarts: list[Restart] = []
     # the second move no earlier than this far into the run: the sessions started by then spread
     # over every partition, and the ones started later are sent while it runs
     second_move_at = 0.6 * args.spread
@@ -315,9 +362,8 @@ def main() -> int:
             if moves and moves[-1].code is None:  # kills go on; a restart or failover waits for its end
                 fleet.kill_one(rng)
             elif "restart" not in events and elapsed > 5:
-                shard0.stop(kill=True)  # kill -9: appendfsync always keeps every ack
-                time.sleep(0.5)
-                shard0.start()
+                # kill -9 (appendfsync always keeps every ack), each session's `ver` counted
+                restarts.append(restart(shard0, shards.clients[0], shards.keys, sessions))
                 events.append("restart")
             elif not moves and "restart" in events:
                 move(0, 1, elapsed)
@@ -339,21 +385,30 @@ def main() -> int:
     chaos_thread = threading.Thread(target=chaos, daemon=True)
     t0 = time.monotonic()
     chaos_thread.start()
-    state = drive(careful, sessions, args.spread, t0 + args.timeout, stop, rng, closing, route=route)
+    journal = AppendOnly(records / DRIVER_FILE)
+    state = drive(careful, sessions, args.spread, t0 + args.timeout, stop, rng, closing, route=route,
+                  journal=journal)
     chaos_thread.join()
+    journal.close()
     elapsed = time.monotonic() - t0
-    careful.refresh()  # the checks read each session where the placement says it is now
+    shards.refresh()  # the checks read each session where the placement says it is now
     final = shards.placement
     assert final is not None
-    records = shards.clients[0]
+    # the checks read as `parley show` does, under the reader login
+    reader = Client(Shards([connect(u, socket_timeout=5) for u in urls_as(READER)], Keys()))
+    reader.shards.refresh()
+    evidence = Evidence.load(records)
     violations: dict[str, list[str]] = {}
     tally: Counter[str] = Counter()
     for s in sessions:
+        # events read on shard 0 alone keep their ids; shard 1's failover may write a lost
+        # transition's events again with new ids: compared by type there
+        same_ids = initial.shard_of_session(s) == 0 and final.shard_of_session(s) == 0
         if s in closing:
-            problems = check_closed(careful, s, tally, records) if state[s] == "closed" else [
+            problems = check_closed(reader, s, tally, evidence, same_ids) if state[s] == "closed" else [
                 f"not closed (state {state[s]})"]
         else:
-            problems = check(careful, s, tally, records) if state[s] == "done" else [
+            problems = check(reader, s, tally, evidence, same_ids) if state[s] == "done" else [
                 f"did not finish (state {state[s]})"]
         if problems:
             violations[s] = problems
@@ -371,10 +426,23 @@ def main() -> int:
     for i, r in enumerate(shards.clients):
         if not violations and (left := leftovers(Client(r))):
             violations[f"leftovers on shard {i}"] = left
+    for r in restarts:
+        if r.problems():
+            violations["shard 0's restart"] = r.problems()
+    critical = [f"shard0: {line}" for line in shard0.critical_lines()] + shard1.critical_lines()
+    if critical:
+        violations["redis logs"] = critical[:5]
+    if evidence.torn:
+        violations["records"] = [f"{evidence.torn} lines cut short in {records}"]
+    nodes = [("shard0", shard0), *((f"shard1 {n.directory.name}", n) for n in shard1.servers)]
+    denials = [f"{where}: {d}" for where, node in nodes if node.proc is not None
+               for d in acl_denials(redis.Redis.from_url(node.url, socket_timeout=5))]
+    if denials:  # a process, replica or sentinel short of a right (RQ swallows some refusals)
+        violations["acl log"] = denials[:5]
     for s in sorted(violations)[:3]:
         if s in state:
-            seen = [e["type"] for _id, e in careful.events(s, block_ms=1, until=time.monotonic() + 0.2)]
-            (workdir / f"{s}.txt").write_text(f"events: {seen}\nview: {careful.show(s)}\n")
+            seen = [e["type"] for _id, e in reader.events(s, block_ms=1, until=time.monotonic() + 0.2)]
+            (workdir / f"{s}.txt").write_text(f"events: {seen}\nview: {reader.show(s)}\n")
     crashed = [name for name, proc in fleet.procs.items() if proc.poll() is not None]
     codes = fleet.stop()
     shard1.stop()
@@ -387,7 +455,13 @@ def main() -> int:
           f"on shard 0: {on[0]}, on shard 1: {on[1]}, in moved partitions: "
           f"{sum(partition_of(s, PARTITIONS) in moved for s in sessions)}) "
           f"finished={sum(v in ('done', 'closed') for v in state.values())} kills={fleet.kills} "
-          f"chaos={','.join(events)} violations={len(violations)} seconds={elapsed:.1f} exit_codes={codes}")
+          f"chaos={','.join(events)} violations={len(violations)} critical_lines={len(critical)} "
+          f"acl_denials={len(denials)} seconds={elapsed:.1f} exit_codes={codes}")
+    for r in restarts:
+        print(f"shard 0's restart: {r.summary()}")
+    print(f"evidence: {evidence.files} files in {records}, {sum(evidence.runs.values())} tool runs, "
+          f"{sum(map(len, evidence.sent.values()))} inputs acknowledged, "
+          f"{sum(map(len, evidence.seen.values()))} events read")
     print(f"moves ({careful.moved_refusals} sends refused `moved`, then sent again): "
           + ("; ".join(m.summary() for m in moves) or "none"))
     print("tools: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))

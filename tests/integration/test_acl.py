@@ -51,7 +51,7 @@ from parley.notify import Forwarder, NotifyConfig
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
-from parley.shards import Shards, read_view
+from parley.shards import Shards, connect, read_view
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker
@@ -75,12 +75,14 @@ ARCHIVER = "parley-archiver"
 ACME_PRODUCER, ACME_READER = "parley-producer-acme", "parley-reader-acme"
 # the inbox page's login (tests/integration/test_deploy.py runs the page under it)
 INBOX = "parley-inbox"
+# a Sentinel-managed shard's: its replicas' link to the primary, its sentinels' to every node
+REPLICA, SENTINEL = "parley-replica", "parley-sentinel"
 # the placeholders shipped in the file (deploy/README.md: replace them before deploying)
 PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
              NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver",
              ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme",
-             INBOX: "change-me-inbox"}
+             INBOX: "change-me-inbox", REPLICA: "change-me-replica", SENTINEL: "change-me-sentinel"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 #: the registered producer whose streams the file's producer login writes
 APP = "app"
@@ -252,7 +254,8 @@ def refused(call: Callable[[], Any]) -> None:
 
 def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
     users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
-    roles = (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ACME_PRODUCER, ACME_READER, INBOX)
+    roles = (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ACME_PRODUCER, ACME_READER, INBOX,
+             REPLICA, SENTINEL)
     assert set(users) == {"default", ADMIN, *roles}
     assert " off " in users["default"] and "nopass" not in users["default"]
     for user in roles:
@@ -782,6 +785,91 @@ def test_the_archiver_consumes_the_archive_and_touches_nothing_else(acl: AclRedi
                     lambda: archiver.xadd("parley:inputs", {"session": "s", "input": "{}"})):
         refused(attempt)
     assert {u for u, _why, _obj in acl.denials()} == {ARCHIVER}
+
+
+# ---- a Sentinel-managed shard: its replicas and sentinels ---------------------------------------
+
+
+@pytest.mark.e2e
+def test_replicas_and_sentinels_do_their_job_under_their_logins(tmp_path: Path) -> None:
+    """tests/replica_set.py as deployed: every node with the shipped files, each replica linked
+    under parley-replica (masteruser/masterauth), each sentinel under parley-sentinel (auth-user/
+    auth-pass). A write replicates, a killed primary is replaced, the old one rejoins as a
+    replica and syncs: and no node refused the replicas or sentinels anything (ACL LOG)."""
+    from tests.replica_set import ReplicaSet
+
+    rs = ReplicaSet(tmp_path / "rs", deployed=True).start()
+    try:
+        primary = connect(rs.url_as(f"{DISPATCHER}:{PASSWORDS[DISPATCHER]}"))
+        primary.set("parley:acl-probe", "1")
+        assert int(primary.execute_command("WAIT", 1, 2000)) == 1
+        old = rs.kill_primary()
+        new = rs.wait_promoted(old)
+        rs.rejoin(old, new)
+        for node in rs.servers:
+            admin = redis.Redis.from_url(node.url)
+            assert admin.get("parley:acl-probe") == b"1"
+            assert [(text(e["username"]), text(e["object"])) for e in admin.acl_log()] == []
+            admin.close()
+        assert rs.critical_lines() == []
+    finally:
+        rs.stop()
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.hgetall(KEYS.meta("acl-x")), id="read-meta"),
+    pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
+    pytest.param(lambda r: r.get(KEYS.engine_key), id="read-the-engines-key"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
+    pytest.param(lambda r: r.set("parley:x", "1"), id="write-a-key"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.info(), id="info"),
+    pytest.param(lambda r: r.config_get("*"), id="config-get"),
+    pytest.param(lambda r: r.execute_command("SLAVEOF", "NO", "ONE"), id="promote-itself-elsewhere"),
+    pytest.param(lambda r: r.publish("rq:pubsub:w", "{}"), id="publish"),
+    pytest.param(lambda r: r.flushall(), id="flushall"),
+])
+def test_the_replica_login_is_refused_all_but_the_replication_link(
+        acl: AclRedis, attempt: Callable[[redis.Redis], Any]) -> None:
+    """parley-replica: PSYNC, REPLCONF and PING, nothing else (what it syncs is the whole
+    dataset, which is why its password is the admin's to keep: deploy/README.md)."""
+    replica = acl.connect(REPLICA)
+    assert replica.ping()
+    refused(lambda: attempt(replica))
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {REPLICA}
+
+
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.hgetall(KEYS.meta("acl-x")), id="read-meta"),
+    pytest.param(lambda r: r.xrange(KEYS.events("acl-x")), id="read-events"),
+    pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
+    pytest.param(lambda r: r.get(KEYS.engine_key), id="read-the-engines-key"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
+    pytest.param(lambda r: r.set("parley:x", "1"), id="write-a-key"),
+    pytest.param(lambda r: r.delete("parley:config"), id="delete-a-key"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.scan(0), id="scan"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    pytest.param(lambda r: r.flushall(), id="flushall"),
+    pytest.param(lambda r: r.config_set("appendonly", "no"), id="config-set"),
+    pytest.param(lambda r: r.config_get("*"), id="config-get"),
+    pytest.param(lambda r: r.acl_list(), id="acl"),
+    pytest.param(lambda r: r.publish("rq:pubsub:w", '{"command": "shutdown"}'), id="publish-to-rq-workers"),
+    pytest.param(lambda r: r.execute_command("SUBSCRIBE", "rq:pubsub:w"), id="subscribe-to-rq-workers"),
+    pytest.param(lambda r: r.execute_command("PSYNC", "?", "-1"), id="psync-the-data"),
+    pytest.param(lambda r: r.client_list(), id="client-list"),
+    pytest.param(lambda r: r.execute_command("SHUTDOWN", "NOSAVE"), id="shutdown"),
+])
+def test_the_sentinel_login_is_refused_the_data_and_other_channels(
+        acl: AclRedis, attempt: Callable[[redis.Redis], Any]) -> None:
+    """parley-sentinel: what a sentinel runs (INFO, ROLE, PING, its hello channel, SLAVEOF,
+    CONFIG REWRITE, CLIENT KILL, SCRIPT KILL, MULTI/EXEC); no key, no other channel (not RQ's
+    worker commands), no CONFIG SET, no ACL, no data by PSYNC."""
+    sentinel = acl.connect(SENTINEL)
+    assert sentinel.ping() and sentinel.execute_command("ROLE")[0] == b"master"
+    assert sentinel.publish("__sentinel__:hello", "x") == 0
+    refused(lambda: attempt(sentinel))
+    assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {SENTINEL}
 
 
 # ---- the real processes: credentials come from the URL ------------------------------------------

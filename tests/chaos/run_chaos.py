@@ -441,10 +441,14 @@ def main() -> int:
     stop = threading.Event()
     restarts: list[Restart] = []
 
+    # Redis is killed once half the sessions have started: many are then mid-turn, parked or
+    # done, so the transitions counted either side of the kill span every stage
+    restart_after_s = max(6.0, args.spread / 2)
+
     def chaos() -> None:
         started = time.monotonic()
         while not stop.wait(args.kill_every * rng.uniform(0.5, 1.5)):
-            if not restarts and time.monotonic() - started > 6:
+            if not restarts and time.monotonic() - started > restart_after_s:
                 restarts.append(restart(server, admin, reader.keys, sessions))
             else:
                 fleet.kill_one(rng)

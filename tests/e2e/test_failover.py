@@ -48,6 +48,7 @@ from parley.shards import connect
 from tests.chaos.evidence import Evidence
 from tests.chaos.run_chaos import APP, check, drive, leftovers
 from tests.conftest import Procs, wait_for
+from tests.deployed import DISPATCHER, WORKER, login
 from tests.replica_set import ReplicaSet
 
 #: the running-jobs hash (parley:running) under the default prefix
@@ -82,14 +83,20 @@ class CarefulClient(Client):
 
 @pytest.fixture
 def replica_set(tmp_path: Path) -> Iterator[ReplicaSet]:
-    rs = ReplicaSet(tmp_path / "redis").start()
+    """As deployed: the shipped redis.conf and users.acl on every node, replication and the
+    sentinels under their own logins (tests/replica_set.py)."""
+    rs = ReplicaSet(tmp_path / "redis", deployed=True).start()
     yield rs
     rs.stop()
 
 
 @pytest.fixture
 def fleet(replica_set: ReplicaSet, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Procs]:
-    p = Procs(replica_set.url, tmp_path)
+    """Dispatchers and workers under their shipped logins; the test itself (its inputs, its
+    checks) uses the harness's admin login, `replica_set.url`."""
+    p = Procs(replica_set.url, tmp_path,
+              urls={"dispatcher": replica_set.url_as(login(DISPATCHER)),
+                    "worker": replica_set.url_as(login(WORKER))})
     yield p
     codes = [stop_process(proc, timeout=20) for _kind, proc, _log in p.started]
     rep = getattr(request.node, "rep_call", None)

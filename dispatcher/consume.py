@@ -143,7 +143,7 @@ class Dispatcher:
                 failures += 1
             except RedisError as exc:
                 ahead = None
-                if group_gone(exc) and (made := self.regroup()):
+                if group_gone(exc) and (made := self._regroup_or_none()):
                     # A stream of ours lost its group (deleted: the runbook for a jammed producer
                     # stream, docs/operations.md): made again, every stream is read on at once.
                     log.warning("a stream's consumer group was gone (the stream deleted?): made "
@@ -157,6 +157,17 @@ class Dispatcher:
                 failures += 1
         with contextlib.suppress(RedisError):
             self.leases.release_all()
+
+    def _regroup_or_none(self) -> list[str]:
+        """`regroup`, called from the loop's error handler: a Redis error while it makes the
+        groups (an outage right after the NOGROUP, a key made another type meanwhile) must not
+        escape the loop, so it is logged and the loop backs off as for any refused command."""
+        try:
+            return self.regroup()
+        except RedisError as exc:
+            log.warning("could not make a missing consumer group again; backing off",
+                        extra=kv(error=repr(exc)))
+            return []
 
     def regroup(self) -> list[str]:
         """After `NOGROUP`: the group of every stream we read made again where it is missing

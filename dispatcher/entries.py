@@ -70,6 +70,20 @@ def already_applied(marker: str | None, entry_id: str) -> bool:
     return marker is not None and entry_key(entry_id) <= entry_key(marker)
 
 
+#: how far ahead of the dispatcher's clock an input entry's id may be: Redis makes ids from its
+#: own clock, so only a producer's explicit id is further ahead than clocks drift apart
+FUTURE_ID_MARGIN_MS = 10 * 60 * 1000
+
+
+def ahead_of_clock(entry_id: str, now_ms: int, margin_ms: int = FUTURE_ID_MARGIN_MS) -> bool:
+    """Whether an entry's id is further in the future than any id Redis makes itself: written
+    with an explicit id. Applied, it would become its session's marker for the stream, and
+    should the stream ever be deleted and made again (docs/operations.md, the runbook for a
+    stream jammed by the last possible id), every later input of that session from it would
+    be taken for a replay and dropped. So it is refused, and never becomes a marker."""
+    return entry_key(entry_id)[0] > now_ms + margin_ms
+
+
 def poisoned(stream: str, entry_id: str, exc: BaseException | None) -> Refused:
     """An exception decoding an entry or computing its transition (a bug, nothing committed):
     the entry goes to the rejected stream with the error rather than stopping its partition
@@ -109,6 +123,10 @@ class EntryDecoder:
         return self._input(stream, entry_id, fields) if inputs else self._outcome(entry_id, fields)
 
     def _input(self, stream: str, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
+        if ahead_of_clock(entry_id, int(time.time() * 1000)):
+            input_type, ids = input_refs(fields)
+            return Refused(InputError(f"entry id {entry_id} is ahead of the clock: written with an "
+                                      "explicit id; let Redis choose it (XADD ... *)", input_type, ids))
         # The signature first: an entry whose sender is not verified is refused before anything
         # of it is believed, so it uses up no idempotency key, even when it is malformed too.
         try:

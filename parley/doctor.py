@@ -82,8 +82,9 @@ def replays_every_transaction(user: DefaultUser) -> bool:
 def default_user_finding(user: DefaultUser | None) -> Finding:
     check = "default user"
     if user is None:
-        return Finding(Level.UNKNOWN, check, "this login may not run ACL GETUSER: run `parley doctor` "
-                       "with an admin login to check that Redis can replay its AOF")
+        return Finding(Level.UNKNOWN, check, "not read (this login may not run ACL GETUSER, or the "
+                       "server has no ACL): run `parley doctor` with an admin login to check that "
+                       "Redis can replay its AOF")
     if replays_every_transaction(user):
         return Finding(Level.OK, check, "may run every command on every key: the AOF replays whole")
     return Finding(Level.FAIL, check,
@@ -96,7 +97,8 @@ def default_user_finding(user: DefaultUser | None) -> Finding:
 def persistence_findings(facts: ServerFacts) -> list[Finding]:
     found: list[Finding] = []
     if facts.appendonly is None:
-        found.append(Finding(Level.UNKNOWN, "appendonly", "this login may not run CONFIG GET"))
+        found.append(Finding(Level.UNKNOWN, "appendonly", "not read (this login may not run CONFIG "
+                             "GET): run `parley doctor` with an admin login"))
     elif facts.appendonly != "yes":
         found.append(Finding(Level.FAIL, "appendonly", f"{facts.appendonly}: a restart loses every "
                              "session; set `appendonly yes` (deploy/redis/redis.conf)"))

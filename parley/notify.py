@@ -32,7 +32,7 @@ import httpx
 import orjson
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley import metrics
@@ -78,7 +78,13 @@ def run_through_outages(stop: threading.Event, step: Callable[[], None],
             now = time.monotonic()
             nogroups = nogroups + 1 if now - last_nogroup < 60 else 0
             last_nogroup = now
-            made = regroup()
+            try:
+                made = regroup()
+            except RedisError as again:  # an outage right after the NOGROUP: back off, try again
+                log.warning("could not make the feed's consumer group again",
+                            extra=kv(error=repr(again)))
+                stop.wait(backoff(nogroups, base=0.05, cap=5.0))
+                continue
             log.warning("the feed's consumer group was gone (the feed deleted?): made again from "
                         "id 0, forwarding on", extra=kv(error=str(exc), made=",".join(made)))
             stop.wait(backoff(nogroups, base=0.05, cap=5.0) if nogroups else 0)

@@ -16,7 +16,7 @@ from parley.doctor import (
     examine,
     failed,
 )
-from parley.logins import may_ask_acl
+from parley.logins import may_ask_acl, may_ask_info
 from parley.logs import kv
 
 log = logging.getLogger("parley.doctor")
@@ -37,16 +37,23 @@ def default_user(connection: redis.Redis) -> DefaultUser | None:
 
 
 def server_facts(connection: redis.Redis, name: str) -> ServerFacts:
+    """What `connection`'s server says of itself. A shipped login is not asked what it is
+    refused (parley/logins.py: the refusal would land in the ACL LOG): those facts stay None."""
+    username = connection.connection_pool.connection_kwargs.get("username")
+    admin = may_ask_acl(username)  # ACL GETUSER and CONFIG GET: no shipped login has either
+
     def config(parameter: str) -> str | None:
-        reply = _asked(lambda: connection.config_get(parameter))
+        reply = _asked(lambda: connection.config_get(parameter)) if admin else None
         return None if not reply else str(reply.get(parameter))
 
-    server = _asked(lambda: connection.info("server")) or {}
-    cluster = _asked(lambda: connection.info("cluster")) or {}
+    info = may_ask_info(username)
+    server = (_asked(lambda: connection.info("server")) if info else None) or {}
+    cluster = (_asked(lambda: connection.info("cluster")) if info else None) or {}
     return ServerFacts(name=name, version=server.get("redis_version"),
                        cluster_enabled=None if not cluster else bool(cluster.get("cluster_enabled")),
-                       default_user=default_user(connection), appendonly=config("appendonly"),
-                       appendfsync=config("appendfsync"), maxmemory_policy=config("maxmemory-policy"))
+                       default_user=default_user(connection) if admin else None,
+                       appendonly=config("appendonly"), appendfsync=config("appendfsync"),
+                       maxmemory_policy=config("maxmemory-policy"))
 
 
 def format_finding(finding: Finding) -> str:

@@ -54,10 +54,15 @@ def test_doctor_fails_a_default_user_the_aof_cannot_be_replayed_with(old: RedisS
     assert "user default off resetpass ~* &* +@all" in run.stdout  # what to change
 
 
-def test_doctor_says_what_a_login_may_not_check(shipped: RedisServer) -> None:
-    run = doctor(shipped.url_as(login(PRODUCER)))
+@pytest.mark.parametrize("user", [PRODUCER, DISPATCHER])
+def test_doctor_says_what_a_shipped_login_may_not_check_and_never_asks_it(shipped: RedisServer,
+                                                                          user: str) -> None:
+    admin = redis.Redis.from_url(shipped.url)
+    admin.acl_log_reset()
+    run = doctor(shipped.url_as(login(user)))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "unknown default user" in run.stdout and "unknown appendonly" in run.stdout
+    assert admin.acl_log() == []  # nothing it was refused: the ACL LOG stays an alarm
 
 
 def test_a_dispatcher_with_an_admin_login_says_at_start_when_the_aof_would_lose_transactions(

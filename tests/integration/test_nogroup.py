@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 import redis
 from redis.exceptions import ResponseError
@@ -137,3 +138,47 @@ def test_the_archive_consumer_reads_on_after_its_stream_is_deleted(
     finally:
         stop.set()
         thread.join(10)
+
+
+def test_an_outage_while_the_group_is_made_again_is_ridden_out(
+        r: redis.Redis, running: Callable[..., Dispatcher], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis away just as the dispatcher makes a deleted stream's group again: the error does not
+    escape its loop (the thread lives on), it backs off, makes the group and applies what follows."""
+    real = Dispatcher.regroup
+    failed: list[int] = []
+
+    def flaky(self: Dispatcher) -> list[str]:
+        if not failed:
+            failed.append(1)
+            raise redis.ConnectionError("redis went away while the group was made again")
+        return real(self)
+
+    monkeypatch.setattr(Dispatcher, "regroup", flaky)
+    d = running()
+    first = send(r, "s-1", {"type": "session.create"})
+    eventually(lambda: served(r, "s-1", first), timeout=10)
+    assert r.delete(INPUTS) == 1
+    after = send(r, "s-2", {"type": "session.create"})
+    eventually(lambda: served(r, "s-2", after), timeout=15)
+    assert failed == [1] and groups(r, INPUTS) == [Keys.GROUP]
+    assert d.stats.applied >= 2
+
+
+def test_the_runbook_case_whole_an_entry_with_the_last_id_is_refused_so_the_session_goes_on(
+        r: redis.Redis, running: Callable[..., Dispatcher]) -> None:
+    """A producer's entry with the last possible id jams its stream (docs/operations.md). Were it
+    applied, it would be its session's marker for the stream, and after the runbook's DEL every
+    later input of that session would be taken for a replay and dropped. It is refused as
+    written with an explicit id (to the rejected stream), so after the DEL the session goes on."""
+    running()
+    first = send(r, "jam", {"type": "session.create"})
+    eventually(lambda: served(r, "jam", first), timeout=10)
+    last = "18446744073709551615-18446744073709551615"
+    r.xadd(INPUTS, {"session": "jam", "input": orjson.dumps(
+        {"type": "message.create", "content": "from the far future"})}, id=last)
+    eventually(lambda: any(last.encode() in b"".join(v for v in f.values())
+                           for _id, f in r.xrange(KEYS.rejected)), timeout=10)
+    eventually(lambda: r.xlen(INPUTS) == 0)
+    assert r.delete(INPUTS) == 1  # the runbook
+    after = send(r, "jam", {"type": "message.create", "content": "after the DEL"})
+    eventually(lambda: served(r, "jam", after), timeout=10)

@@ -228,3 +228,14 @@ def test_inputs_are_typed_strictly(value):
 def test_a_session_id_with_a_trailing_newline_is_invalid():
     with pytest.raises(InputError):
         decode_input_entry({b"session": b"s-1\n", b"input": b'{"type": "session.create"}'})
+
+
+def test_an_entry_id_ahead_of_every_clock_is_told_from_the_ids_redis_makes() -> None:
+    from parley.dispatcher.entries import FUTURE_ID_MARGIN_MS, ahead_of_clock
+
+    now = 1_764_000_000_000
+    assert not ahead_of_clock(f"{now}-0", now)
+    assert not ahead_of_clock(f"{now + FUTURE_ID_MARGIN_MS}-5", now)  # clocks drift: within the margin
+    assert ahead_of_clock(f"{now + FUTURE_ID_MARGIN_MS + 1}-0", now)
+    assert ahead_of_clock("18446744073709551615-18446744073709551615", now)
+    assert not ahead_of_clock("1-1", now)

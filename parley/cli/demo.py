@@ -30,7 +30,7 @@ def demo(ctx: click.Context, app: str, answer: str | None, message: str) -> None
     before sending, a human answer, the transcript. Starts a private redis-server unless
     PARLEY_REDIS_URL is set; stops everything it started."""
     assert ctx.parent is not None
-    given = ctx.parent.get_parameter_source("redis_url") != click.core.ParameterSource.DEFAULT
+    given = ctx.parent.get_parameter_source("redis_urls") != click.core.ParameterSource.DEFAULT
     sys.exit(run_demo(ctx.obj["url"] if given else None, ctx.obj["prefix"], app, answer, message))
 
 

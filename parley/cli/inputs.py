@@ -26,7 +26,6 @@ def _json_arg(text: str | None, what: str) -> Any:
         raise click.BadParameter(f"{what} is not valid JSON: {exc}") from None
 
 
-
 @click.command()
 @click.argument("session")
 @click.argument("text")

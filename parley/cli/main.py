@@ -150,7 +150,6 @@ def cli(ctx: click.Context, verbose: bool, redis_urls: tuple[str, ...], prefix: 
         click.echo(f"parley: redis {shown}, prefix {prefix}", err=True)
 
 
-
 def main() -> None:
     cli(auto_envvar_prefix=None)
 

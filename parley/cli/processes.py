@@ -79,7 +79,6 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
     return health
 
 
-
 @click.command()
 @click.option("--app", envvar="PARLEY_APP", required=True,
               help="The app, `module` or `module:attr` (env PARLEY_APP).")
@@ -287,7 +286,6 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
         heartbeat.stop()
 
 
-
 def _work_until_stopped(new_worker: Any, burst: bool) -> None:
     """RQ's loop survives Redis outages while it waits for a job, but quits when one hits its
     bookkeeping around a job. Start it again (as a new RQ worker), with backoff, until asked to stop."""
@@ -312,7 +310,6 @@ def _work_until_stopped(new_worker: Any, burst: bool) -> None:
             stop = _stop_on_signals()
             if stop.wait(delay):
                 return
-
 
 
 @click.command()

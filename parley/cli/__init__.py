@@ -1,5 +1,5 @@
 """The face of Parley: the `parley` command, the demo, and the processes they start."""
 
-from parley.cli.commands import cli, main
+from parley.cli.main import cli, main
 
 __all__ = ["cli", "main"]

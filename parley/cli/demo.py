@@ -18,6 +18,22 @@ TIMEOUT_S = 60
 SEED_APP = "examples.seed_app"
 
 
+@click.command()
+@click.option("--app", default=SEED_APP, show_default=True, help="The app to run.")
+@click.option("--yes", "answer", flag_value="yes", help="Approve without asking.")
+@click.option("--no", "answer", flag_value="no", help="Decline without asking.")
+@click.option("--message", default="Email bob@example.com: the launch moved to Friday.",
+              show_default=True, help="The user's message.")
+@click.pass_context
+def demo(ctx: click.Context, app: str, answer: str | None, message: str) -> None:
+    """The seed scenario end to end: a dispatcher and a worker, an email the app asks about
+    before sending, a human answer, the transcript. Starts a private redis-server unless
+    PARLEY_REDIS_URL is set; stops everything it started."""
+    assert ctx.parent is not None
+    given = ctx.parent.get_parameter_source("redis_urls") != click.core.ParameterSource.DEFAULT
+    sys.exit(run_demo(ctx.obj["url"] if given else None, ctx.obj["prefix"], app, answer, message))
+
+
 def run_demo(url: str | None, prefix: str, app: str, answer: str | None, message: str) -> int:
     try:
         load_app(app)  # here, with a clear message, rather than in the processes it starts

@@ -84,7 +84,7 @@ def doctor(ctx: click.Context) -> None:
 
     Run it with an admin login: what the login may not read is reported `unknown`. Exit 1 when
     anything FAILs, else 0."""
-    from parley.cli.commands import masked_url
+    from parley.cli.main import masked_url
     from parley.shards import connect_checked
 
     urls: list[str] = ctx.find_root().obj["urls"]

@@ -5,16 +5,9 @@ from typing import Any
 
 import click
 
+from parley.cli.connect import shards_of
 from parley.schemas.moves import DEFAULT_DRAIN_TIMEOUT_S, MoveStep, partition_states
 from parley.schemas.shards import PlacementError
-
-
-def _shards(ctx: click.Context) -> Any:
-    from parley.schemas.keys import Keys
-    from parley.shards import Shards, connect_checked
-
-    obj = ctx.find_root().obj
-    return Shards([connect_checked(u) for u in obj["urls"]], Keys(obj["prefix"]))
 
 
 def _mover(ctx: click.Context) -> Any:
@@ -23,7 +16,7 @@ def _mover(ctx: click.Context) -> Any:
     def say(step: MoveStep, text: str) -> None:
         click.echo(f"{step}: {text}")
 
-    return Mover(_shards(ctx), say)
+    return Mover(shards_of(ctx), say)
 
 
 @click.group()
@@ -35,7 +28,7 @@ def partitions() -> None:
 @click.pass_context
 def list_partitions(ctx: click.Context) -> None:
     """The placement table: each partition's shard, and whether it is being moved."""
-    shards = _shards(ctx)
+    shards = shards_of(ctx)
     if not shards.sharded:
         raw = shards.clients[0].hget(shards.keys.config, "partitions")
         click.echo(f"one Redis: all {int(raw) if raw else 1} partition(s) on it (no placement table)")

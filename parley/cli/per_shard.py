@@ -5,6 +5,10 @@ Each shard's processes connect to that shard only, so a command serving a deploy
 shards starts S children (`python -m parley`, the same arguments plus `--shard i`), passes
 SIGTERM and SIGINT on to them, and exits once they all have: 0 if they all did, else 1.
 `--metrics-port P` becomes P+i for child i, so each child serves its own /metrics.
+
+A process of one shard (`--shard i`) checks first that the shards agree on their placement
+(`resolve_partitions`, `await_shards_placement`); one given a single URL refuses to serve a
+Redis that is a shard of several (`refuse_a_lone_shard`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import click
+
+from parley.cli.connect import check_shard, connect, shards_of
 from parley.schemas.shards import Placement, PlacementError
 
 METRICS_OPTION = "--metrics-port"
@@ -80,3 +87,73 @@ def await_placement(check: Callable[[], Placement | None], wait_s: float,
             raise PlacementError(f"no shard holds a placement after {wait_s:g} s: start a dispatcher "
                                  "of this deployment first (it writes the placement)")
         sleep(step_s)
+
+
+#: how long a worker of one shard waits for a dispatcher to write the first placement
+WORKER_PLACEMENT_WAIT_S = 15.0
+
+
+def shard_to_serve(ctx: click.Context, shard: int | None, metrics_port: int | None) -> int | None:
+    """The shard this dispatcher or worker serves: None with one Redis URL (as before shards);
+    with several and no `--shard`, one child process per shard is run instead, and this process
+    exits with their outcome (`run_per_shard`)."""
+    from parley import metrics
+
+    urls = ctx.obj["urls"]
+    check_shard(ctx, shard)
+    if len(urls) == 1:
+        return None
+    if shard is None:
+        ctx.exit(run_per_shard(len(urls), metrics_port))
+    assert shard is not None
+    metrics.set_shard(shard)
+    return shard
+
+
+def refuse_a_lone_shard(ctx: click.Context) -> None:
+    """With one Redis URL: refuse to start (exit 1) on a Redis that is a shard of several (its
+    config holds `placement` or `shard`). A pod left on one old URL would otherwise lease
+    every partition of that shard, ignore moves and sweep frozen partitions. A Redis that
+    cannot be used stops the process here, as it would at its first command (exit 69)."""
+    from parley.schemas.keys import Keys
+    from parley.schemas.shards import PLACEMENT_FIELD, SHARD_FIELD
+
+    raw, index = connect(ctx).hmget(Keys(ctx.obj["prefix"]).config, [PLACEMENT_FIELD, SHARD_FIELD])
+    if raw is None and index is None:
+        return
+    try:
+        of = f"{Placement.from_json(raw).shards} shards" if raw is not None else "several shards"
+    except PlacementError:
+        of = "several shards"
+    i = int(index) if index is not None else "i"
+    raise click.ClickException(f"this Redis is shard {i} of a deployment of {of}: give every shard's "
+                               f"URL, in order, and --shard {i}")
+
+
+def resolve_partitions(ctx: click.Context, shard: int | None, partitions: int | None) -> int:
+    """N to publish: as given, else 1 with one Redis (as before shards), 16 with several. A
+    dispatcher of one shard checks the placement every shard holds against its URLs, writing
+    the first one on a fresh deployment; one that disagrees refuses to start."""
+    from parley.schemas.shards import DEFAULT_SHARDED_PARTITIONS
+
+    if shard is None:
+        return partitions or 1
+    from parley.dispatcher.engine_key import share_engine_key
+
+    shards = shards_of(ctx)
+    try:
+        placement = shards.check(partitions or DEFAULT_SHARDED_PARTITIONS, create=True)
+    except PlacementError as exc:
+        raise click.ClickException(f"shard {shard}: {exc}") from None
+    share_engine_key(shards.clients, shards.keys, shard)
+    return int(placement.partitions)
+
+
+def await_shards_placement(ctx: click.Context) -> None:
+    """A worker of one shard checks the shards' placement too (the same URLs, in the same
+    order), waiting a little for a dispatcher to write the first one."""
+    shards = shards_of(ctx)
+    try:
+        await_placement(lambda: shards.check(create=False), WORKER_PLACEMENT_WAIT_S)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from None

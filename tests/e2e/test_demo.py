@@ -18,6 +18,8 @@ def demo(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_demo_approved_sends_the_email() -> None:
     run = demo("--yes")
     assert run.returncode == 0, run.stdout + run.stderr
+    # no PARLEY_REDIS_URL: its own Redis, never one that happens to listen on localhost:6379
+    assert "started a private redis-server" in run.stdout
     assert "! interrupt int-1 (confirm): Send the email?" in run.stdout
     assert "> human: yes" in run.stdout
     assert "[call-1] sent" in run.stdout  # the tool's result in the transcript

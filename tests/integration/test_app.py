@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from parley.cli import cli
 from parley.cli.appinfo import app_info
-from parley.cli.commands import cli
 from parley.workers.app import App, AppError, load_app, tool_schema
 from tests.apps import integration_apps as apps
 from tests.apps import scenarios

@@ -105,6 +105,6 @@ def test_verbose_says_which_redis_and_prefix(r: redis.Redis) -> None:
     ("unix:///run/redis.sock?db=0&password=s3cret", "unix:///run/redis.sock?db=0&password=***"),
 ])
 def test_masked_url_hides_only_the_password(url: str, shown: str) -> None:
-    from parley.cli.commands import masked_url
+    from parley.cli.main import masked_url
 
     assert masked_url(url) == shown

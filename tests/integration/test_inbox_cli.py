@@ -5,7 +5,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from parley.cli.commands import cli
+from parley.cli import cli
 from parley.web.users import hash_password
 
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from parley.cli import cli, commands
+from parley.cli import cli, processes
 from parley.dispatcher import consume
 from parley.dispatcher.core import Lifecycle
 
@@ -26,7 +26,7 @@ def given(monkeypatch: pytest.MonkeyPatch, r: redis.Redis) -> dict[str, Any]:
         raise Stop()
 
     monkeypatch.setattr(consume, "Dispatcher", capture)
-    monkeypatch.setattr(commands, "_stop_on_signals", lambda: None)
+    monkeypatch.setattr(processes, "_stop_on_signals", lambda: None)
     url = r.connection_pool.connection_kwargs
     seen["url"] = f"redis://{url['host']}:{url['port']}/0"
     return seen

@@ -20,7 +20,7 @@ import click
 import pytest
 from pydantic import BaseModel
 
-from parley.cli.commands import cli
+from parley.cli import cli
 from parley.schemas import actions, events, inputs, triggers
 from parley.schemas.codes import IgnoreCode, RefusalCode
 

@@ -17,8 +17,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from parley.aclient import AsyncClient
     from parley.client import Client
+    from parley.client.aio import AsyncClient
     from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
     from parley.schemas.actions import Decision
     from parley.schemas.triggers import Trigger
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 #: public name -> the module that defines it
 _HOMES = {
-    "AsyncClient": "parley.aclient",
+    "AsyncClient": "parley.client.aio",
     "Client": "parley.client",
     "InvalidInput": "parley.producer",
     "SubmitRefused": "parley.producer",

@@ -55,7 +55,7 @@ def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list
       "parley/replicas.py", "parley/stamps.py"),
      ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client")),
     # a producer needs neither the dispatcher nor the workers installed and imported
-    (("parley/client.py", "parley/aclient.py", "parley/producer.py", "parley/inbox.py",
+    (("parley/client", "parley/aclient.py", "parley/producer.py", "parley/inbox.py",
       "parley/export.py",
       "parley/sessions.py"),
      ("parley.cli", "parley.dispatcher", "parley.workers")),

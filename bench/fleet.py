@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from parley.cli.procs import RedisServer, free_port, start_parley, stop_process
+from parley.runtime.procs import RedisServer, free_port, start_parley, stop_process
 from parley.schemas.keys import Keys
 
 APP = "examples.seed_app"

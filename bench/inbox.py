@@ -15,11 +15,11 @@ from typing import Any
 
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.client.inbox import InterruptFilter
 from parley.dispatcher.core import IndexAdd
 from parley.dispatcher.enqueue import Outbox
-from parley.inbox import InterruptFilter
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 
 REASONS = ("confirm", "budget", "review", "escalate")

@@ -23,8 +23,8 @@ import redis
 
 from bench.fleet import rss_kib
 from bench.inbox import FILL_BATCH, interrupt
-from parley.cli.procs import RedisServer, free_port, start_parley, stop_process
 from parley.dispatcher.enqueue import Outbox
+from parley.runtime.procs import RedisServer, free_port, start_parley, stop_process
 from parley.schemas.keys import Keys
 from parley.web.config import DEFAULT_PAGE_SIZE
 from parley.web.users import hash_password

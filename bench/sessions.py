@@ -17,10 +17,10 @@ from typing import Any
 import redis
 
 from bench.inbox import walk_pages
-from parley.cli.procs import RedisServer
 from parley.client import Client
 from parley.dispatcher.core.effects import listing_move
 from parley.dispatcher.enqueue import Outbox
+from parley.runtime.procs import RedisServer
 from parley.schemas.codes import SessionStatus
 from parley.schemas.keys import Keys
 from parley.schemas.listing import listed

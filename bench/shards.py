@@ -20,9 +20,9 @@ import redis
 
 from bench.driver import FEED_BLOCK_MS, FeedEntry, Producer, Track, run_flow
 from bench.fleet import cpu_seconds, deploy_tuning, machine_busy_seconds, rss_kib
-from parley.cli.procs import RedisServer, free_port, start_parley, stop_process
+from parley.client.shards import Shards
+from parley.runtime.procs import RedisServer, free_port, start_parley, stop_process
 from parley.schemas.keys import Keys
-from parley.shards import Shards
 
 APP = "examples.seed_app"
 # with several shards, the pause between rounds of non-blocking feed reads that found nothing

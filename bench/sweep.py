@@ -21,11 +21,11 @@ from typing import Any
 
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.dispatcher.core import Enqueue
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import Leases
 from parley.dispatcher.sweeps import Sweeps
+from parley.runtime.procs import RedisServer
 from parley.schemas.jobs import JobKind
 from parley.schemas.keys import Keys
 

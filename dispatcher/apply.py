@@ -21,14 +21,14 @@ import orjson
 from redis import Redis
 from redis.exceptions import WatchError
 
-from parley import metrics
 from parley.dispatcher.core import Context, Effect, Transition
 from parley.dispatcher.core.effects import split_effects
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.rejected import rejected_copy
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_WINDOW_MS, LEASE_LOST, Store, now_ms
-from parley.logs import kv
+from parley.runtime import metrics
+from parley.runtime.logs import kv
 from parley.schemas.codec import session_of
 from parley.schemas.codes import InputOutcome
 from parley.schemas.keys import Keys

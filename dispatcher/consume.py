@@ -24,7 +24,6 @@ from redis.exceptions import BusyLoadingError, RedisError, ResponseError, WatchE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from parley import metrics
 from parley.dispatcher.apply import (
     PENDING_DONE,
     Applier,
@@ -50,9 +49,10 @@ from parley.dispatcher.store import (
     Store,
 )
 from parley.dispatcher.sweeps import Sweeps
-from parley.logs import kv
-from parley.redis_errors import group_gone
-from parley.retry import backoff
+from parley.runtime import metrics
+from parley.runtime.logs import kv
+from parley.runtime.redis_errors import group_gone
+from parley.runtime.retry import backoff
 from parley.schemas.codec import InputError, entry_bytes, input_refs, session_of
 from parley.schemas.codes import RefusalCode
 from parley.schemas.keys import Keys, partition_of

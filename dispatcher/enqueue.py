@@ -347,7 +347,7 @@ class Outbox:
 
     def _index_add(self, pipe: Any, session: str, fx: IndexAdd) -> None:
         """Into the index and its listing's sets, the deadlines, and the counts the metrics read
-        (index_add.lua). The details are a row of the listing (parley/inbox.py, OpenInterrupt)."""
+        (index_add.lua). The details are a row of the listing (parley/client/inbox.py, OpenInterrupt)."""
         member = self.keys.index_member(session, fx.interrupt_id)
         # A null field is left out of the row (one row per open interrupt, kept for as long as it
         # is open: most have no deadline, default, principals, schema, metadata or parent); the

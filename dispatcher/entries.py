@@ -26,7 +26,7 @@ from parley.dispatcher.core import (
     apply_input,
     apply_outcome,
 )
-from parley.logs import kv
+from parley.runtime.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
 from parley.schemas.results import WorkOutcome

@@ -17,7 +17,7 @@ from typing import Any
 
 from redis import Redis
 
-from parley.logs import kv
+from parley.runtime.logs import kv
 
 log = logging.getLogger("parley.dispatcher")
 

@@ -13,10 +13,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from parley import metrics
-from parley.logs import kv
+from parley.runtime import metrics
+from parley.runtime.logs import kv
+from parley.runtime.stamps import Stamp, stamp_of
 from parley.schemas.signing import Keyring, KeysFileError
-from parley.stamps import Stamp, stamp_of
 
 log = logging.getLogger("parley.dispatcher")
 

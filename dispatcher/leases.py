@@ -28,7 +28,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from parley.dispatcher.store import load_script
-from parley.logs import kv
+from parley.runtime.logs import kv
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import PLACEMENT_FIELD, Placement, PlacementError
 

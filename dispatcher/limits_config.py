@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 
 from parley.dispatcher.core import AdmissionLimits
-from parley.logs import kv
+from parley.runtime.logs import kv
 from parley.schemas.keys import Keys
 
 log = logging.getLogger("parley.dispatcher")

@@ -20,8 +20,8 @@ from typing import Any
 
 from redis import Redis
 
-from parley import metrics
-from parley.logs import kv
+from parley.runtime import metrics
+from parley.runtime.logs import kv
 from parley.schemas.keys import Keys
 from parley.schemas.producers import Producer, parse_registry
 

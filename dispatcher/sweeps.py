@@ -32,11 +32,11 @@ from redis.exceptions import ResponseError
 from rq import Queue
 from rq.job import Job
 
-from parley import metrics
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import Leases
 from parley.dispatcher.store import evalsha_many, load_script
-from parley.logs import kv
+from parley.runtime import metrics
+from parley.runtime.logs import kv
 from parley.schemas.codes import CloseReason, SessionStatus
 from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys, partition_of

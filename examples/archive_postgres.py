@@ -45,9 +45,9 @@ import redis
 from psycopg import sql
 from redis.exceptions import ResponseError
 
-from parley.export import ExportError, archive_entry
-from parley.redis_errors import group_gone
-from parley.retry import backoff
+from parley.client.export import ExportError, archive_entry
+from parley.runtime.redis_errors import group_gone
+from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 
 log = logging.getLogger("parley.archive")

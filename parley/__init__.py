@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from parley.client import Client
     from parley.client.aio import AsyncClient
-    from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
+    from parley.client.producer import InvalidInput, SubmitRefused, SubmitUnavailable
     from parley.schemas.actions import Decision
     from parley.schemas.triggers import Trigger
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 _HOMES = {
     "AsyncClient": "parley.client.aio",
     "Client": "parley.client",
-    "InvalidInput": "parley.producer",
-    "SubmitRefused": "parley.producer",
-    "SubmitUnavailable": "parley.producer",
+    "InvalidInput": "parley.client.producer",
+    "SubmitRefused": "parley.client.producer",
+    "SubmitUnavailable": "parley.client.producer",
     "Decision": "parley.schemas.actions",
     "Trigger": "parley.schemas.triggers",
     "LLMError": "parley.workers.llm",

@@ -104,7 +104,7 @@ class Keys:
         """Hash: index member -> JSON details of the open interrupt."""
         return f"{self.prefix}:interrupts:info"
 
-    # The listing's secondary sorted sets (parley/inbox.py), all of score 0, read by ZRANGE BYLEX:
+    # The listing's secondary sorted sets (parley/client/inbox.py), all of score 0, read by ZRANGE BYLEX:
     # members `raised_at (15 digits) US session US interrupt_id`, so byte order is raise order;
     # the session set's `session US raised_at US interrupt_id`, for a session prefix's range.
     @property
@@ -236,7 +236,7 @@ class Keys:
     @property
     def archive(self) -> str:
         """Stream: one entry per closed session (its whole document), for an archive consumer
-        to store before the session expires (parley/export.py reads an entry)."""
+        to store before the session expires (parley/client/export.py reads an entry)."""
         return f"{self.prefix}:archive"
 
     @property

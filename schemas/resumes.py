@@ -5,7 +5,7 @@ Such an input has exactly one outcome, told by the first event that names its en
 (`input.entry`): for a resume `interrupt.resumed` (delivered or not), for a close
 `session.closed`, and for either `input.refused` or `input.ignored`. Reading it is pure: the
 client finds the event, `resume_outcome` / `close_outcome` say what it means, and `RESUME` /
-`CLOSE` bundle that reading for the client's wait (parley/producer.py, `OutcomeWait`).
+`CLOSE` bundle that reading for the client's wait (parley/client/producer.py, `OutcomeWait`).
 """
 
 from collections.abc import Callable

@@ -1,7 +1,7 @@
 """Shards: where each partition lives when a deployment spans several Redis primaries.
 
 Pure (no I/O): the placement table and the rules every process applies to it. The shell that
-reads and writes it on each shard is parley/shards.py; docs/operations.md ("Shards") is the
+reads and writes it on each shard is parley/client/shards.py; docs/operations.md ("Shards") is the
 user's account.
 
 A deployment names S Redis primaries, in order (`--redis-url` repeated, or

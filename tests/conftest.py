@@ -13,8 +13,8 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
+from parley.runtime.procs import RedisServer, start_parley, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 

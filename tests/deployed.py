@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import redis
 
-from parley.cli.procs import RedisServer
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 
-from parley.cli.procs import free_port
+from parley.runtime.procs import free_port
 
 DEFAULT_DSN = "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from parley.cli.procs import RedisServer, free_port
+from parley.runtime.procs import RedisServer, free_port
 
 SERVICE = "m"
 DOWN_AFTER_MS = 1000

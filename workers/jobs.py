@@ -21,12 +21,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, get_current_job
 from rq.timeouts import JobTimeoutException
 
-from parley import metrics
-from parley.logs import kv
+from parley.runtime import metrics
+from parley.runtime.logs import kv
 
 # the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
-from parley.replicas import ReplicaPolicy, Replicas
-from parley.retry import backoff
+from parley.runtime.replicas import ReplicaPolicy, Replicas
+from parley.runtime.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
 from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
 from parley.schemas.keys import Keys
@@ -122,7 +122,7 @@ def confirm_take(connection: Any, took_on: str) -> None:
     Asked once, never retried through an outage: a WAIT that comes after a reconnect may be
     answered by a promoted replica, where it proves nothing about a take made on the old
     primary (issue 29). The WAIT's pipeline names the server that answered it, which must be
-    the take's (parley.replicas, `take_confirmed`); the caller gives the job back otherwise."""
+    the take's (parley.runtime.replicas, `take_confirmed`); the caller gives the job back otherwise."""
     if not _replicas.enabled:  # the default: nothing on a job's hot path
         return
     Replicas(connection, _keys, _replicas, on_behind="the job taken is given back, not run",

@@ -27,8 +27,8 @@ from rq.timeouts import JobTimeoutException
 from rq.utils import now, str_to_date
 from rq.worker import WorkerStatus
 
-from parley.metrics import JOBS_REFUSED, Health, start_worker_series
-from parley.retry import backoff
+from parley.runtime.metrics import JOBS_REFUSED, Health, start_worker_series
+from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
 from parley.workers.jobs import ALLOWED_FUNCS, Finish
@@ -327,7 +327,7 @@ class ParleyWorker(SimpleWorker):
 
         Confirmed only by a WAIT on the server that made the take, asked once: the take's reply
         names that server (its run_id), and the probe write and WAIT come back with the name of
-        the server that answered them, in one pipeline, so on one connection (parley.replicas,
+        the server that answered them, in one pipeline, so on one connection (parley.runtime.replicas,
         `take_confirmed`). A WAIT answered by any other server (the pool reconnected to a
         promoted replica, or to the same address restarted) says nothing of the take, which
         that server may never have seen. Comparing the server rather than keeping one

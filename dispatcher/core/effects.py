@@ -73,7 +73,7 @@ class IndexAdd:
     deadline: int | None
     #: the parent session, when this one is a sub-agent's
     parent: str | None
-    #: what the listing shows besides (parley/inbox.py): the interrupt's payload, its deadline's
+    #: what the listing shows besides (parley/client/inbox.py): the interrupt's payload, its deadline's
     #: default, who may resume it, and the session's metadata at raise time
     payload: Any = None
     default: Any = None

@@ -1,5 +1,5 @@
 -- Shared by index_add.lua, index_remove.lua and rebuild_index.lua (prepended to each): the
--- listing's secondary sorted sets (parley/inbox.py, schemas/keys.py), all of score 0, read by
+-- listing's secondary sorted sets (parley/client/inbox.py, schemas/keys.py), all of score 0, read by
 -- ZRANGE BYLEX. The names come in ARGV from `first` on: by-time set, by-session set, the
 -- "anyone may answer" set, the per-reason key prefix, the per-principal key prefix.
 local function index_names(first)

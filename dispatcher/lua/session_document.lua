@@ -1,6 +1,6 @@
 -- A whole session, read-only (`Client.export`, `parley export`): run with EVAL_RO, so it runs on
 -- a replica and under a Redis user that may write nothing. Loaded with session_document_lib.lua
--- prepended (parley/export.py), the function that also builds the archive entry a close
+-- prepended (parley/client/export.py), the function that also builds the archive entry a close
 -- writes: an export and an archived document are the same document by construction.
 -- KEYS[1] meta hash, KEYS[2] messages hash, KEYS[3] events stream (all of one session)
 -- ARGV[1] the session id

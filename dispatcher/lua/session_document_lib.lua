@@ -2,7 +2,7 @@
 -- document, built by concatenation so no stored JSON is parsed (or re-encoded) here:
 --   {"session": S, "core": <stored core JSON or null>, "messages": [<stored message JSON>...],
 --    "events": [{"id": <stream id>, "event": <stored event JSON>}...]}
--- Messages come in hash order; parley/export.py orders and shapes them (a tree).
+-- Messages come in hash order; parley/client/export.py orders and shapes them (a tree).
 local function session_document(meta, msgs, events, session)
   local core = redis.call('HGET', meta, 'core')
   local items = {}

@@ -13,16 +13,16 @@ import redis
 
 def connect(ctx: click.Context, shard: int | None = None) -> redis.Redis:
     """A client of one shard (the first when not told): a plain or a redis+sentinel:// URL;
-    ClusterNotSupported for a Redis Cluster node (parley/shards.py, `connect_checked`)."""
-    from parley.shards import connect_checked
+    ClusterNotSupported for a Redis Cluster node (parley/client/shards.py, `connect_checked`)."""
+    from parley.client.shards import connect_checked
 
     return connect_checked(ctx.obj["urls"][shard or 0])
 
 
 def shards_of(ctx: click.Context) -> Any:
-    """Every shard of the deployment, in order (one with one URL): parley/shards.py."""
+    """Every shard of the deployment, in order (one with one URL): parley/client/shards.py."""
+    from parley.client.shards import Shards
     from parley.schemas.keys import Keys
-    from parley.shards import Shards
 
     return Shards([connect(ctx, i) for i in range(len(ctx.obj["urls"]))], Keys(ctx.obj["prefix"]))
 

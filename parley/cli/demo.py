@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.cli.transcript import format_transcript
 from parley.client import Client
-from parley.shards import connect_checked
+from parley.client.shards import connect_checked
+from parley.runtime.procs import RedisServer, start_parley, stop_process
 from parley.workers.app import AppError, load_app
 
 TIMEOUT_S = 60

@@ -1,5 +1,5 @@
 """`parley doctor`: ask each Redis of the deployment what the guarantees depend on, and say
-what to change (the rules are parley/doctor.py's). Also the check a dispatcher makes at start."""
+what to change (the rules are parley/fleet/doctor.py's). Also the check a dispatcher makes at start."""
 
 import logging
 from typing import Any
@@ -7,7 +7,7 @@ from typing import Any
 import click
 import redis
 
-from parley.doctor import (
+from parley.fleet.doctor import (
     DefaultUser,
     Finding,
     Level,
@@ -16,8 +16,8 @@ from parley.doctor import (
     examine,
     failed,
 )
-from parley.logins import may_ask_acl, may_ask_info
-from parley.logs import kv
+from parley.runtime.logins import may_ask_acl, may_ask_info
+from parley.runtime.logs import kv
 
 log = logging.getLogger("parley.doctor")
 
@@ -38,7 +38,7 @@ def default_user(connection: redis.Redis) -> DefaultUser | None:
 
 def server_facts(connection: redis.Redis, name: str) -> ServerFacts:
     """What `connection`'s server says of itself. A shipped login is not asked what it is
-    refused (parley/logins.py: the refusal would land in the ACL LOG): those facts stay None."""
+    refused (parley/runtime/logins.py: the refusal would land in the ACL LOG): those facts stay None."""
     username = connection.connection_pool.connection_kwargs.get("username")
     admin = may_ask_acl(username)  # ACL GETUSER and CONFIG GET: no shipped login has either
 
@@ -85,7 +85,7 @@ def doctor(ctx: click.Context) -> None:
     Run it with an admin login: what the login may not read is reported `unknown`. Exit 1 when
     anything FAILs, else 0."""
     from parley.cli.main import masked_url
-    from parley.shards import connect_checked
+    from parley.client.shards import connect_checked
 
     urls: list[str] = ctx.find_root().obj["urls"]
     bad = False

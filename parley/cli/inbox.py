@@ -38,8 +38,8 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     session and shard live, and answer them (docs/inbox.md)."""
     import uvicorn
 
+    from parley.client.shards import connect_checked
     from parley.schemas.signing import KeysFileError
-    from parley.shards import connect_checked
     from parley.web.app import create_app
     from parley.web.config import InboxConfig
     from parley.web.serve import StoppingServer

@@ -12,9 +12,9 @@ from typing import Any
 import click
 import redis
 
-from parley import logs
-from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
-from parley.redis_errors import cluster_message, is_cluster_reply
+from parley.client.producer import InvalidInput, SubmitRefused, SubmitUnavailable
+from parley.runtime import logs
+from parley.runtime.redis_errors import cluster_message, is_cluster_reply
 from parley.schemas.shards import PlacementError
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -32,7 +32,7 @@ def _valid_prefix(_ctx: click.Context, _param: click.Parameter, prefix: str) -> 
 
 
 def _valid_producer(_ctx: click.Context, _param: click.Parameter, name: str | None) -> str | None:
-    from parley.producer import check_producer
+    from parley.client.producer import check_producer
 
     try:
         return None if name is None else check_producer(name)
@@ -80,7 +80,7 @@ class ParleyGroup(click.Group):
     waited out by their own loops; this catches what reaches the top, e.g. at start."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from parley.shards import ClusterNotSupported
+        from parley.client.shards import ClusterNotSupported
 
         try:
             return super().invoke(ctx)

@@ -97,7 +97,7 @@ def shard_to_serve(ctx: click.Context, shard: int | None, metrics_port: int | No
     """The shard this dispatcher or worker serves: None with one Redis URL (as before shards);
     with several and no `--shard`, one child process per shard is run instead, and this process
     exits with their outcome (`run_per_shard`)."""
-    from parley import metrics
+    from parley.runtime import metrics
 
     urls = ctx.obj["urls"]
     check_shard(ctx, shard)

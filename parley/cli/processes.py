@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import click
 import redis
 
-from parley import logs
 from parley.cli.connect import check_shard, connect
 from parley.cli.per_shard import (
     await_shards_placement,
@@ -23,7 +22,8 @@ from parley.cli.per_shard import (
     shard_to_serve,
 )
 from parley.cli.producers import register_producers
-from parley.retry import backoff
+from parley.runtime import logs
+from parley.runtime.retry import backoff
 
 if TYPE_CHECKING:
     from parley.dispatcher.keys_reload import KeysReloader
@@ -70,7 +70,7 @@ METRICS_PORT = click.option(
 
 def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis,
                    checks: Sequence[Callable[[], str | None]] = ()) -> Any:
-    from parley.metrics import Health, serve
+    from parley.runtime.metrics import Health, serve
     from parley.schemas.keys import Keys
 
     health = Health(connection, checks=checks)
@@ -253,7 +253,7 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     With several Redis URLs (shards), `--shard i` serves shard i's queues only; without it,
     one worker per shard is started.
     """
-    from parley.replicas import ReplicaPolicy
+    from parley.runtime.replicas import ReplicaPolicy
     from parley.schemas.keys import Keys
     from parley.workers.app import AppError, load_agents, load_app
     from parley.workers.jobs import set_app, set_replica_policy, set_worker_id
@@ -350,8 +350,8 @@ def notify(ctx: click.Context, url: str, secret_file: str | None, group: str, na
     another forwarder."""
     import os
 
-    from parley.metrics import Health, serve
-    from parley.notify import Forwarder, NotifyConfig, TimeOrdered, load_secret
+    from parley.fleet.notify import Forwarder, NotifyConfig, TimeOrdered, load_secret
+    from parley.runtime.metrics import Health, serve
     from parley.schemas.events import FEED_EVENT_TYPES
     from parley.schemas.keys import Keys
 

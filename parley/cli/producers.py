@@ -27,7 +27,7 @@ from parley.schemas.producers import (
 
 def _registries(ctx: click.Context) -> tuple[list[redis.Redis], Keys]:
     """A client of every shard, in order (plain or redis+sentinel:// URLs)."""
-    from parley.shards import connect_checked
+    from parley.client.shards import connect_checked
 
     obj = ctx.find_root().obj
     return [connect_checked(u) for u in obj["urls"]], Keys(obj["prefix"])

@@ -14,7 +14,7 @@ import redis
 
 from parley.cli.connect import client_of, connect
 from parley.cli.transcript import format_transcript
-from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
+from parley.client.inbox import DEFAULT_LIMIT, MAX_LIMIT, InterruptFilter
 
 
 @click.command()
@@ -46,7 +46,7 @@ NO_SUCH_SESSION = 66
 def export_(ctx: click.Context, session: str, output: str | None) -> None:
     """Print SESSION whole as indented JSON: messages as a tree, events, open interrupts
     (docs/protocol.md, "Export and archive"). Exit 66 when there is no such session."""
-    from parley.export import ExportError, NoSuchSession
+    from parley.client.export import ExportError, NoSuchSession
 
     try:
         document = client_of(ctx).export(session).to_json(indent=True) + b"\n"

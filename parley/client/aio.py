@@ -9,14 +9,14 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from parley.client.core import Command, Core, Each, Face, Op, Request, Round, T
-from parley.export import SessionExport
-from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, OpenInterrupt
-from parley.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of
+from parley.client.export import SessionExport
+from parley.client.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, OpenInterrupt
+from parley.client.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of
+from parley.client.sessions import SessionPage
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import CloseOutcome, ResumeOutcome
 from parley.schemas.shards import Placement
-from parley.sessions import SessionPage
 
 
 class AsyncClient(Face):

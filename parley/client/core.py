@@ -2,7 +2,7 @@
 
 An operation is a generator (`Op`) that yields what it needs done and receives the reply: one
 command on one shard (`Command`), one round trip of calls on one shard (`Round`, how the
-reads of parley/producer.py, inbox.py, sessions.py and export.py run), several such reads
+reads of parley/client/producer.py, inbox.py, sessions.py and export.py run), several such reads
 side by side (`Each`), or a pause (`Sleep`); what it returns is the operation's result. The
 routing (the shard of a session, the placement read again after a `moved` refusal or an empty
 read), a send's moved-retry and the wait for a resume's or a close's outcome are written here
@@ -18,12 +18,12 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 from redis.exceptions import ResponseError
 
-from parley import inbox
-from parley import sessions as listing
-from parley.export import NoSuchSession, SessionExport, export_steps
-from parley.follow import Reread, block_of, socket_timeout_of, within_socket_timeout
-from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage
-from parley.producer import (
+from parley.client import inbox
+from parley.client import sessions as listing
+from parley.client.export import NoSuchSession, SessionExport, export_steps
+from parley.client.follow import Reread, block_of, socket_timeout_of, within_socket_timeout
+from parley.client.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage
+from parley.client.producer import (
     DEFAULT_MOVED_TIMEOUT_S,
     SHARDED_NEEDS_PRODUCER,
     Call,
@@ -44,12 +44,12 @@ from parley.producer import (
     text,
     xread_events,
 )
+from parley.client.sessions import SessionFilter, SessionPage
+from parley.client.shards import VIEW_FIELDS, view_of
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
 from parley.schemas.shards import Placement, PlacementError, newest_placement_of
-from parley.sessions import SessionFilter, SessionPage
-from parley.shards import VIEW_FIELDS, view_of
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ Op: TypeAlias = Generator[Request, Any, T]
 
 
 def on(shard: int, steps: Steps) -> Op[Any]:
-    """A read in round trips (`Steps`, parley/producer.py) run on shard `shard`."""
+    """A read in round trips (`Steps`, parley/client/producer.py) run on shard `shard`."""
     try:
         calls = next(steps)
         while True:
@@ -112,8 +112,8 @@ P = TypeVar("P")
 
 
 class Listing(Protocol[F, P]):
-    """A listing's pages as steps, filtered by an `F`, of type `P` (a module: parley/inbox.py,
-    parley/sessions.py)."""
+    """A listing's pages as steps, filtered by an `F`, of type `P` (a module: parley/client/inbox.py,
+    parley/client/sessions.py)."""
 
     def page_steps(self, keys: Keys, flt: F, limit: int = ..., cursor: str | None = ...) -> Steps: ...
 
@@ -126,7 +126,7 @@ class Listing(Protocol[F, P]):
 
 
 class Placed(Protocol):
-    """Whatever holds the placement a client routes by: `parley.shards.Shards` for `Client`
+    """Whatever holds the placement a client routes by: `parley.client.shards.Shards` for `Client`
     (so `client.shards` stays its routing), the core's own `Held` for `AsyncClient`."""
 
     placement: Placement | None
@@ -333,7 +333,7 @@ class Core:
         return row
 
     def listing_page(self, kind: "Listing[F, P]", where: F, limit: int, cursor: str | None) -> Op[P]:
-        """One page of a listing, `kind` (parley/inbox.py, parley/sessions.py: they read their
+        """One page of a listing, `kind` (parley/client/inbox.py, parley/client/sessions.py: they read their
         pages alike): O(log n + page) reads; with several shards, one such read of each, from
         the same position, merged in the listing's order. Each row is kept from its session's
         shard only (a move lists its sessions on two shards between its copy and its clean), by

@@ -8,14 +8,14 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from parley.client.core import Command, Core, Each, Face, Op, Request, Round, T
-from parley.export import SessionExport
-from parley.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, OpenInterrupt
-from parley.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of, typed_events
+from parley.client.export import SessionExport
+from parley.client.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, OpenInterrupt
+from parley.client.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of, typed_events
+from parley.client.sessions import SessionPage
+from parley.client.shards import Shards
 from parley.schemas.events import Event
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import CloseOutcome, ResumeOutcome
-from parley.sessions import SessionPage
-from parley.shards import Shards
 
 
 def shards_of(redis: "Redis | Shards | Sequence[Redis]", keys: Keys) -> Shards:
@@ -27,7 +27,7 @@ def shards_of(redis: "Redis | Shards | Sequence[Redis]", keys: Keys) -> Shards:
 
 
 class Client(Face):
-    """`redis`: the deployment's Redis, or its shards (`parley.shards.Shards`, or their clients
+    """`redis`: the deployment's Redis, or its shards (`parley.client.shards.Shards`, or their clients
     in order): every call about one session goes to the session's shard, and listings across
     sessions read every shard and merge (docs/operations.md, "Shards"); `shards` holds the
     placement it routes by.

@@ -26,9 +26,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from parley.aclient import AsyncClient
+from parley.client.shards import connect_async
 from parley.schemas.keys import Keys
 from parley.schemas.signing import Keyring
-from parley.shards import connect_async
 from parley.web import present
 from parley.web.config import InboxConfig
 from parley.web.files import Reloading

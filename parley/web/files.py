@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from parley.logs import kv
-from parley.stamps import Stamp, stamp_of
+from parley.runtime.logs import kv
+from parley.runtime.stamps import Stamp, stamp_of
 
 log = logging.getLogger("parley.inbox")
 

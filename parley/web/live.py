@@ -42,11 +42,11 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from parley.follow import socket_timeout_of, within_socket_timeout
-from parley.inbox import InterruptFilter
-from parley.logs import kv
-from parley.notify import FeedEntry, FeedEntryError, parse_entry
-from parley.retry import backoff
+from parley.client.feed import FeedEntry, FeedEntryError, parse_entry
+from parley.client.follow import socket_timeout_of, within_socket_timeout
+from parley.client.inbox import InterruptFilter
+from parley.runtime.logs import kv
+from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 
 log = logging.getLogger("parley.web.live")

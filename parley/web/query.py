@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from urllib.parse import urlencode
 
-from parley.inbox import InterruptFilter
+from parley.client.inbox import InterruptFilter
 
 #: a filter's text at most (a reason is 1-256 characters; a session id at most 256)
 MAX_FILTER = 256

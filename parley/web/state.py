@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.templating import Jinja2Templates
 
 from parley.aclient import AsyncClient
-from parley.inbox import OpenInterrupt
+from parley.client.inbox import OpenInterrupt
 from parley.schemas.keys import Keys
 from parley.schemas.signing import Keyring
 from parley.web.config import InboxConfig

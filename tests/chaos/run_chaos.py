@@ -55,8 +55,8 @@ from typing import Any
 import orjson
 import redis
 
-from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
+from parley.runtime.procs import RedisServer, start_parley, stop_process
 from parley.schemas.keys import Keys
 from tests.chaos.evidence import DRIVER_FILE, SEEN, AppendOnly, Evidence, delivery_problems
 from tests.deployed import (

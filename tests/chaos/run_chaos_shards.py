@@ -57,13 +57,13 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-from parley.cli.procs import parley_command, start_parley
 from parley.client import Client
-from parley.partitions import Mover
-from parley.producer import SubmitUnavailable, input_fields, is_moved, submit_call, submit_error
+from parley.client.producer import SubmitUnavailable, input_fields, is_moved, submit_call, submit_error
+from parley.client.shards import Shards, connect
+from parley.fleet.partitions import Mover
+from parley.runtime.procs import parley_command, start_parley
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import Placement
-from parley.shards import Shards, connect
 from tests.chaos.evidence import DRIVER_FILE, AppendOnly, Evidence
 from tests.chaos.run_chaos import (
     Fleet,

@@ -27,9 +27,9 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
-from parley.cli.procs import RedisServer, free_port, stop_process
 from parley.client import Client
-from parley.inbox import InterruptFilter
+from parley.client.inbox import InterruptFilter
+from parley.runtime.procs import RedisServer, free_port, stop_process
 from parley.web.users import hash_password
 from tests.conftest import Procs, wait_for
 

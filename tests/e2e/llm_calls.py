@@ -10,7 +10,7 @@ import urllib.error
 
 import redis
 
-from parley.cli.procs import free_port
+from parley.runtime.procs import free_port
 from parley.schemas.jobs import job_id
 from tests.conftest import Procs, eventually
 from tests.e2e.test_metrics import scrape

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.runtime.procs import RedisServer
 from tests.conftest import Procs, all_events, of_type, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -9,8 +9,8 @@ import time
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.runtime.procs import RedisServer
 from tests.conftest import Procs, all_events, of_type, wait_for
 from tests.e2e.llm_calls import wait_running
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parley.cli.procs import parley_command
+from parley.runtime.procs import parley_command
 
 ROOT = Path(__file__).resolve().parents[2]
 

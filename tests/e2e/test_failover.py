@@ -40,11 +40,11 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import stop_process
 from parley.client import Client
-from parley.producer import input_fields
+from parley.client.producer import input_fields
+from parley.client.shards import connect
+from parley.runtime.procs import stop_process
 from parley.schemas.keys import Keys
-from parley.shards import connect
 from tests.chaos.evidence import Evidence
 from tests.chaos.run_chaos import APP, check, drive, leftovers
 from tests.conftest import Procs, wait_for

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from parley.client import Client
-from parley.producer import SubmitRefused
+from parley.client.producer import SubmitRefused
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, wait_for
 

@@ -11,8 +11,8 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from parley.cli.procs import RedisServer, stop_process
 from parley.client import Client
+from parley.runtime.procs import RedisServer, stop_process
 from parley.web.app import create_app
 from parley.web.config import InboxConfig
 from parley.web.users import hash_password

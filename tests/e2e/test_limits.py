@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import redis
 
-from parley.cli.procs import parley_command
 from parley.client import Client
+from parley.runtime.procs import parley_command
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, send, wait_for
 

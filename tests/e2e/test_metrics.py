@@ -9,8 +9,8 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from parley.cli.procs import free_port
 from parley.client import Client
+from parley.runtime.procs import free_port
 from tests.conftest import Procs, eventually, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.client.shards import Shards
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import DEFAULT_SHARDED_PARTITIONS
-from parley.shards import Shards
 from tests.conftest import ROOT, Procs, all_events, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import redis
 
-from parley.cli.procs import parley_command
 from parley.client import Client
+from parley.runtime.procs import parley_command
 from tests.conftest import ROOT, Procs, eventually, of_type, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -10,8 +10,8 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import parley_command
 from parley.client import Client
+from parley.runtime.procs import parley_command
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, wait_for
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.client import Client
 from parley.dispatcher.functions import Functions
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, all_events, of_type, wait_for
 from tests.deployed import DISPATCHER, PRODUCER_NAME, SHIPPED_ACL, deployed_redis, login

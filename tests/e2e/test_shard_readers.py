@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
+from parley.client.shards import Shards
 from parley.dispatcher.functions import Functions
+from parley.runtime.procs import RedisServer, start_parley, stop_process
 from parley.schemas.keys import Keys
-from parley.shards import Shards
 from tests.conftest import ROOT, eventually, wait_for
 
 pytestmark = pytest.mark.e2e

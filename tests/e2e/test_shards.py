@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer, start_parley, stop_process
 from parley.client import Client
+from parley.client.shards import Shards
+from parley.runtime.procs import RedisServer, start_parley, stop_process
 from parley.schemas.keys import Keys
-from parley.shards import Shards
 from tests.conftest import ROOT, of_type, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.client.producer import SubmitUnavailable
 from parley.dispatcher.functions import LIBRARY
-from parley.producer import SubmitUnavailable
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually
 

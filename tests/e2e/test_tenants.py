@@ -9,8 +9,8 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import parley_command
 from parley.client import Client
+from parley.runtime.procs import parley_command
 from tests.conftest import Procs, eventually, of_type, send, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer
+from parley.client.shards import Shards
 from parley.dispatcher.functions import Functions
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
-from parley.shards import Shards
 
 KEYS = Keys()
 N = 16

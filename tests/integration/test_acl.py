@@ -35,8 +35,9 @@ from rq.serializers import JSONSerializer
 
 from examples.archive_postgres import ArchiveConfig, ArchiveConsumer
 from parley.cli.appinfo import app_info
-from parley.cli.procs import free_port, parley_command, start_parley, stop_process
 from parley.client import Client
+from parley.client.inbox import InterruptFilter
+from parley.client.shards import Shards, connect, read_view
 from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Cancel, Enqueue, IndexAdd, Lifecycle, Stat
@@ -45,13 +46,12 @@ from parley.dispatcher.functions import Functions
 from parley.dispatcher.leases import get_partitions
 from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
-from parley.inbox import InterruptFilter
-from parley.metrics import Health, RedisStateCollector
-from parley.notify import Forwarder, NotifyConfig
+from parley.fleet.notify import Forwarder, NotifyConfig
+from parley.runtime.metrics import Health, RedisStateCollector
+from parley.runtime.procs import free_port, parley_command, start_parley, stop_process
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
-from parley.shards import Shards, connect, read_view
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.worker import Heartbeat, make_worker

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from examples.archive_postgres import ArchiveConfig, ArchiveConsumer
-from parley.cli.procs import RedisServer, free_port
 from parley.client import Client
+from parley.runtime.procs import RedisServer, free_port
 from tests.integration.conftest import KEYS, MakeDispatcher, send, tick
 from tests.integration.sessions import APP, archive_entry_of, make_session, write_archive_entry
 

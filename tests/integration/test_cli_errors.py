@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from parley.cli import cli
-from parley.cli.procs import free_port
+from parley.runtime.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_UNAVAILABLE = 69

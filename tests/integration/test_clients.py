@@ -13,12 +13,12 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.client.inbox import InterruptFilter
+from parley.client.producer import InvalidInput
 from parley.dispatcher.core import IndexAdd
 from parley.dispatcher.enqueue import Outbox
-from parley.inbox import InterruptFilter
-from parley.producer import InvalidInput
+from parley.runtime.procs import RedisServer
 from parley.schemas.events import InputIgnored, LlmStarted, MessageCreated, SessionCreated
 from parley.schemas.inputs import Budget, MessageCreate, SessionCreate
 from parley.schemas.resumes import CloseStatus, ResumeStatus

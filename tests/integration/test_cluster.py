@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer, free_port
+from parley.runtime.procs import RedisServer, free_port
 from tests.integration.test_cli_errors import COMMAND_ARGS, run_parley
 
 REDIS_CLUSTER = 78

@@ -45,8 +45,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from parley.cli import cli
-from parley.cli.procs import free_port, start_parley, stop_process
 from parley.client import Client
+from parley.runtime.procs import free_port, start_parley, stop_process
 from parley.schemas.keys import Keys
 from parley.schemas.signing import parse_keys
 from parley.web.observe import metrics_body

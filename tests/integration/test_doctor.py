@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from parley.cli.doctor import warn_if_aof_unsafe
-from parley.cli.procs import RedisServer, parley_command
+from parley.runtime.procs import RedisServer, parley_command
 from tests.deployed import ADMIN, DISPATCHER, PRODUCER, SHIPPED_ACL, deployed_redis, login
 
 OLD_DEFAULT_USER = "user default off resetpass resetkeys resetchannels -@all"

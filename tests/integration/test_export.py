@@ -15,9 +15,9 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
 from parley.client import Client
-from parley.export import NoSuchSession, SessionExport
+from parley.client.export import NoSuchSession, SessionExport
+from parley.runtime.procs import RedisServer
 from tests.integration.conftest import KEYS, MakeDispatcher
 from tests.integration.sessions import APP, core_of, make_session, write_archive_entry
 from tests.integration.test_packaging import loaded_after
@@ -123,5 +123,5 @@ def test_exporting_loads_none_of_the_engines_code() -> None:
     """The export's script is the dispatcher's Lua, read as a file: a producer that exports
     still imports neither the dispatcher nor the workers."""
     heavy = ("parley.dispatcher", "parley.workers", "parley.cli.", "httpx", "rq")
-    assert loaded_after("from parley.export import session_document_script\n"
+    assert loaded_after("from parley.client.export import session_document_script\n"
                         "assert 'return session_document(' in session_document_script()", heavy) == []

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parley.client import Client
+from parley.client.inbox import InterruptFilter
+from parley.client.shards import Shards
 from parley.dispatcher.core import IndexAdd, IndexRemove
 from parley.dispatcher.enqueue import Outbox
-from parley.inbox import InterruptFilter
-from parley.shards import Shards
 from tests.integration import shard_fixtures
 from tests.integration.conftest import KEYS
 

@@ -17,12 +17,12 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from parley import metrics
 from parley.cli.appinfo import app_info
-from parley.cli.procs import free_port, parley_command
 from parley.client import Client
 from parley.dispatcher.entries import EntryDecoder
 from parley.dispatcher.keys_reload import KeysReloader
+from parley.runtime import metrics
+from parley.runtime.procs import free_port, parley_command
 from parley.schemas.signing import Keyring, Unauthorized, signed_fields
 from parley.workers.app import load_app
 from tests.conftest import Procs, all_events, eventually, of_type

@@ -20,7 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 from parley.web.live import (
     CLOCK_MARGIN_MS,

@@ -8,9 +8,9 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
 from parley.client import Client
-from parley.follow import socket_timeout_of, within_socket_timeout
+from parley.client.follow import socket_timeout_of, within_socket_timeout
+from parley.runtime.procs import RedisServer
 from parley.schemas.resumes import ResumeStatus
 
 

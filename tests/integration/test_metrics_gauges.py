@@ -1,4 +1,4 @@
-"""The interrupt gauges read at scrape time (parley/metrics.py) against a real Redis.
+"""The interrupt gauges read at scrape time (parley/runtime/metrics.py) against a real Redis.
 
 docs/operations.md, "Metrics": a scrape costs the same whatever the number of open interrupts,
 and `parley_parked_branches` stays exact when an outbox flush is done again after a crash.
@@ -11,7 +11,7 @@ import redis
 
 from parley.dispatcher.core import IndexAdd, IndexRemove
 from parley.dispatcher.enqueue import Outbox
-from parley.metrics import RedisStateCollector
+from parley.runtime.metrics import RedisStateCollector
 from tests.integration.conftest import KEYS
 
 

@@ -14,7 +14,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from parley.dispatcher.consume import Dispatcher
-from parley.redis_errors import group_gone
+from parley.runtime.redis_errors import group_gone
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually
 from tests.integration.conftest import INPUTS, RESULTS, MakeDispatcher, send

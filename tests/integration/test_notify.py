@@ -15,8 +15,8 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer, free_port
-from parley.notify import Forwarder, NotifyConfig, TimeOrdered, verify
+from parley.fleet.notify import Forwarder, NotifyConfig, TimeOrdered, verify
+from parley.runtime.procs import RedisServer, free_port
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually
 

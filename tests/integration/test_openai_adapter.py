@@ -19,7 +19,7 @@ import redis
 
 from parley.dispatcher.core import Cancel, Enqueue
 from parley.dispatcher.enqueue import Outbox
-from parley.metrics import REGISTRY
+from parley.runtime.metrics import REGISTRY
 from parley.schemas.jobs import JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from parley.cli.procs import RedisServer, stop_process
+from parley.runtime.procs import RedisServer, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["pyproject.toml", "README.md", "parley", "schemas", "dispatcher", "workers", "examples"]

@@ -1,4 +1,4 @@
-"""Moving a partition between two real redis-servers (parley/partitions.py), without dispatchers
+"""Moving a partition between two real redis-servers (parley/fleet/partitions.py), without dispatchers
 running during the move: the state is made by a real dispatcher driven by hand on shard 0, then
 moved; what the target holds is compared with what the source held, and a dispatcher on the
 target carries on. Also `repair` after a mover stopped at each step, and the refusals."""
@@ -14,9 +14,10 @@ import redis
 from click.testing import CliRunner
 
 from parley.cli import cli
-from parley.cli.procs import RedisServer
+from parley.client.shards import Shards, read_view, write_placement
 from parley.dispatcher.consume import Dispatcher
-from parley.partitions import MoveError, Mover
+from parley.fleet.partitions import MoveError, Mover
+from parley.runtime.procs import RedisServer
 from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_member
@@ -24,7 +25,6 @@ from parley.schemas.moves import MoveStep, copied_field, plan_move
 from parley.schemas.producers import new_producer
 from parley.schemas.results import WorkOutcome
 from parley.schemas.shards import Placement, PlacementError
-from parley.shards import Shards, read_view, write_placement
 from tests.integration.conftest import tick
 from tests.integration.sessions import APP, core_of
 
@@ -428,7 +428,7 @@ def test_ctrl_c_mid_move_says_the_partition_is_left_frozen(r: redis.Redis, r1: r
 
 
 def test_a_mover_whose_lock_renewal_failed_writes_no_more_tables(r: redis.Redis, r1: redis.Redis) -> None:
-    from parley.move_lock import MoveLock
+    from parley.fleet.move_lock import MoveLock
 
     build(r, r1)
     placement = shards(r, r1).check()

@@ -13,11 +13,11 @@ import orjson
 import pytest
 import redis
 
-from parley.cli.procs import RedisServer, parley_command
+from parley.client.shards import Shards, write_placement
 from parley.dispatcher.functions import Functions
+from parley.runtime.procs import RedisServer, parley_command
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import Placement
-from parley.shards import Shards, write_placement
 from tests.integration.conftest import MakeDispatcher
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ import redis
 from redis.exceptions import ResponseError
 
 from parley.client import Client
-from parley.metrics import REGISTRY
-from parley.producer import SubmitRefused
+from parley.client.producer import SubmitRefused
+from parley.runtime.metrics import REGISTRY
 from tests.integration.test_acl import (  # noqa: F401 (fixtures)
     ACL_FILE,
     APP,

@@ -14,10 +14,10 @@ import orjson
 import pytest
 import redis
 
-from parley import metrics
-from parley.cli.procs import RedisServer
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
+from parley.runtime import metrics
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
 from parley.workers import jobs

@@ -10,9 +10,9 @@ import orjson
 import pytest
 import redis
 
-from parley import metrics
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.core import AppInfo, Lifecycle
+from parley.runtime import metrics
 from parley.schemas.listing import listing_entries
 from parley.schemas.state import Core
 from tests.integration.conftest import KEYS, NO_DECIDE, MakeDispatcher, post_outcome, send, tick, types

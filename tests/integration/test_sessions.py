@@ -1,4 +1,4 @@
-"""The list of sessions on a real redis-server (parley/sessions.py; docs/operations.md, "The list
+"""The list of sessions on a real redis-server (parley/client/sessions.py; docs/operations.md, "The list
 of sessions"): sets written by the outbox's own flush of `Listing` moves, read page by page with
 every filter and both orders — no row twice, none missed, even while sessions move between pages
 — the errors a bad filter or cursor gets, `parley sessions` itself, and the rebuild of the sets
@@ -18,16 +18,16 @@ from redis.asyncio import Redis as AsyncRedis
 
 from parley.aclient import AsyncClient
 from parley.client import Client
+from parley.client.inbox import SCAN_FACTOR
+from parley.client.sessions import SessionPage
 from parley.dispatcher.core.effects import listing_move
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.sessions_rebuild import rebuild
 from parley.dispatcher.store import load_script
-from parley.inbox import SCAN_FACTOR
 from parley.schemas.codes import SessionStatus
 from parley.schemas.keys import Keys
 from parley.schemas.listing import ListingStatus, listed, listing_entries, listing_member
 from parley.schemas.state import Core, Interrupt
-from parley.sessions import SessionPage
 
 KEYS = Keys()
 ACTIVE, PARKED, CLOSED = ListingStatus.ACTIVE, ListingStatus.PARKED, ListingStatus.CLOSED

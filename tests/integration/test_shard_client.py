@@ -12,11 +12,11 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
 from parley.client import Client
-from parley.producer import SubmitUnavailable
+from parley.client.producer import SubmitUnavailable
+from parley.client.shards import Shards, write_placement
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import partition_of
-from parley.shards import Shards, write_placement
 from tests.integration import shard_fixtures
 from tests.integration.shard_fixtures import KEYS, N
 

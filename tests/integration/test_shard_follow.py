@@ -15,13 +15,13 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.client.shards import Shards, write_placement
 from parley.dispatcher.enqueue import Outbox
+from parley.runtime.procs import RedisServer
 from parley.schemas.keys import partition_of
 from parley.schemas.resumes import CloseOutcome, CloseStatus
 from parley.schemas.shards import PlacementError
-from parley.shards import Shards, write_placement
 from tests.integration import shard_fixtures
 from tests.integration.shard_fixtures import KEYS, N
 from tests.integration.test_sessions import core_of, put

@@ -17,10 +17,10 @@ import redis
 import redis.asyncio
 
 from parley.aclient import AsyncClient
-from parley.cli.procs import RedisServer
 from parley.client import Client
+from parley.client.producer import SubmitRefused, SubmitUnavailable
 from parley.dispatcher.functions import LIBRARY, Functions, library_code
-from parley.producer import SubmitRefused, SubmitUnavailable
+from parley.runtime.procs import RedisServer
 from parley.schemas.codec import InputError
 from parley.schemas.keys import Keys, partition_of
 from tests.integration.conftest import MakeDispatcher, tick

@@ -12,10 +12,10 @@ import orjson
 import pytest
 import redis
 
-from parley import metrics
 from parley.dispatcher import enqueue
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.core import Cancel, Enqueue
+from parley.runtime import metrics
 from parley.schemas.jobs import JobKind, job_id
 from tests.integration.conftest import KEYS, RESULTS, MakeDispatcher, events, queue_ids, send, tick
 

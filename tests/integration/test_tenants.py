@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from parley.client import Client
+from parley.client.inbox import InterruptFilter
 from parley.dispatcher.core import IndexAdd
 from parley.dispatcher.enqueue import Outbox
-from parley.inbox import InterruptFilter
 from parley.schemas.keys import Keys
 from tests.integration.conftest import tick
 from tests.integration.test_acl import (

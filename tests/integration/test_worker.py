@@ -20,9 +20,9 @@ from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
 from parley.cli.appinfo import app_info
-from parley.cli.procs import RedisServer
 from parley.dispatcher.core import Enqueue
 from parley.dispatcher.enqueue import Outbox
+from parley.runtime.procs import RedisServer
 from parley.schemas.jobs import JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome

@@ -12,7 +12,7 @@ import pytest
 from redis.exceptions import ResponseError
 
 from parley.client.core import Command, Core, Each, Op, Request, Round, Sleep
-from parley.producer import SubmitRefused, SubmitUnavailable
+from parley.client.producer import SubmitRefused, SubmitUnavailable
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import ResumeStatus
 from parley.schemas.shards import Placement, PlacementError

@@ -1,6 +1,6 @@
-"""parley/doctor.py: what `parley doctor` concludes from what a Redis says of itself."""
+"""parley/fleet/doctor.py: what `parley doctor` concludes from what a Redis says of itself."""
 
-from parley.doctor import (
+from parley.fleet.doctor import (
     SAFE_DEFAULT_USER,
     DefaultUser,
     Level,

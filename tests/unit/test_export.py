@@ -1,4 +1,4 @@
-"""The export document (parley/export.py): a session's raw document, as the Lua builder makes it
+"""The export document (parley/client/export.py): a session's raw document, as the Lua builder makes it
 from the stored records, shaped without Redis. Sessions come from the pure core (the harness),
 so messages, tool calls and interrupts are the ones the engine really stores."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from parley.export import (
+from parley.client.export import (
     ARCHIVE_FIELDS,
     FORMAT,
     ExportError,

@@ -1,5 +1,5 @@
-"""Listings over several shards (parley/fanout.py, the merge; parley/producer.py `MovedRetry`,
-parley/follow.py, when a reader reads the placement again): pure, no Redis."""
+"""Listings over several shards (parley/client/fanout.py, the merge; parley/client/producer.py `MovedRetry`,
+parley/client/follow.py, when a reader reads the placement again): pure, no Redis."""
 
 from dataclasses import replace
 from typing import Any
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.fanout import ShardPart, merge_parts
-from parley.follow import REREAD_EVERY_S, Reread, block_of
-from parley.inbox import (
+from parley.client.fanout import ShardPart, merge_parts
+from parley.client.follow import REREAD_EVERY_S, Reread, block_of
+from parley.client.inbox import (
     Cursor,
     Driver,
     InterruptFilter,
@@ -23,11 +23,11 @@ from parley.inbox import (
     row_key,
     time_member,
 )
-from parley.producer import MovedRetry, SubmitRefused, is_moved
+from parley.client.producer import MovedRetry, SubmitRefused, is_moved
+from parley.client.sessions import SessionFilter, SessionPage, SessionRow
+from parley.client.sessions import merged_page as merged_session_page
 from parley.schemas.keys import partition_of
 from parley.schemas.shards import Placement
-from parley.sessions import SessionFilter, SessionPage, SessionRow
-from parley.sessions import merged_page as merged_session_page
 
 #: the partition count of the tests of a move
 N_TEST = 8

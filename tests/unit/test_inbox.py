@@ -1,4 +1,4 @@
-"""The listing's pure parts (parley/inbox.py): which set drives a query, how two sets merge, the
+"""The listing's pure parts (parley/client/inbox.py): which set drives a query, how two sets merge, the
 cursor's round trip and its refusals, the members' order, and the range bounds of either order
 (newest first: the same listing reversed)."""
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.inbox import (
+from parley.client.inbox import (
     Cursor,
     Driver,
     InterruptFilter,

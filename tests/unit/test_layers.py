@@ -47,40 +47,45 @@ def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list
     return bad
 
 
+#: the floors of `parley`, top to bottom (docs/design.md, "The code"): each may import only
+#: what stands below it (and itself); the dispatcher and the workers stand on the runtime floor
+FACE = ("parley.cli", "parley.web")
+FLEET = ("parley.fleet",)
+ENGINE = ("parley.dispatcher", "parley.workers")
+CLIENT = ("parley.client", "parley.aclient")
+RUNTIME = ("parley.runtime",)
+
+
 @pytest.mark.parametrize(("sources", "forbidden"), [
-    # the engine never reaches up into the command line
-    (("dispatcher", "workers"), ("parley.cli",)),
-    # the ops floor: usable by dispatcher, workers and CLI alike, importing none of them
-    (("parley/metrics.py", "parley/logs.py", "parley/retry.py", "parley/redis_errors.py",
-      "parley/replicas.py", "parley/stamps.py"),
-     ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client")),
+    # the face (the command line, the inbox page) is the top: nothing imports it
+    (("parley/client", "parley/fleet", "parley/runtime", "dispatcher", "workers", "schemas"), FACE),
+    # the engine imports nothing of `parley` but the runtime floor
+    (("dispatcher", "workers"), (*FACE, *FLEET, *CLIENT)),
+    # the runtime floor: usable by every process, importing none of them
+    (("parley/runtime",), (*FACE, *FLEET, *ENGINE, *CLIENT)),
     # a producer needs neither the dispatcher nor the workers installed and imported
-    (("parley/client", "parley/aclient.py", "parley/producer.py", "parley/inbox.py",
-      "parley/export.py",
-      "parley/sessions.py"),
-     ("parley.cli", "parley.dispatcher", "parley.workers")),
+    (("parley/client", "parley/aclient.py"), (*FACE, *FLEET, *ENGINE)),
     # the inbox page is a producer's view too: no engine inside it
-    (("parley/web",), ("parley.cli", "parley.dispatcher", "parley.workers")),
+    (("parley/web",), ("parley.cli", *FLEET, *ENGINE)),
     # the wire contract is the bottom layer
-    (("schemas",), ("parley.cli", "parley.dispatcher", "parley.workers", "parley.client",
-                    "parley.metrics")),
+    (("schemas",), (*FACE, *FLEET, *ENGINE, *CLIENT, *RUNTIME)),
     # workers never touch session state, so they need nothing of the dispatcher
     (("workers",), ("parley.dispatcher",)),
-], ids=["engine-below-cli", "ops-floor", "client", "inbox-page", "schemas", "workers-not-dispatcher"])
+], ids=["face-on-top", "engine-on-runtime", "runtime-floor", "client", "inbox-page", "schemas",
+        "workers-not-dispatcher"])
 def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
     assert offenders(files(*sources), forbidden) == {}
 
 
 def test_the_retry_module_imports_nothing_of_parley() -> None:
-    assert imports_of(ROOT / "parley/retry.py") == set()
+    assert imports_of(ROOT / "parley/runtime/retry.py") == set()
 
 
 def test_the_core_is_pure() -> None:
     """The core takes time as an argument and returns values: no Redis, RQ, clock, randomness,
     environment, logging or metrics, and nothing of the shell around it."""
     impure = ("redis", "rq", "time", "random", "os", "socket", "threading", "logging", "datetime",
-              "parley.metrics", "parley.logs", "parley.retry", "parley.cli", "parley.workers",
-              "parley.client")
+              "parley.runtime", "parley.cli", "parley.workers", "parley.client", "parley.fleet")
     bad = {}
     for path in files("dispatcher/core"):
         hits = sorted(m for m in all_imports_of(path)

@@ -7,9 +7,17 @@ from typing import Any
 import pytest
 
 from parley.cli.transcript import format_transcript
+from parley.client.inbox import merge
+from parley.client.sessions import (
+    STATUS_DRIVER,
+    SessionFilter,
+    bounds,
+    choose_driver,
+    decode_cursor,
+    encode_cursor,
+)
 from parley.dispatcher.core import AppInfo, Listing, effect_from_dict, effect_to_dict
 from parley.dispatcher.core.effects import listing_move
-from parley.inbox import merge
 from parley.schemas.keys import Keys
 from parley.schemas.listing import (
     MAX_INDEXED_PAIRS,
@@ -24,7 +32,6 @@ from parley.schemas.listing import (
 )
 from parley.schemas.state import Core, SessionState
 from parley.schemas.view import show
-from parley.sessions import STATUS_DRIVER, SessionFilter, bounds, choose_driver, decode_cursor, encode_cursor
 
 from .harness import Sim, make_app
 from .test_subagents import AGENT, close_entry, spawn_entry
@@ -172,7 +179,7 @@ def test_listed_is_none_before_the_session_exists_and_equal_when_nothing_moved()
     assert listed(core) == listed(core.model_copy(update={"head": "msg-9"}))
 
 
-# ---- the read's pure parts (parley/sessions.py) ------------------------------------------------------
+# ---- the read's pure parts (parley/client/sessions.py) ---------------------------------------------
 
 def test_a_filter_checks_its_values_and_says_what_is_wrong():
     assert SessionFilter.of().statuses == (ACTIVE, PARKED, CLOSED)

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from parley.inbox import InterruptFilter
-from parley.notify import FeedEntry, FeedEntryError
+from parley.client.feed import FeedEntry, FeedEntryError
+from parley.client.inbox import InterruptFilter
 from parley.schemas.keys import Keys
 from parley.web.live import (
     RESET,

@@ -1,9 +1,9 @@
-"""parley/logins.py names which shipped logins may ask INFO and ACL GETUSER: read from
+"""parley/runtime/logins.py names which shipped logins may ask INFO and ACL GETUSER: read from
 deploy/redis/users.acl itself, so the rule cannot drift from the file."""
 
 import re
 
-from parley.logins import MAY_RUN_INFO, SHIPPED_PREFIX, may_ask_acl, may_ask_info
+from parley.runtime.logins import MAY_RUN_INFO, SHIPPED_PREFIX, may_ask_acl, may_ask_info
 from tests.deployed import SHIPPED_ACL
 
 

@@ -1,10 +1,10 @@
-"""What the shell counts from a committed transition (parley/metrics.py): the failure counters
+"""What the shell counts from a committed transition (parley/runtime/metrics.py): the failure counters
 are read off the transition's events, so the pure core needs no counter of its own for them."""
 
 from typing import Any
 
-from parley import metrics
 from parley.dispatcher.core.transition import Transition
+from parley.runtime import metrics
 from parley.schemas.state import SessionState
 
 
@@ -77,7 +77,7 @@ def test_the_metrics_endpoint_serves_the_labelled_registry() -> None:
     """/metrics of `serve` (what dispatchers and workers run) carries the label once it is set."""
     import urllib.request
 
-    from parley.cli.procs import free_port
+    from parley.runtime.procs import free_port
 
     class Ready:
         def ready(self) -> tuple[bool, str]:

@@ -1,4 +1,4 @@
-"""The pure part of `parley notify` (parley/notify.py): what is posted, its signature, the
+"""The pure part of `parley notify` (parley/fleet/notify.py): what is posted, its signature, the
 receiver's check, the retry schedule, the dead-letter rule, filters and the secret."""
 
 import hashlib
@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from parley.notify import (
+from parley.fleet.notify import (
     FeedEntry,
     FeedEntryError,
     NotifyConfig,

@@ -1,10 +1,10 @@
-"""The clients' pure parts (parley/producer.py): what both `Client` and `AsyncClient` do
+"""The clients' pure parts (parley/client/producer.py): what both `Client` and `AsyncClient` do
 between Redis calls, so the two are thin I/O shells over one logic."""
 
 import orjson
 import pytest
 
-from parley.producer import (
+from parley.client.producer import (
     InvalidInput,
     OutcomeWait,
     SubmitRefused,

@@ -1,4 +1,4 @@
-"""parley/redis_errors.py: what Redis's error replies mean (a stream's group gone; a Redis Cluster
+"""parley/runtime/redis_errors.py: what Redis's error replies mean (a stream's group gone; a Redis Cluster
 node), and the one line a `parley` command exits with on a cluster node. Real replies of a real
 Redis: tests/integration/test_nogroup.py and tests/integration/test_cluster.py."""
 
@@ -12,7 +12,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from parley.redis_errors import cluster_message, group_gone, is_cluster_node, is_cluster_reply
+from parley.runtime.redis_errors import cluster_message, group_gone, is_cluster_node, is_cluster_reply
 
 DOC = '(docs/operations.md, "Redis Cluster")'
 

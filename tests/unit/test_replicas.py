@@ -3,7 +3,7 @@
 import pytest
 
 from parley.dispatcher.replicas import ReplicaPolicy, confirmed
-from parley.replicas import take_confirmed
+from parley.runtime.replicas import take_confirmed
 
 
 def test_off_by_default_confirms_whatever_wait_says() -> None:

@@ -1,10 +1,10 @@
-"""parley.retry.backoff: the one delay computation of every retry loop (no I/O)."""
+"""parley.runtime.retry.backoff: the one delay computation of every retry loop (no I/O)."""
 
 import random
 
 import pytest
 
-from parley.retry import backoff
+from parley.runtime.retry import backoff
 
 
 def test_doubles_from_the_base_up_to_the_cap() -> None:

@@ -1,9 +1,10 @@
-"""The placement table (schemas/shards.py), the Sentinel URL reader (parley/shards.py) and the
+"""The placement table (schemas/shards.py), the Sentinel URL reader (parley/client/shards.py) and the
 per-shard command lines (parley/cli/per_shard.py): pure rules, no Redis."""
 
 import pytest
 
 from parley.cli.per_shard import await_placement, child_args
+from parley.client.shards import SentinelAddress, parse_sentinel_url
 from parley.schemas.ids import root_session
 from parley.schemas.keys import partition_of
 from parley.schemas.shards import (
@@ -15,7 +16,6 @@ from parley.schemas.shards import (
     initial_placement,
     newest_placement_of,
 )
-from parley.shards import SentinelAddress, parse_sentinel_url
 
 # ---- making a table -------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ parses ids or members is confused by the `/`."""
 import pytest
 from redis.crc import key_slot
 
-from parley.inbox import InterruptFilter, OpenInterrupt
+from parley.client.inbox import InterruptFilter, OpenInterrupt
 from parley.schemas.ids import is_child_session, is_session_id, tenant_of
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_member, session_of_member

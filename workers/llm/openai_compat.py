@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
-from parley.logs import kv
-from parley.retry import backoff
+from parley.runtime.logs import kv
+from parley.runtime.retry import backoff
 from parley.workers.llm.limits import TimeLimit, current_time_limit, earliest
 
 log = logging.getLogger("parley.llm")

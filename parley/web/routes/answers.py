@@ -13,8 +13,8 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from parley.logs import kv
-from parley.producer import InvalidInput, SubmitRefused, SubmitUnavailable
+from parley.client.producer import InvalidInput, SubmitRefused, SubmitUnavailable
+from parley.runtime.logs import kv
 from parley.web import present
 from parley.web.conversation import path_to, pretty_json
 from parley.web.forms import APPROVE, DECLINE, answer_form, field_of_path, read_answer

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from parley.inbox import OpenInterrupt
+from parley.client.inbox import OpenInterrupt
 from parley.web import present
 from parley.web.live import Change, ChangeKind, event_stream, shown_by, since_of
 from parley.web.observe import LIVE_PAGES

@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from parley.logs import kv
+from parley.runtime.logs import kv
 from parley.web.observe import ANSWERS, metrics_body
 from parley.web.present import AnswerStatus
 from parley.web.state import inbox_of

@@ -12,7 +12,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from parley.logs import kv
+from parley.runtime.logs import kv
 from parley.web import csrf, present
 from parley.web.observe import SIGNINS
 from parley.web.routes.common import checked_form, page, text_of

@@ -23,8 +23,8 @@ import redis
 import redis.asyncio
 from redis.sentinel import Sentinel
 
-from parley.logins import may_ask_info
-from parley.redis_errors import is_cluster_node
+from parley.runtime.logins import may_ask_info
+from parley.runtime.redis_errors import is_cluster_node
 from parley.schemas.keys import Keys
 from parley.schemas.shards import (
     PLACEMENT_FIELD,
@@ -104,9 +104,9 @@ def connect_checked(url: str, **kwargs: Any) -> redis.Redis:
     ClusterNotSupported for a Redis Cluster node, before anything is read or written there (a
     node holding every slot would serve single keys and fail only later, CROSSSLOT). What
     `parley` commands connect with. A login that may not run INFO (a producer's, a reader's:
-    parley/logins.py), or a Redis not up yet, is not asked: the command then meets the node's
+    parley/runtime/logins.py), or a Redis not up yet, is not asked: the command then meets the node's
     MOVED, CLUSTERDOWN or CROSSSLOT replies, which the CLI turns into the same line
-    (parley/redis_errors.py)."""
+    (parley/runtime/redis_errors.py)."""
     client = connect(url, **kwargs)
     if url in _checked or not may_ask_info(client.connection_pool.connection_kwargs.get("username")):
         return client

@@ -30,7 +30,7 @@ twice, and lose no work outcome:
 6. Clean: P's keys and members are deleted on the source (its counters lowered), then the
    mover's lease and the `copied:P` mark.
 
-One move or repair runs at a time: each takes the move lock on shard 0 first (parley/move_lock.py),
+One move or repair runs at a time: each takes the move lock on shard 0 first (parley/fleet/move_lock.py),
 and writes each shard's table only if it is still the version it read (write_placement.lua), so
 no two writers of version v+1 overwrite each other. An error or Ctrl-C after the freeze stops
 the move with a MoveError that says the partition is left frozen and to run `repair`.
@@ -55,9 +55,10 @@ import redis
 from rq import Queue
 from rq.job import Job
 
+from parley.client.shards import Shards, read_view
 from parley.dispatcher.store import load_script
 from parley.dispatcher.sweeps import lost_outcome
-from parley.move_lock import LockHeld, MoveLock
+from parley.fleet.move_lock import LockHeld, MoveLock
 from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys
 from parley.schemas.moves import (
@@ -84,7 +85,6 @@ from parley.schemas.moves import (
     shared_sets,
 )
 from parley.schemas.shards import Placement, PlacementError
-from parley.shards import Shards, read_view
 
 #: how long the fence waits, by default, for the source's dispatchers to give P's lease back
 DEFAULT_FENCE_TIMEOUT_S = 120.0

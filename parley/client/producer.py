@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeAlias
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from parley.retry import backoff
+from parley.runtime.retry import backoff
 from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.codes import RefusalCode
 from parley.schemas.events import EVENT_ADAPTER, Event
@@ -101,7 +101,7 @@ DEFAULT_MOVED_TIMEOUT_S = 30.0
 
 @dataclass(slots=True)
 class MovedRetry:
-    """When to submit again after `moved`: a jittered backoff (parley/retry.py), short at
+    """When to submit again after `moved`: a jittered backoff (parley/runtime/retry.py), short at
     first since a placement read again may already name the new shard, until `timeout_s` past
     `started` (monotonic seconds). Pure: the caller reads the clock and sleeps."""
 

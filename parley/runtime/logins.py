@@ -3,8 +3,8 @@ asks one its login is refused: every refusal lands in Redis's `ACL LOG`, and an 
 be able to treat any entry there as an alarm (tests/integration/test_acl.py checks that the
 shipped processes leave none).
 
-The shipped logins are all named `parley-…`; of those, only the dispatcher's and the worker's
-may run `INFO`, and none may run `ACL GETUSER`. A login named otherwise is the operator's own:
+The shipped logins are all named `parley-…`; of those, only the dispatcher's, the worker's (and
+Sentinel's, which no Parley process uses) may run `INFO`, and none may run `ACL GETUSER`. A login named otherwise is the operator's own:
 it is asked, and a refusal then is the operator's to read.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 SHIPPED_PREFIX = "parley-"
 #: the shipped logins with `+info` (tests/unit/test_logins.py reads the file to keep this true)
-MAY_RUN_INFO = frozenset({"parley-dispatcher", "parley-worker"})
+MAY_RUN_INFO = frozenset({"parley-dispatcher", "parley-worker", "parley-sentinel"})
 
 
 def shipped(username: str | None) -> bool:

@@ -20,8 +20,8 @@ import orjson
 from pydantic import BaseModel, field_validator
 from redis import Redis
 
-from parley.fanout import ShardPart, merge_parts, own_rows, session_owner
-from parley.producer import Call, Steps, run_steps
+from parley.client.fanout import ShardPart, merge_parts, own_rows, session_owner
+from parley.client.producer import Call, Steps, run_steps
 from parley.schemas.keys import Keys
 from parley.schemas.shards import Placement
 
@@ -137,7 +137,7 @@ def one_interrupt_steps(keys: Keys, session: str, interrupt_id: str) -> Steps:
 # ---- cursors ------------------------------------------------------------------------------------
 
 def encode_token(value: Any) -> str:
-    """A cursor's text: its JSON, base64url without padding (shared with parley/sessions.py)."""
+    """A cursor's text: its JSON, base64url without padding (shared with parley/client/sessions.py)."""
     return base64.urlsafe_b64encode(orjson.dumps(value)).decode().rstrip("=")
 
 
@@ -302,7 +302,7 @@ def _walk(keys: Keys, flt: InterruptFilter, limit: int, driver: Driver, after: s
             return InterruptPage(items=items, cursor=Cursor(driver, after, flt.fingerprint()).encode())
 
 
-# ---- several shards (parley/fanout.py) ----------------------------------------------------------
+# ---- several shards (parley/client/fanout.py) ----------------------------------------------------------
 
 def order_driver(flt: InterruptFilter) -> Driver:
     """The order a merged listing runs in: by session id with a session prefix, else by raise

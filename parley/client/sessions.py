@@ -7,7 +7,7 @@ order is creation order. A page is one range read (ZRANGE BYLEX after the cursor
 driving set — or of the status sets merged, by creation time — and one read of the rows'
 records: O(log n + page), whatever the number of sessions. An age is a range of the members'
 time prefix. Filters the driving set does not cover are checked on each row, within a bounded
-scan (`SCAN_FACTOR` x the page), as the inbox does (parley/inbox.py).
+scan (`SCAN_FACTOR` x the page), as the inbox does (parley/client/inbox.py).
 """
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
@@ -16,9 +16,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from parley.fanout import ShardPart, merge_parts, session_owner
-from parley.inbox import DEFAULT_LIMIT, MAX_LIMIT, SCAN_FACTOR, decode_token, encode_token, merge, texts
-from parley.producer import Call, Steps
+from parley.client.fanout import ShardPart, merge_parts, session_owner
+from parley.client.inbox import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    SCAN_FACTOR,
+    decode_token,
+    encode_token,
+    merge,
+    texts,
+)
+from parley.client.producer import Call, Steps
 from parley.schemas.keys import Keys
 from parley.schemas.listing import (
     SEP,
@@ -262,7 +270,7 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must be 1-{MAX_LIMIT}, not {limit!r}")
 
 
-# ---- several shards (parley/fanout.py) ----------------------------------------------------------
+# ---- several shards (parley/client/fanout.py) ----------------------------------------------------------
 
 def row_key(row: SessionRow) -> str:
     """A row's member in the list's order (schemas/listing.py builds the same)."""

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from parley.producer import Call, Steps
+from parley.client.producer import Call, Steps
 from parley.schemas.codes import SessionStatus
 from parley.schemas.keys import Keys
 from parley.schemas.listing import ListingStatus, listing_status

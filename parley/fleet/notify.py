@@ -29,16 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from parley import metrics
-from parley.logs import kv
-from parley.redis_errors import group_gone
-from parley.retry import backoff
+from parley.client.feed import FeedEntry, FeedEntryError, parse_entry
+from parley.client.feed import text as _text
+from parley.runtime import metrics
+from parley.runtime.logs import kv
+from parley.runtime.redis_errors import group_gone
+from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 
 log = logging.getLogger("parley.notify")
@@ -88,46 +89,6 @@ def run_through_outages(stop: threading.Event, step: Callable[[], None],
             log.warning("the feed's consumer group was gone (the feed deleted?): made again from "
                         "id 0, forwarding on", extra=kv(error=str(exc), made=",".join(made)))
             stop.wait(backoff(nogroups, base=0.05, cap=5.0) if nogroups else 0)
-
-class FeedEntryError(ValueError):
-    """A feed entry that cannot be forwarded as it is (not written by the commit script)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FeedEntry:
-    """One entry of the feed: which session, which event, and the event whole."""
-
-    entry_id: str
-    session: str
-    type: str
-    event_id: str
-    event: dict[str, Any]
-
-    def body(self) -> bytes:
-        """The JSON document POSTed for this entry."""
-        return orjson.dumps({"id": self.entry_id, "session": self.session, "type": self.type,
-                             "event_id": self.event_id, "event": self.event})
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def parse_entry(entry_id: Any, fields: dict[Any, Any]) -> FeedEntry:
-    """The feed entry of a stream reply, or FeedEntryError saying what is wrong with it."""
-    named = {_text(k): v for k, v in fields.items()}
-    missing = [f for f in ("session", "type", "event_id", "event") if f not in named]
-    if missing:
-        raise FeedEntryError(f"feed entry {_text(entry_id)} lacks {', '.join(missing)}")
-    try:
-        event = orjson.loads(named["event"])
-    except orjson.JSONDecodeError as exc:
-        raise FeedEntryError(f"feed entry {_text(entry_id)}: event is not JSON: {exc}") from None
-    if not isinstance(event, dict):
-        raise FeedEntryError(f"feed entry {_text(entry_id)}: event is not a JSON object")
-    return FeedEntry(_text(entry_id), _text(named["session"]), _text(named["type"]),
-                     _text(named["event_id"]), event)
-
 
 def sign(secret: bytes, timestamp: int, body: bytes) -> str:
     """The `Parley-Signature` header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>`

@@ -1,6 +1,6 @@
 """What some of Redis's error replies mean to Parley's loops and commands: pure functions of an
 exception (or of `INFO`'s answer), written and unit-tested once (tests/unit/test_redis_errors.py).
-Like parley/retry.py it sits below dispatcher/, workers/ and parley/cli/, and imports nothing of
+Like parley/runtime/retry.py it sits below dispatcher/, workers/ and parley/cli/, and imports nothing of
 Parley.
 """
 

@@ -29,8 +29,8 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from parley import metrics
-from parley.logs import kv
+from parley.runtime import metrics
+from parley.runtime.logs import kv
 from parley.schemas.keys import Keys
 
 _dispatcher_log = logging.getLogger("parley.dispatcher")

@@ -164,7 +164,7 @@ def start_worker_series() -> None:
         for outcome in JOB_OUTCOMES:
             JOBS.labels(kind, outcome)
 
-# `parley notify` (parley/notify.py): the webhook forwarder of the fleet-wide feed
+# `parley notify` (parley/fleet/notify.py): the webhook forwarder of the fleet-wide feed
 NOTIFY_FORWARDED = Counter("parley_notify_forwarded_total", "Feed entries the webhook took (2xx), by "
                            "event type", ["type"], registry=REGISTRY)
 NOTIFY_FAILED = Counter("parley_notify_failed_total", "Webhook POSTs that failed, by why (status: "

@@ -4,8 +4,9 @@ be able to treat any entry there as an alarm (tests/integration/test_acl.py chec
 shipped processes leave none).
 
 The shipped logins are all named `parley-…`; of those, only the dispatcher's, the worker's (and
-Sentinel's, which no Parley process uses) may run `INFO`, and none may run `ACL GETUSER`. A login named otherwise is the operator's own:
-it is asked, and a refusal then is the operator's to read.
+Sentinel's, which no Parley process uses) may run `INFO`, and none may run `ACL GETUSER`. A
+login named otherwise is the operator's own: it is asked, and a refusal then is the operator's
+to read.
 """
 
 from __future__ import annotations

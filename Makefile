@@ -4,15 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
+.PHONY: install system-packages demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
 
 $(STAMP): pyproject.toml
-	@command -v redis-server >/dev/null || { echo "redis-server is missing: apt-get install redis-server"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# An editable install of the one package `parley` (package-dir maps schemas/, dispatcher/ and
-	# workers/ under it). setuptools announces every editable install with an InformationOnly
-	# warning that is about no fault of ours; it is filtered by its text, nothing else is.
+	# An editable install of the one package `parley` (parley/; its schemas, dispatcher and
+	# workers are links to the top-level folders). setuptools announces every editable install
+	# with an InformationOnly warning that is about no fault of ours; it is filtered by its text.
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
@@ -21,23 +20,29 @@ install: $(STAMP)
 # The seed scenario: a private redis-server unless PARLEY_REDIS_URL is set. It asks you at a
 # prompt; ARGS=--yes or ARGS=--no answers for you (without a terminal it approves).
 demo: $(STAMP)
+	@command -v redis-server >/dev/null || { echo "redis-server is missing: sudo apt-get install -y redis-server"; exit 1; }
 	$(BIN)/parley demo $(ARGS)
 
 # Two pytest processes (pytest-xdist): the tests mostly wait on the Redis servers, dispatchers
 # and workers they start, so two at once take about 60 % of the time one does on 2 cores.
 # `--dist loadgroup`: a module marked xdist_group (the browser tests) runs on one process, so
 # its one deployment and one chromium are started once.
-test: $(STAMP)
+test: $(STAMP) system-packages
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) system-packages
 	$(BIN)/python -m pytest -q tests/integration
 
-test-e2e: $(STAMP)
+test-e2e: $(STAMP) system-packages
 	$(BIN)/python -m pytest -q tests/e2e
+
+# The Debian packages the tests need (redis-server, chromium, prometheus's promtool): installed
+# when run as root with apt, else it stops at once saying the one command to run.
+system-packages:
+	@sh tests/debian-packages.sh
 
 # 200 seed sessions while dispatchers and workers are killed and Redis restarted (a few minutes).
 # As deployed: the shipped redis.conf and users.acl, each process and the driver under its login;
@@ -74,17 +79,11 @@ bench-smoke: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run --smoke $(ARGS)
 
-# mypy reads modules from folders, and the folders schemas/, dispatcher/ and workers/ are
-# installed as parley.schemas, ...: it checks a tree of links laid out as the installed package.
-TYPECHECK := build/typecheck
+# parley/ is the package whole (parley/schemas, parley/dispatcher and parley/workers link to the
+# top-level folders): mypy reads it as it is installed, with no tree of its own to build.
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	rm -rf $(TYPECHECK) && mkdir -p $(TYPECHECK)/parley
-	cp -rs $(CURDIR)/parley/. $(TYPECHECK)/parley/
-	for d in schemas dispatcher workers; do cp -rs $(CURDIR)/$$d $(TYPECHECK)/parley/$$d; done
-	find $(TYPECHECK) -name __pycache__ -prune -exec rm -rf {} +
-	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
-	  --cache-dir $(CURDIR)/.mypy_cache -p parley
+	$(BIN)/mypy --config-file pyproject.toml -p parley
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache *.egg-info

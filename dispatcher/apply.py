@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -26,6 +25,7 @@ from parley.dispatcher.core.effects import split_effects
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, already_applied, poisoned
 from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.rejected import rejected_copy
+from parley.dispatcher.scripts import LUA
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_WINDOW_MS, LEASE_LOST, Store, now_ms
 from parley.runtime import metrics
 from parley.runtime.logs import kv
@@ -326,4 +326,4 @@ class Applier:
             pending_skipped(replies[-3], [done[0]])
 
 
-_REJECT_SCRIPT = files("parley.dispatcher").joinpath("lua/reject.lua").read_text()
+_REJECT_SCRIPT = LUA.source("reject")

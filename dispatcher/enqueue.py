@@ -14,7 +14,6 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any, assert_never
 
 import orjson
@@ -42,6 +41,7 @@ from parley.dispatcher.core.effects import (
     Stat,
 )
 from parley.dispatcher.engine_key import EngineKey
+from parley.dispatcher.scripts import LUA
 from parley.dispatcher.store import load_script
 from parley.schemas.jobs import JOBS, JobKind, job_id
 from parley.schemas.keys import Keys
@@ -55,19 +55,13 @@ FAILURE_TTL = 24 * 3600
 # EVAL, not EVALSHA: inside a MULTI a script missing from the cache (Redis restarted) would fail
 # alone at EXEC while the job's push went through, leaving a job with no in-flight record.
 # Likewise for the interrupt index: its counts must move with it or not at all.
-INFLIGHT_LIB, RECORD_INFLIGHT, INDEX_LIB, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
-    files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
-    for name in ("inflight_lib", "record_inflight", "index_lib", "index_add", "index_remove",
-                 "rebuild_index"))
-# the in-flight numbering is commit.lua's too (inflight_lib.lua)
-RECORD_INFLIGHT = INFLIGHT_LIB + RECORD_INFLIGHT
-# the index scripts share the listing's set names and members (index_lib.lua)
-INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (INDEX_LIB + script
-                                         for script in (INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX))
+# The in-flight numbering is commit.lua's too (both require inflight_lib); the index scripts
+# share the listing's set names and members (index_lib).
+RECORD_INFLIGHT, INDEX_ADD, INDEX_REMOVE, REBUILD_INDEX = (
+    LUA.source(name) for name in ("record_inflight", "index_add", "index_remove", "rebuild_index"))
 # EVAL too: a retired session's archive entry and its expiry go with the outbox deletion or
 # not at all (a NOSCRIPT at EXEC would drop them while the outbox field is deleted).
-RETIRE = "".join(files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
-                 for name in ("session_document_lib", "retire"))
+RETIRE = LUA.source("retire")
 #: about how many closed sessions the archive stream keeps (docs/operations.md)
 DEFAULT_ARCHIVE_MAXLEN = 10_000
 

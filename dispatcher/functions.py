@@ -12,11 +12,11 @@ check loads its own again.
 import logging
 import re
 import time
-from importlib.resources import files
 from typing import Any
 
 from redis import Redis
 
+from parley.dispatcher.scripts import LUA
 from parley.runtime.logs import kv
 
 log = logging.getLogger("parley.dispatcher")
@@ -26,7 +26,7 @@ _VERSION_RE = re.compile(r"^local VERSION = (\d+)$", re.MULTILINE)
 
 
 def library_code() -> str:
-    return files("parley.dispatcher").joinpath("lua/functions.lua").read_text()
+    return LUA.source("functions")
 
 
 def version_of(code: str) -> int:

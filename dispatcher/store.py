@@ -2,7 +2,6 @@
 
 import time
 from collections.abc import Sequence
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -12,6 +11,7 @@ from redis.exceptions import NoScriptError
 
 from parley.dispatcher.core import Effect, Transition, effect_from_dict, effect_to_json
 from parley.dispatcher.core.effects import split_effects
+from parley.dispatcher.scripts import LUA
 from parley.schemas.events import FEED_EVENT_TYPES
 from parley.schemas.keys import Keys
 from parley.schemas.state import SessionState, bodies_wanted
@@ -64,13 +64,10 @@ def evalsha_many(redis: Redis, script: Script, calls: Sequence[tuple[list[str], 
     return replies
 
 
-def _lua(name: str) -> str:
-    return files("parley.dispatcher").joinpath(f"lua/{name}.lua").read_text()
-
-
 def load_script(redis: Redis, name: str) -> Script:
-    """A Lua script of dispatcher/lua/, registered once (EVALSHA, loaded again if flushed)."""
-    return redis.register_script(_lua(name))
+    """A Lua script of dispatcher/lua/ with the libraries it requires, registered once (EVALSHA,
+    loaded again if flushed)."""
+    return LUA.register(redis, name)
 
 
 class Store:
@@ -89,8 +86,8 @@ class Store:
         self.events_maxlen = events_maxlen
         self.feed_maxlen = feed_maxlen
         self.unknown_session_ttl_ms = unknown_session_ttl_ms
-        # the in-flight numbering is shared with record_inflight.lua (inflight_lib.lua)
-        self._commit = redis.register_script(_lua("inflight_lib") + _lua("commit"))
+        # the in-flight numbering is shared with record_inflight.lua (both require inflight_lib)
+        self._commit = LUA.register(redis, "commit")
 
     def load(self, session: str, idempotency_key: str | None = None) -> tuple[SessionState, str]:
         """`load_many` of one session."""

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import RedisServer, start_parley, stop_process
+from parley.runtime.procs import RedisServer, start_parley, stop_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,7 +152,7 @@ def procs(redis_server: RedisServer, tmp_path: Path, request: pytest.FixtureRequ
         p.urls = {"dispatcher": redis_server.url_as(login(DISPATCHER)),
                   "worker": redis_server.url_as(login(WORKER))}
     yield p
-    codes = [stop_process(proc) for _kind, proc, _log in p.started]
+    codes = stop_processes([proc for _kind, proc, _log in p.started])
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         print(p.logs())

@@ -1,3 +1,4 @@
+-- requires: inflight_lib
 -- Commit one transition of one session, atomically, or nothing.
 -- KEYS[1] meta hash ({S}: ver, core, applied)
 -- KEYS[2] messages hash ({S})

@@ -1,3 +1,4 @@
+-- requires: index_lib
 -- An interrupt opened: into the index (and the deadlines), and counted. The counts move only
 -- when the index really changes (the member was not there), so doing the same effect again
 -- (a flush replayed after a crash) leaves them exact.

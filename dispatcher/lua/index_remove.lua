@@ -1,3 +1,4 @@
+-- requires: index_lib
 -- An interrupt resumed: out of the index and the deadlines, and uncounted; only when it was
 -- there, so a flush replayed after a crash counts nothing twice (see index_add.lua).
 -- KEYS[1] the index (zset), KEYS[2] its details (hash), KEYS[3] the deadlines (zset),

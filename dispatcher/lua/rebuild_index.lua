@@ -1,3 +1,4 @@
+-- requires: index_lib
 -- Build the listing's secondary sets once, for an index an older dispatcher wrote without them
 -- (index_add.lua keeps them from then on). Atomic with the flushes; done only when the stats
 -- hash has no 'listing' field, i.e. once per Redis. Details written by an older dispatcher lack what the

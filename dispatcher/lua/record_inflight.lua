@@ -1,3 +1,4 @@
+-- requires: inflight_lib
 -- Record an enqueued job as in flight (inflight_lib.lua, prepended): for an enqueue an older
 -- dispatcher left in an outbox, run in the outbox's MULTI right after RQ's RPUSH.
 -- KEYS[1] the in-flight hash, KEYS[2] the queue's in-flight order (zset)

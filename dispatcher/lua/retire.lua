@@ -1,3 +1,4 @@
+-- requires: session_document_lib
 -- A session closed: copy its raw document to the archive, then schedule its expiry.
 -- (session_document_lib.lua is prepended: session_document.)
 -- KEYS[1] meta hash ({S})

@@ -1,3 +1,4 @@
+-- requires: session_document_lib
 -- A whole session, read-only (`Client.export`, `parley export`): run with EVAL_RO, so it runs on
 -- a replica and under a Redis user that may write nothing. Loaded with session_document_lib.lua
 -- prepended (parley/client/export.py), the function that also builds the archive entry a close

@@ -14,14 +14,13 @@ libraries (orjson, pydantic, Python's json) refuse documents nested a few hundre
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from parley.client.producer import Call, Steps
+from parley.runtime.lua import LuaFolder
 from parley.schemas.codes import SessionStatus
 from parley.schemas.keys import Keys
 from parley.schemas.listing import ListingStatus, listing_status
@@ -240,11 +239,7 @@ def session_document_script() -> str:
     """The read-only script: the shared builder (the text the dispatcher's archive writer uses
     too) and the call of it. Read as files, found without importing `parley.dispatcher`: a
     producer runs none of the engine's code."""
-    spec = find_spec("parley.dispatcher")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("parley.dispatcher's Lua scripts are not installed")
-    lua = Path(next(iter(spec.submodule_search_locations))) / "lua"
-    return (lua / "session_document_lib.lua").read_text() + (lua / "session_document.lua").read_text()
+    return LuaFolder.of_package("parley.dispatcher").source("session_document")
 
 
 def export_steps(keys: Keys, session: str) -> Steps:

@@ -112,11 +112,21 @@ def start_parley(args: list[str], env: dict[str, str], log_path: Path | None = N
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    return stop_processes([proc], timeout)[0]
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout: float = 10) -> list[int]:
+    """SIGTERM to every process at once, then each awaited (killed past `timeout`): a graceful
+    stop waits out a blocking read (a worker's BLPOP, a dispatcher's XREADGROUP), so stopping a
+    fleet takes about the longest of those, not their sum. Exit codes in `procs`' order."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
         try:
-            proc.wait(timeout)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return proc.returncode
+    return [proc.returncode for proc in procs]

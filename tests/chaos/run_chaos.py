@@ -56,7 +56,7 @@ import orjson
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import RedisServer, start_parley, stop_process
+from parley.runtime.procs import RedisServer, start_parley, stop_processes
 from parley.schemas.keys import Keys
 from tests.chaos.evidence import DRIVER_FILE, SEEN, AppendOnly, Evidence, delivery_problems
 from tests.deployed import (
@@ -124,7 +124,7 @@ class Fleet:
         return name
 
     def stop(self) -> list[int]:
-        return [stop_process(p) for p in self.procs.values()]
+        return stop_processes(list(self.procs.values()))
 
 
 def retrying(fn: Any, *args: Any, **kwargs: Any) -> Any:

@@ -29,7 +29,7 @@ from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwrig
 
 from parley.client import Client
 from parley.client.inbox import InterruptFilter
-from parley.runtime.procs import RedisServer, free_port, stop_process
+from parley.runtime.procs import RedisServer, free_port, stop_process, stop_processes
 from parley.web.users import hash_password
 from tests.conftest import Procs, wait_for
 
@@ -133,7 +133,8 @@ def inbox_deployment_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield InboxDeployment(url, server.url, r, Client(r), keys, passwords, procs,
                               tuple(hashes.values()))
         # SIGTERM must end every process cleanly (exit 0), the page's server included.
-        codes = {log.name: stop_process(proc) for _kind, proc, log in procs.started}
+        codes = dict(zip([log.name for _kind, _proc, log in procs.started],
+                         stop_processes([proc for _kind, proc, _log in procs.started]), strict=True))
         assert all(code == 0 for code in codes.values()), f"exit codes {codes}\n{procs.logs()}"
     finally:
         for _kind, proc, _log in procs.started:

@@ -43,7 +43,7 @@ import redis
 from parley.client import Client
 from parley.client.producer import input_fields
 from parley.client.shards import connect
-from parley.runtime.procs import stop_process
+from parley.runtime.procs import stop_processes
 from parley.schemas.keys import Keys
 from tests.chaos.evidence import Evidence
 from tests.chaos.run_chaos import APP, check, drive, leftovers
@@ -98,7 +98,7 @@ def fleet(replica_set: ReplicaSet, tmp_path: Path, request: pytest.FixtureReques
               urls={"dispatcher": replica_set.url_as(login(DISPATCHER)),
                     "worker": replica_set.url_as(login(WORKER))})
     yield p
-    codes = [stop_process(proc, timeout=20) for _kind, proc, _log in p.started]
+    codes = stop_processes([proc for _kind, proc, _log in p.started], timeout=20)
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         print(p.logs())

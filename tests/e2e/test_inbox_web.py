@@ -12,7 +12,7 @@ import redis
 from starlette.testclient import TestClient
 
 from parley.client import Client
-from parley.runtime.procs import RedisServer, stop_process
+from parley.runtime.procs import RedisServer, stop_processes
 from parley.web.app import create_app
 from parley.web.config import InboxConfig
 from parley.web.users import hash_password
@@ -49,7 +49,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Procs
         warm.close()
         yield procs, tmp_path
     finally:
-        codes = [stop_process(proc) for _kind, proc, _log in procs.started]
+        codes = stop_processes([proc for _kind, proc, _log in procs.started])
         server.stop(kill=True)
         assert all(code == 0 for code in codes), f"exit codes {codes}\n{procs.logs()}"
 

@@ -16,7 +16,7 @@ import redis
 from parley.client import Client
 from parley.client.shards import Shards
 from parley.dispatcher.functions import Functions
-from parley.runtime.procs import RedisServer, start_parley, stop_process
+from parley.runtime.procs import RedisServer, start_parley, stop_processes
 from parley.schemas.keys import Keys
 from tests.conftest import ROOT, eventually, wait_for
 
@@ -44,7 +44,7 @@ def fleet(tmp_path: Path) -> Iterator[tuple[list[str], Shards]]:
     try:
         yield urls, shards
     finally:
-        codes = [stop_process(p) for p in procs]
+        codes = stop_processes(procs)
         for server in servers:
             server.stop(kill=True)
         assert all(code == 0 for code in codes), codes

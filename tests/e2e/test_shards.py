@@ -16,7 +16,7 @@ import redis
 
 from parley.client import Client
 from parley.client.shards import Shards
-from parley.runtime.procs import RedisServer, start_parley, stop_process
+from parley.runtime.procs import RedisServer, start_parley, stop_processes
 from parley.schemas.keys import Keys
 from tests.conftest import ROOT, of_type, wait_for
 
@@ -67,7 +67,7 @@ class Deployment:
                          for _p, log in self.started if log.exists())
 
     def stop(self) -> list[int]:
-        codes = [stop_process(p, timeout=20) for p, _log in self.started]
+        codes = stop_processes([p for p, _log in self.started], timeout=20)
         for s in self.servers:
             s.stop(kill=True)
         return codes

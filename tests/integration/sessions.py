@@ -5,7 +5,6 @@ The dispatcher is driven by hand (`tick`), and work outcomes are posted as worke
 so the session's records are exactly what the engine stores.
 """
 
-from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -13,6 +12,7 @@ import redis
 
 from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.core import AppInfo, ToolInfo
+from parley.dispatcher.scripts import LUA
 from parley.schemas.state import Core
 from tests.integration.conftest import KEYS, post_outcome, send, tick
 
@@ -23,7 +23,7 @@ APP = AppInfo(has_decide=True, decide_on=frozenset({"tool.execute"}),
 # The archive entry as the dispatcher writes it when a session closes: the raw document of
 # session_document_lib.lua, with the session and its close time (docs/protocol.md, "Export and
 # archive"). KEYS: meta, msgs, events, the archive stream; ARGV: session, closed_at.
-ARCHIVE_LUA = files("parley.dispatcher").joinpath("lua/session_document_lib.lua").read_text() + """
+ARCHIVE_LUA = LUA.read("session_document_lib") + """
 return redis.call('XADD', KEYS[4], '*', 'session', ARGV[1], 'closed_at', ARGV[2],
                   'document', session_document(KEYS[1], KEYS[2], KEYS[3], ARGV[1]))
 """

@@ -48,7 +48,7 @@ from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
 from parley.fleet.notify import Forwarder, NotifyConfig
 from parley.runtime.metrics import Health, RedisStateCollector
-from parley.runtime.procs import free_port, parley_command, start_parley, stop_process
+from parley.runtime.procs import free_port, parley_command, start_parley, stop_processes
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
@@ -910,7 +910,7 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
         view = orjson.loads(cli(READER, "show", "acl-cli", "--json").stdout)
         assert view["messages"][-1]["content"] == "Done. send_email: sent"
     finally:
-        codes = [stop_process(p) for p in started]
+        codes = stop_processes(started)
     assert codes == [0, 0], logs()  # a clean stop: the dispatcher released its lease (a script)
     assert acl.admin.exists(KEYS.lease(0)) == 0
     assert acl.denials() == [], logs()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from parley.runtime.procs import RedisServer, stop_process
+from parley.runtime.procs import RedisServer, stop_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["pyproject.toml", "README.md", "parley", "schemas", "dispatcher", "workers", "examples"]
@@ -116,7 +116,7 @@ def test_parley_runs_next_to_a_project_with_its_own_schemas_workers_and_dispatch
         produced = subprocess.run([str(BIN / "python"), "producer.py", server.url], cwd=project,
                                   env=env, capture_output=True, text=True, timeout=60)
     finally:
-        codes = [stop_process(p) for p in procs]
+        codes = stop_processes(procs)
         server.stop(kill=True)
         for log in logs.values():
             log.close()

@@ -115,14 +115,15 @@ def replicas_enabled() -> bool:
 
 def confirm_take(connection: Any, took_on: ServerId) -> None:
     """`--replica-acks K`: return once K replicas hold this worker's take of a job, made on the
-    server `took_on` (the run_id and master_replid in the take's reply); raise otherwise. The replication stream
-    is ordered: a replica that holds the take holds the commit that enqueued the job too, so a
-    failover cannot replay that commit and run the job twice.
+    server `took_on` (the run_id and master_replid in the take's reply); raise otherwise. The
+    replication stream is ordered: a replica that holds the take holds the commit that enqueued
+    the job too, so a failover cannot replay that commit and run the job twice.
 
     Asked once, never retried through an outage: a WAIT that comes after a reconnect may be
     answered by a promoted replica, where it proves nothing about a take made on the old
     primary (issue 29). The WAIT's pipeline names the server that answered it, which must be
-    the take's, in the same replication history (parley.runtime.replicas, `take_confirmed`); the caller gives the job back otherwise."""
+    the take's, in the same replication history (parley.runtime.replicas, `take_confirmed`);
+    the caller gives the job back otherwise."""
     if not _replicas.enabled:  # the default: nothing on a job's hot path
         return
     Replicas(connection, _keys, _replicas, on_behind="the job taken is given back, not run",

@@ -345,13 +345,13 @@ class ParleyWorker(SimpleWorker):
         connection (parley.runtime.replicas, `take_confirmed`). A WAIT answered by any other server (the
         pool reconnected to a promoted replica, or to the same address restarted), or by the
         same process since demoted, resynced and promoted again (another replid), says nothing
-        of the take, which that server may never have seen, or lost. Comparing the server rather than keeping one
-        connection object holds whatever the pool does: redis-py's retries reconnect inside a
-        call, a Sentinel-managed pool hands a connection to the new primary, and neither is
-        visible to the caller. Any error (an outage, replicas behind, another server) is not
-        retried: the job is given back (give_back.lua, which pushes it back only if the server
-        now reached holds the take) and False returned; the dequeue loop backs off and takes
-        again."""
+        of the take, which that server may never have seen, or lost. Comparing the server
+        rather than keeping one connection object holds whatever the pool does: redis-py's
+        retries reconnect inside a call, a Sentinel-managed pool hands a connection to the new
+        primary, and neither is visible to the caller. Any error (an outage, replicas behind,
+        another server) is not retried: the job is given back (give_back.lua, which pushes it
+        back only if the server now reached holds the take) and False returned; the dequeue
+        loop backs off and takes again."""
         try:
             jobs.confirm_take(self.connection, getattr(job, "parley_server", ServerId()))
             return True

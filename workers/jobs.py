@@ -25,7 +25,7 @@ from parley.runtime import metrics
 from parley.runtime.logs import kv
 
 # the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
-from parley.runtime.replicas import ReplicaPolicy, Replicas
+from parley.runtime.replicas import ReplicaPolicy, Replicas, ServerId
 from parley.runtime.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
 from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
@@ -113,16 +113,17 @@ def replicas_enabled() -> bool:
     return _replicas.enabled
 
 
-def confirm_take(connection: Any, took_on: str) -> None:
+def confirm_take(connection: Any, took_on: ServerId) -> None:
     """`--replica-acks K`: return once K replicas hold this worker's take of a job, made on the
-    server `took_on` (the run_id in the take's reply); raise otherwise. The replication stream
-    is ordered: a replica that holds the take holds the commit that enqueued the job too, so a
-    failover cannot replay that commit and run the job twice.
+    server `took_on` (the run_id and master_replid in the take's reply); raise otherwise. The
+    replication stream is ordered: a replica that holds the take holds the commit that enqueued
+    the job too, so a failover cannot replay that commit and run the job twice.
 
     Asked once, never retried through an outage: a WAIT that comes after a reconnect may be
     answered by a promoted replica, where it proves nothing about a take made on the old
     primary (issue 29). The WAIT's pipeline names the server that answered it, which must be
-    the take's (parley.runtime.replicas, `take_confirmed`); the caller gives the job back otherwise."""
+    the take's, in the same replication history (parley.runtime.replicas, `take_confirmed`);
+    the caller gives the job back otherwise."""
     if not _replicas.enabled:  # the default: nothing on a job's hot path
         return
     Replicas(connection, _keys, _replicas, on_behind="the job taken is given back, not run",

@@ -28,6 +28,7 @@ from rq.utils import now, str_to_date
 from rq.worker import WorkerStatus
 
 from parley.runtime.metrics import JOBS_REFUSED, Health, start_worker_series
+from parley.runtime.replicas import ServerId
 from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
@@ -186,16 +187,19 @@ class ParleyWorker(SimpleWorker):
     # ---- the lean path ------------------------------------------------------------------------
 
     def take(self, token: str, popped: str = "", finish: tuple[Job, Finish] | None = None,
-             take_next: bool = True) -> tuple[Job, Queue] | bool | None:
+             take_next: bool = True, popped_from: str = "") -> tuple[Job, Queue] | bool | None:
         """Run take_job.lua: (job, queue), None when every queue is empty (or `take_next` is
-        False), False when the popped job was cancelled meanwhile. With `finish`, the same call
-        first posts that job's outcome and deletes its hash and records. Call again with the
-        same `token` after a call that got no reply: it returns the job that call took, if it
-        took one, and posts nothing again."""
+        False), False when the popped job was cancelled meanwhile or is held by another worker.
+        With `finish`, the same call first posts that job's outcome and deletes its hash and
+        records. `popped`: a job id the blocking wait popped from the queue `popped_from` (its
+        key): the script pops it there again if that server never saw the pop (take_job.lua).
+        Call again with the same `token` after a call that got no reply: it returns the job that
+        call took, if it took one, and posts nothing again."""
         worker = jobs.worker_id() or ""
         args: list[Any] = [worker, self.job_class.redis_job_namespace_prefix, popped,
                 self.parley_keys.running, self.parley_keys.inflight,
-                self.parley_keys.last_take(worker), token, "1" if jobs.replicas_enabled() else "0"]
+                self.parley_keys.last_take(worker), token, "1" if jobs.replicas_enabled() else "0",
+                popped_from if popped else ""]
         if finish is not None:
             done, post = finish
             args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
@@ -203,9 +207,15 @@ class ParleyWorker(SimpleWorker):
         reply: Any = self._call_take(self.queue_keys(), args)
         if reply is None:
             return None
-        raw_id, raw_queue, claimed, fields, record, server = reply
+        raw_id, raw_queue, claimed, fields, record, run_id, replid = reply
         job_id = raw_id.decode()
         queue_key = raw_queue.decode() if raw_queue else ""
+        if claimed == -1:
+            # popped here by a BLPOP on a server that lost the pop (a failover), and claimed by
+            # the worker that popped it on the server reached now: its job, not ours
+            self.log.warning("job %s, popped by this worker, is held by another worker (the pop "
+                             "was lost in a failover); not taking it", job_id)
+            return False
         if not fields:
             if claimed:  # taken by a call that got no reply, cancelled since
                 self.release_running(job_id)
@@ -229,7 +239,7 @@ class ParleyWorker(SimpleWorker):
         # are still that job's: finish_lib.lua), and the server that took it (confirm_take)
         job.parley_token = token  # type: ignore[attr-defined]
         job.parley_record = record  # type: ignore[attr-defined]
-        job.parley_server = server.decode() if isinstance(server, bytes) else server  # type: ignore[attr-defined]
+        job.parley_server = ServerId(_text(run_id), _text(replid))  # type: ignore[attr-defined]
         return job, queue
 
     def _call_take(self, keys: list[str], args: list[Any]) -> Any:
@@ -256,8 +266,11 @@ class ParleyWorker(SimpleWorker):
     def dequeue_job_and_maintain_ttl(self, timeout: int | None,
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """RQ's dequeue loop (outage backoff, idle limit) around take_job.lua. When every queue is
-        empty it blocks in BLPOP, then claims what it popped with the same script; between the
-        two, the job's in-flight record covers a kill -9 (the dispatcher posts the loss)."""
+        empty it blocks in BLPOP, then claims what it popped with the same script, naming the
+        queue it came from: the script pops it from there again if the server it reaches never
+        saw the BLPOP (a failover in between lost it), so that a job the take confirmation
+        covers is never still queued. Between the two, the job's in-flight record covers a
+        kill -9 (the dispatcher posts the loss)."""
         self.set_state(WorkerStatus.IDLE)
         self.heartbeat()
         outages = 0  # consecutive failed attempts to reach Redis (or to confirm a take), for the backoff
@@ -271,6 +284,7 @@ class ParleyWorker(SimpleWorker):
         # same token (and the same popped id) and gets what that call took.
         token = secrets.token_hex(8)
         popped = ""  # a job id BLPOP handed us, until take_job.lua has recorded it
+        popped_from = ""  # the queue BLPOP popped it from
         while True:
             try:
                 if self._stop_requested and not popped:
@@ -281,8 +295,8 @@ class ParleyWorker(SimpleWorker):
                     taken = None  # the last finish found every queue empty a moment ago
                     self._drained = False
                 else:
-                    taken = self.take(token, popped)
-                popped = ""
+                    taken = self.take(token, popped, popped_from=popped_from)
+                popped = popped_from = ""
                 if taken is False:
                     token = secrets.token_hex(8)
                     continue
@@ -299,7 +313,7 @@ class ParleyWorker(SimpleWorker):
                     if reply is None:
                         self.heartbeat()
                         continue
-                    popped, token = reply[1].decode(), secrets.token_hex(8)
+                    popped_from, popped, token = reply[0].decode(), reply[1].decode(), secrets.token_hex(8)
                     continue
                 job, queue = taken  # type: ignore[misc]
                 if not self.confirm_take(job, queue):
@@ -326,19 +340,20 @@ class ParleyWorker(SimpleWorker):
         not, and failed).
 
         Confirmed only by a WAIT on the server that made the take, asked once: the take's reply
-        names that server (its run_id), and the probe write and WAIT come back with the name of
-        the server that answered them, in one pipeline, so on one connection (parley.runtime.replicas,
-        `take_confirmed`). A WAIT answered by any other server (the pool reconnected to a
-        promoted replica, or to the same address restarted) says nothing of the take, which
-        that server may never have seen. Comparing the server rather than keeping one
-        connection object holds whatever the pool does: redis-py's retries reconnect inside a
-        call, a Sentinel-managed pool hands a connection to the new primary, and neither is
-        visible to the caller. Any error (an outage, replicas behind, another server) is not
-        retried: the job is given back (give_back.lua, which pushes it back only if the server
-        now reached holds the take) and False returned; the dequeue loop backs off and takes
-        again."""
+        names that server (its run_id and master_replid), and the probe write and WAIT come
+        back with the name of the server that answered them, in one pipeline, so on one
+        connection (parley.runtime.replicas, `take_confirmed`). A WAIT answered by any other server (the
+        pool reconnected to a promoted replica, or to the same address restarted), or by the
+        same process since demoted, resynced and promoted again (another replid), says nothing
+        of the take, which that server may never have seen, or lost. Comparing the server
+        rather than keeping one connection object holds whatever the pool does: redis-py's
+        retries reconnect inside a call, a Sentinel-managed pool hands a connection to the new
+        primary, and neither is visible to the caller. Any error (an outage, replicas behind,
+        another server) is not retried: the job is given back (give_back.lua, which pushes it
+        back only if the server now reached holds the take) and False returned; the dequeue
+        loop backs off and takes again."""
         try:
-            jobs.confirm_take(self.connection, getattr(job, "parley_server", ""))
+            jobs.confirm_take(self.connection, getattr(job, "parley_server", ServerId()))
             return True
         except redis.exceptions.RedisError as exc:
             self.log.error("Worker %s: replicas never held the take of job %s (%r); not running it",
@@ -445,7 +460,8 @@ class ParleyWorker(SimpleWorker):
         def back() -> None:
             given = self._give_back(keys=[queue.key, job.key],
                                     args=[job.id, self.parley_keys.running, self.parley_keys.inflight,
-                                          self.parley_keys.last_take(worker), token])
+                                          self.parley_keys.last_take(worker), token,
+                                          "1" if getattr(job, "parley_claimed", False) else "0"])
             if given == 0:
                 self.log.warning("job %s was settled while this worker held it; not given back", job.id)
             elif given == -1:
@@ -507,6 +523,10 @@ class Heartbeat(threading.Thread):
             self.connection.delete(self.key)
         except Exception:
             log.warning("could not clear the heartbeat on exit")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _lua(name: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -66,15 +66,35 @@ def confirmed(policy: ReplicaPolicy, replicas: int) -> bool:
     return not policy.enabled or replicas >= policy.acks
 
 
-def take_confirmed(policy: ReplicaPolicy, took_on: str, waited_on: str, replicas: int) -> bool:
+class ServerId(NamedTuple):
+    """Which server, in which replication history: its `run_id` (INFO server: another process,
+    a restart or another node, has another) and its `master_replid` (INFO replication: it
+    changes when the server is promoted, and when it is fully resynced as a replica). A server
+    demoted, fully resynced from the new primary (losing what it took meanwhile) and promoted
+    again, all within redis-py's retries, keeps its run_id, never its replid."""
+
+    run_id: str = ""
+    replid: str = ""
+
+    @property
+    def named(self) -> bool:
+        return self.run_id != "" and self.replid != ""
+
+    def __str__(self) -> str:
+        return f"{self.run_id or '?'}/{self.replid or '?'}"
+
+
+def take_confirmed(policy: ReplicaPolicy, took_on: ServerId, waited_on: ServerId, replicas: int) -> bool:
     """Whether a worker may run a job it took (`--replica-acks`): the WAIT that answered
-    `replicas` ran on the very server that made the take (`took_on`, `waited_on`: the run_ids
-    the take's reply and the WAIT's pipeline came back with). A WAIT on any other server (a
-    promoted replica, the same address restarted) counts replicas of writes that server took,
-    and proves nothing of a take it may never have seen; an unnamed server proves nothing."""
+    `replicas` ran on the very server that made the take, in the same replication history
+    (`took_on`, `waited_on`: the run_id and master_replid the take's reply and the WAIT's
+    pipeline came back with). A WAIT on any other server (a promoted replica, the same address
+    restarted), or on the same process since promoted again (a replid of its own), counts
+    replicas of writes that server holds, and proves nothing of a take it may never have seen
+    or may have lost in a full resync; an unnamed server proves nothing."""
     if not policy.enabled:
         return True
-    return took_on != "" and took_on == waited_on and replicas >= policy.acks
+    return took_on.named and took_on == waited_on and replicas >= policy.acks
 
 
 class TakeNotConfirmed(RedisError):
@@ -126,26 +146,29 @@ class Replicas:
         raise ReplicasBehind(f"{replicas} of {self.policy.acks} replicas acknowledged "
                              f"within {self.policy.timeout_ms} ms")
 
-    def confirm_take(self, took_on: str) -> None:
+    def confirm_take(self, took_on: ServerId) -> None:
         """Return once `policy.acks` replicas hold a take made on the server `took_on` (its
-        run_id); raise otherwise: ReplicasBehind when they are short, TakeNotConfirmed when the
-        WAIT was answered by another server (`take_confirmed`). One pipeline, so one
-        connection: the probe write, its WAIT and the name of the server that answered both."""
+        run_id and master_replid); raise otherwise: ReplicasBehind when they are short,
+        TakeNotConfirmed when the WAIT was answered by another server, or by the same one in
+        another replication history (`take_confirmed`). One pipeline, so one connection: the
+        probe write, its WAIT and the name of the server that answered both."""
         if not self.policy.enabled:
             return
         pipe = self.redis.pipeline(transaction=False)
         pipe.hincrby(self.keys.stats, WAITS_FIELD, 1)
         pipe.execute_command("WAIT", self.policy.acks, self.policy.timeout_ms)
         pipe.info("server")
+        pipe.info("replication")
         replies: Any = pipe.execute()
-        replicas, waited_on = int(replies[1]), str(replies[2].get("run_id", ""))
+        replicas = int(replies[1])
+        waited_on = ServerId(str(replies[2].get("run_id", "")), str(replies[3].get("master_replid", "")))
         if take_confirmed(self.policy, took_on, waited_on, replicas):
             self.behind = False
             return
-        if took_on == "" or waited_on != took_on:
+        if not took_on.named or waited_on != took_on:
             self.log.warning("a take was not confirmed: the WAIT ran on another server than the take",
-                             extra=kv(took_on=took_on, waited_on=waited_on))
-            raise TakeNotConfirmed(f"the take was made on server {took_on!r}, the WAIT ran on {waited_on!r}")
+                             extra=kv(took_on=str(took_on), waited_on=str(waited_on)))
+            raise TakeNotConfirmed(f"the take was made on server {took_on}, the WAIT ran on {waited_on}")
         self.behind = True
         metrics.REPLICA_ACK_TIMEOUTS.inc()
         self.log.warning(f"replicas behind: {self.on_behind}",

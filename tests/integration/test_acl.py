@@ -447,6 +447,32 @@ def test_worker_failure_and_recovery_paths(acl: AclRedis, worker: redis.Redis, d
     assert acl.denials() == []
 
 
+def test_worker_takes_a_popped_job_and_names_its_server_under_its_login(
+        acl: AclRedis, worker: redis.Redis, dispatcher: redis.Redis, worker_app: None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """take_job.lua's paths of the review of issue 29, under the worker's login: the claim of a
+    job BLPOP popped reads parley:running (held by another worker?) and pops the job again from
+    its queue (LREM) when the server never saw the pop; with --replica-acks it names the server
+    (INFO server and replication); give_back.lua of a job it took. No refusal."""
+    monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=100))
+    jid = enqueue_tool(dispatcher, "acl-t", "call-1", {"a": 1, "b": 1})
+    w = make_worker(["tools"], worker, name="acl-worker")
+    reply = worker.blpop(["rq:queue:tools"], 1)
+    assert reply is not None
+    acl.admin.lpush(reply[0], reply[1])  # a pop the server never saw
+    taken = w.take("token-1", reply[1].decode(), popped_from=reply[0].decode())
+    assert isinstance(taken, tuple) and taken[0].parley_claimed
+    assert taken[0].parley_server.run_id and taken[0].parley_server.replid
+    assert acl.admin.llen("rq:queue:tools") == 0
+    monkeypatch.setattr(jobs, "_worker_id", "acl-other")  # another worker that popped it too
+    assert make_worker(["tools"], worker, name="acl-other").take(
+        "token-2", reply[1].decode(), popped_from=reply[0].decode()) is False
+    monkeypatch.setattr(jobs, "_worker_id", "acl-worker")
+    w.give_back_take(*taken)
+    assert acl.admin.lrange("rq:queue:tools", 0, -1) == [jid.encode()]
+    assert acl.denials() == []
+
+
 def test_the_unclaimed_work_sweep_posts_a_lost_job_under_the_dispatchers_login(
         acl: AclRedis, dispatcher: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job a worker popped and died with, found by the sweep run as the dispatcher's user:

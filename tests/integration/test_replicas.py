@@ -274,3 +274,127 @@ def test_a_dispatcher_warns_at_start_when_fewer_replicas_are_connected(
         "--replica-acks 2 but the primary has 1 connected replica(s): nothing will be "
         "acknowledged until 2 connect"]
     assert Replicas(primary, KEYS, ReplicaPolicy()).warn_if_short() is None  # off: not asked
+
+
+# ---- a take confirmed only where it was made (review of issue 29) -------------------------------
+
+
+def _counting_app(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The scenarios app, with its `add` tool counting its runs."""
+    monkeypatch.setattr(jobs, "_app", None)
+    app = load_app("tests.apps.scenarios")
+    calls: list[tuple[int, int]] = []
+    add = app.tools["add"]
+
+    def counted(a: int, b: int) -> int:
+        calls.append((a, b))
+        return add(a, b)
+
+    monkeypatch.setitem(app.tools, "add", counted)
+    jobs.set_app(app)
+    return calls
+
+
+def _outcomes(conn: redis.Redis) -> set[tuple[str, int, bool, str]]:
+    posted = [WorkOutcome.model_validate_json(f[b"outcome"]) for _id, f in conn.xrange(RESULTS)]
+    return {(o.work, o.attempt, o.ok, str(o.value)) for o in posted}
+
+
+def test_a_take_whose_wait_another_server_answers_is_not_run(
+        tmp_path: Path, primary: redis.Redis, pair: tuple[RedisServer, RedisServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker takes a job on server A; before its confirmation, its pool reconnects to
+    another server B (a promoted replica, as a Sentinel-managed pool does, or redis-py's own
+    retries) that still has the job queued. B's WAIT is answered by a live replica, so counting
+    replicas alone would confirm it: the job would run from A's take and again from B's queue.
+    The WAIT's pipeline names B, not A (TakeNotConfirmed): not run, and not given back either
+    (B does not hold the take: the job is queued there already). The worker takes it again, on
+    B, confirmed there, and runs it once."""
+    calls = _counting_app(monkeypatch)
+    monkeypatch.setattr(jobs, "_worker_id", "w-moved")
+    monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=2000))
+    a_server = RedisServer(tmp_path / "a").start()
+    a = redis.Redis.from_url(a_server.url)
+    try:
+        job = enqueue_tool_job(a, "s-m", "call-1", "add", {"a": 1, "b": 2})
+        assert enqueue_tool_job(primary, "s-m", "call-1", "add", {"a": 1, "b": 2}) == job
+        real = jobs.confirm_take
+        confirms: list[Any] = []
+
+        def moved_then_confirm(connection: redis.Redis, took_on: Any) -> None:
+            if not confirms:  # between the take and its confirmation: the pool now reaches B
+                pool = connection.connection_pool
+                pool.connection_kwargs["port"] = pair[0].port
+                pool.disconnect(inuse_connections=False)  # (RQ's pubsub thread keeps its own)
+                pool.reset()  # new connections, to B
+            confirms.append(took_on)
+            real(connection, took_on)
+
+        monkeypatch.setattr(jobs, "confirm_take", moved_then_confirm)
+        moving = redis.Redis.from_url(a_server.url)  # the worker's: its pool will reach B
+        make_worker(["tools"], moving).work(burst=True)
+        moving.close()
+        assert calls == [(1, 2)]  # once, from B's take
+        assert len(confirms) == 2 and confirms[0] != confirms[1]
+        assert confirms[1].run_id == primary.info("server")["run_id"]
+        assert _outcomes(primary) == {("call-1", 1, True, "3")} and primary.xlen(RESULTS) == 1
+        assert queue_ids(primary, "tools") == [] and not primary.hexists(KEYS.running, job)
+        # A's take was never run: A still records it (its heartbeat would lapse: lost work)
+        assert a.xlen(RESULTS) == 0 and a.hexists(KEYS.running, job) and queue_ids(a, "tools") == []
+    finally:
+        a.close()
+        a_server.stop()
+
+
+def _synced(conn: redis.Redis, within_s: float = 30) -> None:
+    """Wait until `conn`'s server, a replica, has finished its sync with its primary."""
+    deadline = time.monotonic() + within_s
+    while True:
+        info = conn.info("replication")
+        if info.get("master_link_status") == "up" and not int(info.get("master_sync_in_progress", 0)):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not synced: {info}")
+        time.sleep(0.05)
+
+
+def test_a_take_lost_in_a_resync_is_not_confirmed_by_the_same_server_promoted_again(
+        primary: redis.Redis, pair: tuple[RedisServer, RedisServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server that made the take, P, is demoted (its replica R promoted without the take),
+    fully resynced from R (losing the take: the job is queued again, no running record), and
+    promoted again, R following it: within redis-py's retry window the worker's connection
+    reaches the same process, with the same run_id, and a WAIT there is answered by R. Its
+    master_replid is another since (a promotion and a full resync change it): not confirmed,
+    not run on that take, not given back (P does not hold it); taken again and run once."""
+    calls = _counting_app(monkeypatch)
+    monkeypatch.setattr(jobs, "_worker_id", "w-resync")
+    monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=2000))
+    p_server, r_server = pair
+    replica = redis.Redis.from_url(r_server.url)
+    try:
+        replica.config_set("repl-diskless-sync-delay", 0)  # it serves P's resync: at once
+        job = enqueue_tool_job(primary, "s-r", "call-1", "add", {"a": 1, "b": 2})
+        assert primary.execute_command("WAIT", 1, 5000) == 1  # R holds the job queued
+        replica.replicaof("NO", "ONE")  # promoted; P, cut off, still takes this worker's take
+        worker = make_worker(["tools"], primary)
+        taken = worker.take("token-1")
+        assert isinstance(taken, tuple) and taken[0].id == job and primary.hexists(KEYS.running, job)
+        took_on = taken[0].parley_server
+        assert took_on.run_id == primary.info("server")["run_id"] and took_on.replid
+        primary.replicaof("127.0.0.1", r_server.port)  # demoted: a full resync from R
+        _synced(primary)
+        primary.replicaof("NO", "ONE")  # promoted again
+        replica.replicaof("127.0.0.1", p_server.port)
+        ReplicaSet.wait_replicas(p_server, 1)
+        _synced(replica)
+        # the same process, without the take: the job queued, recorded as running nowhere
+        assert primary.info("server")["run_id"] == took_on.run_id
+        assert primary.info("replication")["master_replid"] != took_on.replid
+        assert queue_ids(primary, "tools") == [job] and not primary.hexists(KEYS.running, job)
+        assert worker.confirm_take(*taken) is False
+        assert calls == [] and queue_ids(primary, "tools") == [job]  # not given back a second time
+        make_worker(["tools"], primary).work(burst=True)
+        assert calls == [(1, 2)]
+        assert _outcomes(primary) == {("call-1", 1, True, "3")} and primary.xlen(RESULTS) == 1
+    finally:
+        replica.close()

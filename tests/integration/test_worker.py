@@ -809,3 +809,116 @@ def test_a_take_given_back_twice_is_queued_once(
     worker.give_back_take(*taken)
     worker.give_back_take(*taken)
     assert queue_ids(r, "tools") == [jid] and not r.hexists("parley:running", jid)
+
+
+# ---- a job popped by BLPOP, claimed by a separate call (review of issue 29) ---------------------
+
+
+def _lost_pop(r: redis.Redis) -> tuple[str, str]:
+    """A worker's BLPOP pops the head of the tools queue on the primary; the primary dies before
+    the pop reaches the replica, which is promoted with the job still queued (here: pushed back
+    where it was). Returns (queue key, job id) as BLPOP handed them to the worker."""
+    reply = r.blpop(["rq:queue:tools"], 1)
+    assert reply is not None
+    queue, popped = reply
+    r.lpush(queue, popped)
+    return queue.decode(), popped.decode()
+
+
+def test_a_job_whose_blpop_a_failover_lost_is_popped_by_its_claim(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """The claim of a BLPOP'd job reaches a server that never saw the pop: claimed there as it
+    stood, it would run (its take confirmed by a WAIT on that server) while still queued, and
+    run again on the next worker. The claim pops it from the queue BLPOP named, atomically."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    behind = outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
+    worker = make_worker(["tools"], r)
+    queue, popped = _lost_pop(r)
+    assert popped == jid
+    taken = worker.take("token-1", popped, popped_from=queue)
+    assert taken and taken[0].id == jid and taken[0].parley_claimed
+    assert taken[1].key == queue
+    assert queue_ids(r, "tools") == [behind]  # off its queue: the claim was the pop
+    assert orjson.loads(r.hget(KEYS.running, jid) or b"{}")["worker"] == "w-9"
+    # and the next worker takes the job behind it, not this one again
+    monkeypatch.setattr(jobs, "_worker_id", "w-2")
+    other = make_worker(["tools"], r)
+    nxt = other.take("token-2")
+    assert nxt and nxt[0].id == behind
+    assert other.take("token-3") is None
+    assert orjson.loads(r.hget(KEYS.running, jid) or b"{}")["worker"] == "w-9"
+
+
+@pytest.mark.parametrize("first", ["w-1", "w-2"])
+def test_a_job_two_workers_popped_after_a_lost_pop_is_claimed_by_one(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None, first: str) -> None:
+    """w-1 popped the job on the old primary (a pop the failover lost), w-2 popped it again on
+    the promoted replica; both claim it there. Whichever comes first has it; the other is
+    refused and touches nothing (its running record, the queue)."""
+    jid = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    queue, popped = _lost_pop(r)  # w-1's pop, lost
+    assert r.blpop([queue], 1) == (queue.encode(), jid.encode())  # w-2's, on the promoted replica
+    second = {"w-1": "w-2", "w-2": "w-1"}[first]
+    workers = {name: make_worker(["tools"], r) for name in ("w-1", "w-2")}
+    monkeypatch.setattr(jobs, "_worker_id", first)
+    taken = workers[first].take(f"token-{first}", popped, popped_from=queue)
+    assert taken and taken[0].id == jid and taken[0].parley_claimed
+    held = r.hget(KEYS.running, jid)
+    monkeypatch.setattr(jobs, "_worker_id", second)
+    assert workers[second].take(f"token-{second}", popped, popped_from=queue) is False
+    assert r.hget(KEYS.running, jid) == held and orjson.loads(held or b"{}")["worker"] == first
+    assert queue_ids(r, "tools") == [] and r.exists(f"rq:job:{jid}")
+
+
+def test_a_worker_blocked_in_blpop_runs_the_job_it_popped_once(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """The ordinary path through BLPOP (every queue empty when the worker looked): the pop was
+    seen by the server, the claim's LREM finds nothing, and the job runs once."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    worker = make_worker(["tools"], r)
+    enqueued: list[str] = []
+
+    def enqueue_later() -> None:
+        time.sleep(0.3)
+        enqueued.append(outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1"))
+
+    thread = threading.Thread(target=enqueue_later, daemon=True)
+    thread.start()
+    worker.work(burst=False, max_jobs=1, max_idle_time=10)
+    thread.join(5)
+    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2)]
+    assert queue_ids(r, "tools") == [] and r.hlen(KEYS.running) == 0 and r.hlen(KEYS.inflight) == 0
+
+
+def test_a_job_not_enqueued_by_a_dispatcher_is_given_back_not_dropped(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """A job with no in-flight record (enqueued by another RQ client) is taken unclaimed: the
+    missing in-flight record says nothing of a dispatcher having settled it, so giving it back
+    pushes it back, hash kept, instead of deleting it while the log says "given back"."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    job = tool_job(r, "add", {"a": 1, "b": 1})
+    worker = make_worker(["tools"], r)
+    taken = worker.take("token-1")
+    assert taken and taken[0].id == job.id and not taken[0].parley_claimed
+    worker.give_back_take(*taken)
+    assert queue_ids(r, "tools") == [job.id] and r.exists(job.key)
+    run_burst(r, "tools")  # and it runs
+    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2)]
+
+
+def test_a_retried_take_that_claimed_nothing_returns_no_in_flight_record(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """The take of a job with no in-flight record (claimed nothing) lost its reply; meanwhile an
+    in-flight record of that id appeared (a dispatcher's replay enqueued it). The retry must not
+    hand back that record: it would arm the outcome's guard (finish_lib.lua) for a take that
+    read none, and the outcome would leave the job's records and hash behind."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    job = tool_job(r, "add", {"a": 1, "b": 1})
+    worker = make_worker(["tools"], r)
+    lost = worker.take("token-1")
+    assert lost and not lost[0].parley_claimed and lost[0].parley_record == b""
+    r.hset(KEYS.inflight, job.id, orjson.dumps({"session": "s-w", "work": "call-1", "at": 5}))
+    again = worker.take("token-1")
+    assert again and again[0].id == job.id and not again[0].parley_claimed
+    assert again[0].parley_record == b""

@@ -11,20 +11,33 @@
 -- each case pushing it would queue it twice (run twice), and its records are not this take's.
 -- Nothing is touched then. The record is consumed, so a retry of a call that got no reply
 -- pushes nothing a second time.
+-- A job the take did not claim (no in-flight record: not enqueued by a dispatcher, so none to
+-- settle it either) is pushed back as it was taken, its running record (another's, if any)
+-- left alone; its hash gone (cancelled meanwhile), there is nothing to push back.
 -- KEYS[1] the queue, KEYS[2] the job hash
 -- ARGV[1] the job id, ARGV[2] the running hash, ARGV[3] the in-flight hash, ARGV[4] this
 -- worker's last-take key, ARGV[5] the take's token ('' = a worker with no id, which records
--- no take: given back unchecked)
+-- no take: given back unchecked), ARGV[6] '1' = the take claimed the job (recorded it as
+-- running), '0' = not: read only when ARGV[5] is '' (the last-take record says it otherwise)
 -- Only rq:* keys are KEYS, so that the worker's ACL admits the call (as take_job.lua).
 -- Returns 1 given back, 0 settled meanwhile (nothing pushed back), -1 this server does not hold
 -- the take (nothing done).
+local claimed = ARGV[6] or '1'
 if ARGV[5] ~= '' then
   local last = redis.call('GET', ARGV[4])
-  local token, _, job = string.match(last or '', '^(%S+) (%d) (.*)$')
+  local token, was_claimed, job = string.match(last or '', '^(%S+) (%d) (.*)$')
   if token ~= ARGV[5] or job ~= ARGV[1] then
     return -1
   end
+  claimed = was_claimed
   redis.call('SET', ARGV[4], 'given-back', 'PX', 600000)
+end
+if claimed ~= '1' then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    return 0
+  end
+  redis.call('LPUSH', KEYS[1], ARGV[1])
+  return 1
 end
 redis.call('HDEL', ARGV[2], ARGV[1])
 if not redis.call('HGET', ARGV[3], ARGV[1]) then

@@ -10,13 +10,16 @@
 -- ARGV[6] this worker's last-take key, ARGV[7] this take's token,
 -- ARGV[8] '1' = name this server in the reply (--replica-acks: the take is confirmed by a WAIT
 -- on the same server only; workers/worker.py, confirm_take),
--- optional, to finish a job first: ARGV[9] its id ('' = none), ARGV[10] the results stream to
--- post its outcome to ('' = post nothing), ARGV[11] the outcome (JSON), ARGV[12] the job's
--- in-flight order key (its queue's numbering), ARGV[13] '0' = finish only, take nothing,
--- ARGV[14] its in-flight record as its take read it ('' = none; finish_lib.lua)
--- Returns nil when nothing is taken (every queue empty, or ARGV[13] '0'), else
--- {job id, queue key, claimed 0/1, job hash fields, its in-flight record ('' = none), this
--- server's run_id ('' unless ARGV[8] is '1')}.
+-- ARGV[9] the queue the blocking wait popped ARGV[3] from (one of KEYS; '' with ARGV[3] ''),
+-- optional, to finish a job first: ARGV[10] its id ('' = none), ARGV[11] the results stream to
+-- post its outcome to ('' = post nothing), ARGV[12] the outcome (JSON), ARGV[13] the job's
+-- in-flight order key (its queue's numbering), ARGV[14] '0' = finish only, take nothing,
+-- ARGV[15] its in-flight record as its take read it ('' = none; finish_lib.lua)
+-- Returns nil when nothing is taken (every queue empty, or ARGV[14] '0'), else
+-- {job id, queue key, claimed, job hash fields, its in-flight record ('' = none), this
+-- server's run_id, its master_replid ('' and '' unless ARGV[8] is '1')}. claimed: 1 recorded
+-- as running on this worker, 0 not (a job with no in-flight record, or cancelled: no fields),
+-- -1 the popped job ARGV[3] is held by another worker (nothing done; no fields).
 -- finish_lib.lua is prepended (the records of the job finished).
 -- Only the queues are KEYS so that the worker's ACL (rq:* keys) admits the call; the job hash's
 -- name is only known after the pop, and the other keys are checked by ACL command by command.
@@ -26,12 +29,28 @@
 -- that does not know it has it (no dispatcher would ever post its loss). A call that finished a
 -- job always leaves its token, so that its retry returns what it took (nothing included) and
 -- never posts the outcome a second time.
+--
+-- A job popped by the blocking wait (ARGV[3]) was popped by a separate BLPOP, perhaps on another
+-- server: after a failover that lost that pop, the server reached now (the promoted replica)
+-- still has the job queued, and claiming it without the pop would run it while another worker
+-- pops it and runs it again. So the claim re-does the pop: LREM of the job from the queue
+-- BLPOP named. 1 means this server never saw the pop, and the LREM is the pop, atomic with
+-- the claim; 0 means it saw it (or another worker popped it here: then parley:running names
+-- that worker once it has claimed it, and the job is refused, touching nothing). Of the two
+-- ways to make a blocking pop provable (this one, or BLMOVE into a per-worker list and claim
+-- only what an LREM from that list finds), BLMOVE watches one source list, and a worker blocks
+-- on all its queues at once, in priority order: BLPOP it stays.
 local function server()
   if ARGV[8] ~= '1' then
-    return ''
+    return '', ''
   end
-  -- the server process: a restart or another server (a promoted replica) has another run_id
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+  -- the server process (a restart or another server, a promoted replica, has another run_id)
+  -- and its replication history (master_replid changes when it is promoted, and when it is
+  -- fully resynced as a replica: a server demoted, resynced from the new primary, losing the
+  -- take, then promoted again keeps its run_id, never its master_replid)
+  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+  local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
+  return run_id, replid
 end
 if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
@@ -41,19 +60,25 @@ if ARGV[1] ~= '' then
       if job == '' then
         return nil  -- that call finished a job and took nothing
       end
-      return {job, '', tonumber(was_claimed), redis.call('HGETALL', ARGV[2] .. job),
-              redis.call('HGET', ARGV[5], job) or '', server()}
+      -- the in-flight record only if that call claimed the job: one that claimed nothing read
+      -- none, and an outcome must then delete the records unguarded (finish_lib.lua)
+      local record = ''
+      if was_claimed == '1' then
+        record = redis.call('HGET', ARGV[5], job) or ''
+      end
+      local run_id, replid = server()
+      return {job, '', tonumber(was_claimed), redis.call('HGETALL', ARGV[2] .. job), record, run_id, replid}
     end
   end
 end
-local finished = ARGV[9] or ''
+local finished = ARGV[10] or ''
 if finished ~= '' then
   -- the outcome, then every record of the job and its hash (RQ would delete a finished job
   -- with result_ttl 0 too), unless they belong to a job enqueued again under its id
-  if ARGV[10] ~= '' then
-    redis.call('XADD', ARGV[10], '*', 'outcome', ARGV[11])
+  if ARGV[11] ~= '' then
+    redis.call('XADD', ARGV[11], '*', 'outcome', ARGV[12])
   end
-  finish_records(ARGV[4], ARGV[5], ARGV[12], ARGV[2] .. finished, finished, ARGV[14] or '')
+  finish_records(ARGV[4], ARGV[5], ARGV[13], ARGV[2] .. finished, finished, ARGV[15] or '')
 end
 local function took(claimed, id)
   if ARGV[1] ~= '' then
@@ -62,8 +87,20 @@ local function took(claimed, id)
 end
 local id = ARGV[3]
 local queue = ''
-if id == '' then
-  if ARGV[13] ~= '0' then
+if id ~= '' then
+  queue = ARGV[9] or ''
+  -- held by another worker: it popped the job here (this server never saw our pop) and
+  -- claimed it first; a worker with no id records nothing, so any running record is another's
+  local held = redis.call('HGET', ARGV[4], id)
+  local mine = '{"worker":' .. cjson.encode(ARGV[1]) .. ','
+  if held and (ARGV[1] == '' or string.sub(held, 1, #mine) ~= mine) then
+    return {id, queue, -1, {}, '', '', ''}
+  end
+  if queue ~= '' then
+    redis.call('LREM', queue, 1, id)  -- 1: the pop was lost here, and this is it
+  end
+else
+  if ARGV[14] ~= '0' then
     for i = 1, #KEYS do
       local popped = redis.call('LPOP', KEYS[i])
       if popped then
@@ -86,7 +123,7 @@ if #fields == 0 then
   if finished ~= '' then
     took(0, id)
   end
-  return {id, queue, 0, fields, '', ''}
+  return {id, queue, 0, fields, '', '', ''}
 end
 local claimed = 0
 local taken = ''
@@ -102,4 +139,5 @@ if ARGV[1] ~= '' then
   end
 end
 took(claimed, id)
-return {id, queue, claimed, fields, taken, server()}
+local run_id, replid = server()
+return {id, queue, claimed, fields, taken, run_id, replid}

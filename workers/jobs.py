@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any
 
 import orjson
@@ -23,8 +22,6 @@ from rq.timeouts import JobTimeoutException
 
 from parley.runtime import metrics
 from parley.runtime.logs import kv
-
-# the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
 from parley.runtime.replicas import ReplicaPolicy, Replicas, ServerId
 from parley.runtime.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
@@ -36,6 +33,9 @@ from parley.schemas.triggers import Trigger
 from parley.schemas.view import public_message
 from parley.workers.app import App
 from parley.workers.llm.limits import TimeLimit, time_limit
+
+# the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
+from parley.workers.scripts import LUA
 from parley.workers.stopping import CallVoided, Watched, void_watch
 
 log = logging.getLogger("parley.worker")
@@ -175,8 +175,7 @@ def _defers(job: Any) -> bool:
     return _claimed_by_worker(job) and bool(getattr(job, "parley_defer", False)) and not _replicas.enabled
 
 
-_FINISH_JOB = (files("parley.workers").joinpath("lua/finish_lib.lua").read_text()
-               + files("parley.workers").joinpath("lua/finish_job.lua").read_text())
+_FINISH_JOB = LUA.source("finish_job")
 
 
 def _finish_job(job: Any, reply_to: str, outcome: str) -> None:

@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from datetime import datetime
-from importlib.resources import files
 from typing import Any
 
 import redis
@@ -33,6 +32,7 @@ from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
 from parley.workers.jobs import ALLOWED_FUNCS, Finish
+from parley.workers.scripts import LUA
 
 log = logging.getLogger("parley.worker")
 
@@ -145,8 +145,8 @@ class ParleyWorker(SimpleWorker):
         super().__init__(*args, **kwargs)
         self.parley_keys = keys or Keys()
         jobs.set_keys(self.parley_keys)  # the jobs it runs answer and keep their records under it
-        self._take = self.connection.register_script(_lua("finish_lib") + _lua("take_job"))
-        self._give_back = self.connection.register_script(_lua("give_back"))
+        self._take = LUA.register(self.connection, "take_job")
+        self._give_back = LUA.register(self.connection, "give_back")
         self._beat_at = 0.0
         self._suspension_checked_at = 0.0
         # the job the last finish took (recorded as running here), run by the next dequeue
@@ -527,10 +527,6 @@ class Heartbeat(threading.Thread):
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _lua(name: str) -> str:
-    return files("parley.workers").joinpath(f"lua/{name}.lua").read_text()
 
 
 def worker_id() -> str:

@@ -1,3 +1,4 @@
+-- requires: finish_lib
 -- Post a job's outcome and delete its records (finish_lib.lua, prepended): what a worker with
 -- --replica-acks does after each job (the lean path's deferred post rides take_job.lua instead),
 -- and what a stopped job does without an outcome.

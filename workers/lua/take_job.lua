@@ -1,3 +1,4 @@
+-- requires: finish_lib
 -- Take the next job for a worker in one round trip: pop it, record it as running on this
 -- worker, and return its RQ job hash. Popping and recording in one script leaves no moment
 -- at which a job is neither queued nor recorded (a kill -9 can't fall between the two).

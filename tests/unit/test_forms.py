@@ -1,4 +1,4 @@
-"""The answer form generated from a response_schema (parley/web/forms.py): which field each
+"""The answer form generated from a response_schema (parley/web/forms/): which field each
 schema becomes, how a submitted form is read back (coercion, empty fields, arrays), where each
 error goes, and that hostile input gets errors, never an exception or a huge allocation."""
 

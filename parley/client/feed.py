@@ -1,6 +1,6 @@
 """An entry of the fleet-wide feed (`parley:feed`), as the commit script writes it: what every
 reader of the feed parses, the webhook notifier (parley/fleet/notify.py) and the inbox page's
-live updates (parley/web/live.py) alike."""
+live updates (parley/web/live/) alike."""
 
 from __future__ import annotations
 

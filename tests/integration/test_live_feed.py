@@ -1,4 +1,4 @@
-"""The inbox's feed hub on real redis-servers (parley/web/live.py): entries written in the feed's
+"""The inbox's feed hub on real redis-servers (parley/web/live/): entries written in the feed's
 format on one shard and on two reach every subscriber in each shard's order; other types and
 malformed entries do not; a shard that restarts is read again from where the hub was, and a
 feed that lost entries the hub had not read resets the pages."""

@@ -1,5 +1,5 @@
 """The inbox's live updates without Redis: a subscription's bounded queue, the feed entries the
-hub follows, and the server-sent events of one page (parley/web/live.py)."""
+hub follows, and the server-sent events of one page (parley/web/live/)."""
 
 import asyncio
 import time
@@ -25,6 +25,7 @@ from parley.web.live import (
     event_stream,
     shown_by,
     since_of,
+    why_lost,
 )
 
 RAISED = Change(ChangeKind.RAISED, "s-1", "i-1", {"type": "interrupt.raised", "interrupt_id": "i-1"})
@@ -197,7 +198,7 @@ def test_bad_hub_settings_are_refused(kwargs: dict[str, Any], message: str) -> N
 
 
 def test_what_lost_feed_entries_look_like() -> None:
-    lost = FeedHub._lost
+    lost = why_lost
     fine = {"last-generated-id": b"9-0", "max-deleted-entry-id": b"3-0", "recorded-first-entry-id": b"4-0"}
     assert lost("5-0", fine) is None
     assert lost("5-0", {**fine, "recorded-first-entry-id": b"5-0"}) is None

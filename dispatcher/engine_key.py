@@ -59,7 +59,7 @@ class EngineKey:
 def share_engine_key(shards: Sequence[Redis], keys: Keys, own: int) -> bool:
     """In a deployment of several shards, every shard holds the same engine key: shard 0's,
     made there first if needed, copied (SET NX) to shard `own` before its dispatcher signs
-    anything. A partition moved to another shard (parley/fleet/partitions.py) carries inputs the
+    anything. A partition moved to another shard (parley/fleet/moves.py) carries inputs the
     engine signed on its source, which the target must verify. False (logged) when `own`
     already holds another key (it made its own before it joined): kept, as entries signed
     with it may be pending there, and the move refuses to move a partition between shards

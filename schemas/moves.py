@@ -1,6 +1,6 @@
 """Moving a partition between shards: what belongs to it, and the steps, as plain values.
 
-Pure (no I/O): the shell that moves is parley/fleet/partitions.py, whose docstring (and
+Pure (no I/O): the shell that moves is parley/fleet/moves.py, whose docstring (and
 docs/operations.md, "Moving a partition") gives the argument for why a move loses and
 duplicates nothing. This module answers the questions the shell asks of every key and member
 it meets: is this P's? which session is it of? and what is the plan: which tables to write,
@@ -45,7 +45,7 @@ def copied_field(partition: int) -> str:
 
 
 class MoveStep(StrEnum):
-    """The steps of a move, in order (parley/fleet/partitions.py)."""
+    """The steps of a move, in order (parley/fleet/moves.py)."""
 
     #: every shard's table says P is moving: nobody serves it, inputs are refused `moved`
     FREEZE = "freeze"

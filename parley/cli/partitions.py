@@ -1,5 +1,5 @@
 """`parley partitions`: where each partition lives, and moving one to another shard
-(docs/operations.md, "Moving a partition"). The move itself is parley/fleet/partitions.py."""
+(docs/operations.md, "Moving a partition"). The move itself is parley/fleet/moves.py."""
 
 from typing import Any
 
@@ -11,7 +11,7 @@ from parley.schemas.shards import PlacementError
 
 
 def _mover(ctx: click.Context) -> Any:
-    from parley.fleet.partitions import Mover
+    from parley.fleet.moves import Mover
 
     def say(step: MoveStep, text: str) -> None:
         click.echo(f"{step}: {text}")

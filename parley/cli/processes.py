@@ -256,8 +256,9 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     from parley.runtime.replicas import ReplicaPolicy
     from parley.schemas.keys import Keys
     from parley.workers.app import AppError, load_agents, load_app
+    from parley.workers.heartbeat import Heartbeat
     from parley.workers.jobs import set_app, set_replica_policy, set_worker_id
-    from parley.workers.worker import Heartbeat, make_worker, worker_id
+    from parley.workers.worker import make_worker, worker_id
 
     shard = shard_to_serve(ctx, shard, metrics_port)
     try:

@@ -60,7 +60,7 @@ from redis.exceptions import ResponseError
 from parley.client import Client
 from parley.client.producer import SubmitUnavailable, input_fields, is_moved, submit_call, submit_error
 from parley.client.shards import Shards, connect
-from parley.fleet.partitions import Mover
+from parley.fleet.copying import Copier
 from parley.runtime.procs import parley_command, start_parley
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import Placement
@@ -266,13 +266,13 @@ def left_on_source(shards: Shards, move: Move) -> list[str]:
     """Anything of the moved partition still on its source: a key of its sessions, one of its
     streams, a member of a shard-wide set. A job that outlived the drain may post its late
     outcome there (docs/operations.md): the results stream is allowed back only then."""
-    mover = Mover(shards)
+    copier = Copier(shards.keys)
     r, p = shards.clients[move.source], move.partition
-    found = [k for _s, k in mover.session_keys_of(r, p, PARTITIONS)]
+    found = [k for _s, k in copier.session_keys_of(r, p, PARTITIONS)]
     results = shards.keys.results(p, PARTITIONS)
-    found += [k for k in mover.streams_of(r, p, PARTITIONS)
+    found += [k for k in copier.streams_of(r, p, PARTITIONS)
               if r.exists(k) and not (k == results and move.forced_lost)]
-    found += [f"{name}: {len(items)} members" for name, _holds, items in mover.members_of(r, p, PARTITIONS)]
+    found += [f"{name}: {len(items)} members" for name, _holds, items in copier.members_of(r, p, PARTITIONS)]
     return found
 
 

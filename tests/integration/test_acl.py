@@ -54,7 +54,8 @@ from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
 from parley.workers.app import load_app
-from parley.workers.worker import Heartbeat, make_worker
+from parley.workers.heartbeat import Heartbeat
+from parley.workers.worker import make_worker
 from tests.integration.conftest import enqueue_tool_job, tick
 from tests.integration.test_notify import SECRET as NOTIFY_SECRET
 from tests.integration.test_notify import Receiver

@@ -1,4 +1,4 @@
-"""Moving a partition between two real redis-servers (parley/fleet/partitions.py), without dispatchers
+"""Moving a partition between two real redis-servers (parley/fleet/moves.py), without dispatchers
 running during the move: the state is made by a real dispatcher driven by hand on shard 0, then
 moved; what the target holds is compared with what the source held, and a dispatcher on the
 target carries on. Also `repair` after a mover stopped at each step, and the refusals."""
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from parley.cli import cli
 from parley.client.shards import Shards, read_view, write_placement
 from parley.dispatcher.consume import Dispatcher
-from parley.fleet.partitions import MoveError, Mover
+from parley.fleet.moves import MoveError, Mover
 from parley.runtime.procs import RedisServer
 from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys, partition_of

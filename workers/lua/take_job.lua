@@ -10,7 +10,7 @@
 -- ARGV[4] the running hash, ARGV[5] the in-flight hash,
 -- ARGV[6] this worker's last-take key, ARGV[7] this take's token,
 -- ARGV[8] '1' = name this server in the reply (--replica-acks: the take is confirmed by a WAIT
--- on the same server only; workers/worker.py, confirm_take),
+-- on the same server only; workers/takes.py, confirm_take),
 -- ARGV[9] the queue the blocking wait popped ARGV[3] from (one of KEYS; '' with ARGV[3] ''),
 -- optional, to finish a job first: ARGV[10] its id ('' = none), ARGV[11] the results stream to
 -- post its outcome to ('' = post nothing), ARGV[12] the outcome (JSON), ARGV[13] the job's

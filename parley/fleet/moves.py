@@ -1,4 +1,4 @@
-"""Moving a partition from one shard to another while the deployment runs.
+"""Moving a partition from one shard to another while the deployment runs: the move's steps.
 
 The shell over schemas/moves.py (which says what belongs to a partition P). A move of P from
 its source shard to a target shard goes in six steps; together they lose no input, apply none
@@ -40,67 +40,42 @@ target holds the `copied:P` mark (flip, clean) and undoes it otherwise (unfreeze
 the partial copy on the target). Inputs XADDed straight to a stream (the development path
 without the submit function) are not checked against the table: a sharded deployment's
 clients always use the submit function.
-"""
 
+The steps' Redis work is done by parley/fleet/placement_writes.py (the table on every shard),
+parley/fleet/draining.py (P's jobs on the source) and parley/fleet/copying.py (P's keys).
+"""
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-import redis
-from rq import Queue
-from rq.job import Job
-
 from parley.client.shards import Shards, read_view
-from parley.dispatcher.store import load_script
-from parley.dispatcher.sweeps import lost_outcome
+from parley.fleet.copying import Copier, text
+from parley.fleet.draining import drain
+from parley.fleet.move_errors import MoveError, TableChanged
 from parley.fleet.move_lock import LockHeld, MoveLock
-from parley.schemas.jobs import JOBS
+from parley.fleet.placement_writes import PlacementWriter
 from parley.schemas.keys import Keys
 from parley.schemas.moves import (
     COPIED_FIELD_PREFIX,
     DEFAULT_DRAIN_TIMEOUT_S,
     MOVER_LEASE_MS,
     MOVER_TOKEN_PREFIX,
-    Holds,
     MovePlan,
     MoveStep,
     Repair,
     RepairStep,
     copied_field,
-    held_of,
-    in_partition,
-    parked_of,
-    partition_streams,
     plan_move,
     plan_repair,
-    session_key_pattern,
-    session_of_job,
-    session_of_key,
-    session_of_member,
-    shared_sets,
 )
-from parley.schemas.shards import Placement, PlacementError
+from parley.schemas.shards import Placement
 
 #: how long the fence waits, by default, for the source's dispatchers to give P's lease back
 DEFAULT_FENCE_TIMEOUT_S = 120.0
-SCAN_COUNT = 1000
-
-
-class MoveError(PlacementError):
-    """A move that could not be done: the message says why and what state it left."""
-
-
-class TableChanged(MoveError):
-    """A shard's table is not the version the mover read: another writer changed it."""
-
-    def __init__(self, message: str, written: int):
-        super().__init__(message)
-        self.written = written  # how many shards this write had changed before it was refused
 
 
 @dataclass
@@ -123,10 +98,6 @@ def _quiet(_step: MoveStep, _text: str) -> None:
     pass
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class Mover:
     """Moves and repairs partitions of the deployment `shards` names (all of its shards)."""
 
@@ -139,7 +110,8 @@ class Mover:
         self.say = say
         self.poll_s = poll_s
         self.lock: MoveLock | None = None
-        self._write = [load_script(r, "write_placement") for r in shards.clients]
+        self.tables = PlacementWriter(shards, lambda: self.lock is not None and self.lock.lost)
+        self.copier = Copier(self.keys)
 
     def locked(self) -> MoveLock:
         """The move lock on shard 0, taken (MoveError naming its holder when another has it)."""
@@ -228,23 +200,7 @@ class Mover:
 
     def write_everywhere(self, plan: MovePlan, placement: Placement) -> None:
         """`placement` on every shard in the plan's order, each only over the version before it."""
-        for n, s in enumerate(plan.write_order()):
-            self.write(s, placement, placement.version - 1, written=n)
-        self.shards.placement = placement
-
-    def write(self, shard: int, placement: Placement, expected: int | None, written: int = 0) -> None:
-        """`placement` on `shard` if the version stored there is `expected` (None: no table)."""
-        if self.lock is not None and self.lock.lost:
-            raise TableChanged(f"the move lock ({self.keys.partitions_lock}) was lost: another move "
-                               "or repair may be running; nothing more was written", written)
-        fields = placement.config_fields(shard)
-        reply: Any = self._write[shard](keys=[self.keys.config],
-                                        args=["" if expected is None else expected,
-                                              *(v for pair in fields.items() for v in pair)])
-        if int(reply[0]) != 1:
-            raise TableChanged(f"shard {shard}'s placement is at version {int(reply[1])}, not {expected}: "
-                               "another move or repair changed it since it was read; nothing more "
-                               "was written", written)
+        self.tables.everywhere(plan, placement)
 
     def fence(self, plan: MovePlan, timeout_s: float) -> str:
         """Take P's lease on the source once its dispatcher has given it back."""
@@ -263,193 +219,25 @@ class Mover:
         """Delete the mover's lease (any mover's when `token` is None: repair)."""
         r = self.shards.clients[shard]
         raw = r.get(self.keys.lease(partition))
-        held = None if raw is None else _text(raw)
+        held = None if raw is None else text(raw)
         if held is not None and (held == token if token else held.startswith(MOVER_TOKEN_PREFIX)):
             r.delete(self.keys.lease(partition))
 
-    # ---- drain ---------------------------------------------------------------------------
-    def jobs_of(self, r: redis.Redis, partition: int, partitions: int) -> dict[str, dict[str, Any]]:
-        """P's jobs in flight or running: job id -> its record."""
-        found: dict[str, dict[str, Any]] = {}
-        for where in (self.keys.inflight, self.keys.running):
-            raw: Any = r.hgetall(where)
-            for job, rec in (raw or {}).items():
-                session = session_of_job(rec)
-                if session is not None and in_partition(session, partition, partitions):
-                    found.setdefault(_text(job), orjson.loads(rec))
-        return found
-
+    # ---- drain, copy, clean ---------------------------------------------------------------
     def drain(self, plan: MovePlan, timeout_s: float) -> int:
-        """Wait for P's jobs to finish; record the rest lost at the timeout. Returns how many."""
-        src = self.shards.clients[plan.source]
-        n = plan.frozen.partitions
-        deadline = time.monotonic() + timeout_s
-        while True:
-            jobs = self.jobs_of(src, plan.partition, n)
-            if not jobs:
-                return 0
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(self.poll_s)
-        names = sorted({self.keys.queue(spec.queue) for spec in JOBS.values()})
-        queue_keys = [Queue.redis_queue_namespace_prefix + name for name in names]
-        orders = [self.keys.inflight_order(name) for name in names]
-        running: Any = src.hgetall(self.keys.running)
-        running_ids = {_text(j) for j in (running or {})}
-        for job, rec in jobs.items():
-            pipe = src.pipeline(transaction=True)
-            for q in queue_keys:
-                pipe.lrem(q, 0, job)
-            if job not in running_ids:
-                pipe.delete(Job.key_for(job))  # queued or never started: RQ may not run it later
-            pipe.hdel(self.keys.inflight, job)
-            pipe.hdel(self.keys.running, job)
-            for order in orders:
-                pipe.zrem(order, job)
-            # P's results stream of the source, which the copy takes to the target
-            outcome = lost_outcome(rec).model_dump_json()
-            pipe.xadd(self.keys.results_of(rec["session"], n), {"outcome": outcome})
-            pipe.execute()
-        return len(jobs)
-
-    # ---- copy ----------------------------------------------------------------------------
-    def scan(self, r: redis.Redis, match: str) -> Iterator[str]:
-        for key in r.scan_iter(match=match, count=SCAN_COUNT):
-            yield _text(key)
-
-    def session_keys_of(self, r: redis.Redis, partition: int, partitions: int) -> list[tuple[str, str]]:
-        """(session, key) of every key of P's sessions on `r`."""
-        out = []
-        for key in self.scan(r, session_key_pattern(self.keys)):
-            session = session_of_key(self.keys, key)
-            if session is not None and in_partition(session, partition, partitions):
-                out.append((session, key))
-        return out
-
-    def streams_of(self, r: redis.Redis, partition: int, partitions: int) -> list[str]:
-        producers: Any = r.hkeys(self.keys.producers)
-        return partition_streams(self.keys, partition, partitions, [_text(p) for p in producers or []])
-
-    def members_of(self, r: redis.Redis, partition: int,
-                   partitions: int) -> list[tuple[str, Holds, list[tuple[str, Any]]]]:
-        """P's members of each shard-wide set on `r`: (key, kind, [(member, score or value)])."""
-        out = []
-        for shared in shared_sets(self.keys):
-            names = list(self.scan(r, shared.name)) if shared.pattern else [shared.name]
-            for name in names:
-                if shared.holds is Holds.ZSET:
-                    items: Iterator[tuple[Any, Any]] = r.zscan_iter(name, count=SCAN_COUNT)
-                else:
-                    items = r.hscan_iter(name, count=SCAN_COUNT)
-                mine = []
-                for member, value in items:
-                    session = session_of_member(shared.form, _text(member))
-                    if session is not None and in_partition(session, partition, partitions):
-                        mine.append((_text(member), value))
-                if mine:
-                    out.append((name, shared.holds, mine))
-        return out
-
-    def stats_of(self, r: redis.Redis, sessions: set[str], anchors: list[Any]) -> tuple[int, int]:
-        """P's share of the `held` and `parked` counters on `r`."""
-        held = 0
-        for session in sorted(sessions):
-            core_raw = r.hget(self.keys.meta(session), "core")
-            outbox: Any = r.hvals(self.keys.outbox(session))
-            core = orjson.loads(core_raw) if core_raw else None
-            held += held_of(core, [orjson.loads(v) for v in outbox or []])
-        return held, parked_of(int(v) for v in anchors)
+        """Wait for P's jobs on the source to finish; record the rest lost at the timeout.
+        Returns how many were recorded lost (parley/fleet/draining.py)."""
+        return drain(self.shards.clients[plan.source], self.keys, plan.partition,
+                     plan.frozen.partitions, timeout_s, self.poll_s)
 
     def copy(self, plan: MovePlan) -> tuple[int, int, int]:
-        src, dst = self.shards.clients[plan.source], self.shards.clients[plan.target]
-        n = plan.frozen.partitions
-        session_keys = self.session_keys_of(src, plan.partition, n)
-        keys = [k for _s, k in session_keys] + self.streams_of(src, plan.partition, n)
-        copied = 0
-        for key in keys:
-            # one MULTI: a key expiring between a DUMP and a PTTL read apart would come back
-            # with PTTL -2, and RESTORE 0 would make it persistent on the target
-            tx = src.pipeline(transaction=True)
-            tx.dump(key)
-            tx.pttl(key)
-            dumped, ttl = tx.execute()
-            if dumped is None or int(ttl) == -2:
-                continue
-            dst.restore(key, max(int(ttl), 0), dumped, replace=True)
-            copied += 1
-        self.copy_producers(src, dst, plan.partition, n)
-        members = self.members_of(src, plan.partition, n)
-        pipe = dst.pipeline(transaction=False)
-        anchors: list[Any] = []
-        count = 0
-        for name, holds, items in members:
-            count += len(items)
-            if holds is Holds.ZSET:
-                pipe.zadd(name, {m: float(score) for m, score in items})
-            else:
-                pipe.hset(name, mapping={m: v for m, v in items})
-                if name == self.keys.interrupt_anchors:
-                    anchors = [v for _m, v in items]
-        pipe.execute()
-        sessions = {s for s, _k in session_keys}
-        held, parked = self.stats_of(src, sessions, anchors)
-        # the counters and the mark in one MULTI: `repair` flips only a copy that counted
-        tx = dst.pipeline(transaction=True)
-        if held:
-            tx.hincrby(self.keys.stats, "held", held)
-        if parked:
-            tx.hincrby(self.keys.stats, "parked", parked)
-        tx.hset(self.keys.config, copied_field(plan.partition), str(plan.target))
-        tx.execute()
-        return len(sessions), copied, count
+        """P's keys and members from the source to the target (parley/fleet/copying.py)."""
+        return self.copier.copy(self.shards.clients[plan.source], self.shards.clients[plan.target],
+                                plan.partition, plan.frozen.partitions, plan.target)
 
-    def copy_producers(self, src: redis.Redis, dst: redis.Redis, partition: int, partitions: int) -> None:
-        """The registration of each producer whose stream of P was copied, on a target that lacks
-        it: the target's dispatchers read only the streams of producers registered there."""
-        registry: Any = src.hgetall(self.keys.producers)
-        for name, registration in (registry or {}).items():
-            if src.exists(self.keys.producer_inputs(_text(name), partition, partitions)):
-                dst.hsetnx(self.keys.producers, name, registration)
-
-    # ---- clean ---------------------------------------------------------------------------
     def clean(self, shard: int, partition: int, partitions: int, lower_stats: bool) -> int:
-        """Delete P's keys and members on `shard`; lower its counters by their share when they
-        were counted there (the source; a partial copy on a target was never counted). The
-        counters go in one MULTI with the metas and anchors that feed them, so a clean stopped
-        half way and run again lowers them once. Returns how many keys and members it deleted."""
-        r = self.shards.clients[shard]
-        session_keys = self.session_keys_of(r, partition, partitions)
-        members = self.members_of(r, partition, partitions)
-        anchors = next((items for name, _h, items in members if name == self.keys.interrupt_anchors), [])
-        sessions = {s for s, _k in session_keys}
-        tx = r.pipeline(transaction=True)
-        if lower_stats:
-            held, parked = self.stats_of(r, sessions, [v for _m, v in anchors])
-            if held:
-                tx.hincrby(self.keys.stats, "held", -held)
-            if parked:
-                tx.hincrby(self.keys.stats, "parked", -parked)
-        metas = [self.keys.meta(s) for s in sorted(sessions)]
-        if metas:
-            tx.delete(*metas)
-        if anchors:
-            tx.hdel(self.keys.interrupt_anchors, *[m for m, _v in anchors])
-        tx.execute()
-        deleted = len(metas) + len(anchors)
-        rest = [k for _s, k in session_keys if k not in metas] + self.streams_of(r, partition, partitions)
-        pipe = r.pipeline(transaction=False)
-        for key in rest:
-            pipe.delete(key)
-        for name, holds, items in members:
-            if name == self.keys.interrupt_anchors:
-                continue
-            if holds is Holds.ZSET:
-                pipe.zrem(name, *[m for m, _v in items])
-            else:
-                pipe.hdel(name, *[m for m, _v in items])
-            deleted += len(items)
-        pipe.execute()
-        return deleted + len(rest)
+        """Delete P's keys and members on `shard` (parley/fleet/copying.py, `Copier.clean`)."""
+        return self.copier.clean(self.shards.clients[shard], partition, partitions, lower_stats)
 
     # ---- repair --------------------------------------------------------------------------
     def newest(self) -> Placement:
@@ -466,9 +254,9 @@ class Mover:
         for r in self.shards.clients:
             fields: Any = r.hgetall(self.keys.config)
             for name, value in (fields or {}).items():
-                text = _text(name)
-                if text.startswith(COPIED_FIELD_PREFIX):
-                    marks[int(text.removeprefix(COPIED_FIELD_PREFIX))] = int(_text(value))
+                field = text(name)
+                if field.startswith(COPIED_FIELD_PREFIX):
+                    marks[int(field.removeprefix(COPIED_FIELD_PREFIX))] = int(text(value))
         return marks
 
     def repair(self) -> list[RepairStep]:
@@ -488,7 +276,7 @@ class Mover:
         for s in order:  # a table written on some shards only: the newest everywhere
             held = stored[s]
             if held != placement:
-                self.write(s, placement, None if held is None else held.version)
+                self.tables.write(s, placement, None if held is None else held.version)
         steps = plan_repair(placement, self.copied_marks())
         for step in steps:
             p, n = step.partition, placement.partitions

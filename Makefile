@@ -28,7 +28,7 @@ demo: $(STAMP)
 # `--dist loadgroup`: a module marked xdist_group (the browser tests) runs on one process, so
 # its one deployment and one chromium are started once.
 test: $(STAMP) system-packages
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

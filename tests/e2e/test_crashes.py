@@ -110,13 +110,17 @@ def test_I13_redis_restarted_from_its_aof_keeps_the_pause(procs: Procs, producer
 
 
 def test_redis_restarted_while_a_worker_runs_a_job_loses_nothing(procs: Procs, producer_client: Client,
-                                                                 redis_server: RedisServer,
+                                                                 redis_server: RedisServer, r: redis.Redis,
                                                                  client: Client) -> None:
-    """The worker rides out the outage: its outcome is posted once Redis is back, and it goes on."""
+    """The worker rides out the outage: its outcome is posted once Redis is back, and it goes on.
+    (Killed before the worker took the job, a kill can take the reply of its BLPOP with it: the
+    job is then settled `worker_lost`, as docs/guarantees.md says of a job lost there; so the kill
+    waits until the job is recorded as running.)"""
     procs.dispatcher()
     worker = procs.worker()
     producer_client.send("a2", {"type": "message.create", "content": 'call slow {"seconds": 2}'})
     wait_for(client, "a2", lambda e: e["type"] == "tool.started")
+    wait_running(r, "a2", "call-1")
     redis_server.stop(kill=True)  # mid-job
     time.sleep(1.5)
     redis_server.start()

@@ -116,18 +116,9 @@ def deployed_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     A module whose tests must hold under the shipped deployment makes it its `redis_server`;
     `procs` then starts dispatchers and workers under their own logins, and `r` is the
     harness's admin."""
-    from parley.dispatcher.functions import Functions
-    from tests.deployed import DISPATCHER, PRODUCER_NAME, deployed_redis, login
+    from tests.deployed import started_for_producers
 
-    server = deployed_redis(tmp_path / "redis").start()
-    admin = redis.Redis.from_url(server.url)
-    admin.hset("parley:producers", PRODUCER_NAME, orjson.dumps({"tenant": None}))
-    admin.close()
-    # the submit function, as a dispatcher's start loads it (under its own login): a producer
-    # may send before the test's first dispatcher is up
-    as_dispatcher = redis.Redis.from_url(server.url_as(login(DISPATCHER)))
-    Functions(as_dispatcher).ensure()
-    as_dispatcher.close()
+    server = started_for_producers(tmp_path / "redis")
     yield server
     server.stop(kill=True)
 

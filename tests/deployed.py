@@ -88,3 +88,17 @@ def ready_for_producers(admin: redis.Redis, dispatcher: redis.Redis) -> None:
 
     admin.hset(Keys().producers, PRODUCER_NAME, orjson.dumps({"tenant": None}))
     Functions(dispatcher).ensure()
+
+
+def started_for_producers(directory: Path, acl_text: str | None = None) -> RedisServer:
+    """`deployed_redis` started, and `ready_for_producers`: what a test of the shipped deployment
+    starts from."""
+    server = deployed_redis(directory, acl_text).start()
+    admin = redis.Redis.from_url(server.url)
+    as_dispatcher = redis.Redis.from_url(server.url_as(login(DISPATCHER)))
+    try:
+        ready_for_producers(admin, as_dispatcher)
+    finally:
+        admin.close()
+        as_dispatcher.close()
+    return server

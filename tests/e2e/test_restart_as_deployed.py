@@ -23,11 +23,10 @@ import pytest
 import redis
 
 from parley.client import Client
-from parley.dispatcher.functions import Functions
 from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, all_events, of_type, wait_for
-from tests.deployed import DISPATCHER, PRODUCER_NAME, SHIPPED_ACL, deployed_redis, login
+from tests.deployed import SHIPPED_ACL, started_for_producers
 
 pytestmark = pytest.mark.e2e
 
@@ -50,13 +49,7 @@ def acl_text(case: str) -> str:
 
 @pytest.fixture(params=[SHIPPED, UNREPLAYABLE])
 def redis_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisServer]:
-    server = deployed_redis(tmp_path / "redis", acl_text(request.param)).start()
-    admin = redis.Redis.from_url(server.url)
-    admin.hset(KEYS.producers, PRODUCER_NAME, b'{"tenant": null}')
-    admin.close()
-    as_dispatcher = redis.Redis.from_url(server.url_as(login(DISPATCHER)))
-    Functions(as_dispatcher).ensure()
-    as_dispatcher.close()
+    server = started_for_producers(tmp_path / "redis", acl_text(request.param))
     yield server
     server.stop(kill=True)
 

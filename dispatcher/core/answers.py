@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
-from referencing import Registry
-from referencing.exceptions import Unresolvable
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
+# jsonschema is imported when the first typed question is checked, not with the core: it is a
+# tenth of a second of every dispatcher's and CLI command's start, and most sessions ask none.
 
 #: the largest `response_schema`, as compact JSON: it is stored in the session and the index
 MAX_SCHEMA_BYTES = 16_384
@@ -28,9 +30,6 @@ MAX_ERRORS_LOOKED_AT = 50
 #: keywords refused in a response_schema: checking them costs more than linear time in the
 #: answer (uniqueItems compares every pair of items)
 REFUSED_KEYWORDS = frozenset({"uniqueItems"})
-#: no retrieval: a reference outside the schema is never fetched (the engine does no I/O while
-#: applying an input; jsonschema's default would download it)
-_NO_RETRIEVAL = Registry()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +50,8 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
             return f"uses `{key}`, which is not supported (its check is quadratic in the answer)"
         if key in ("$ref", "$dynamicRef") and not (isinstance(value, str) and value.startswith("#")):
             return f"has `{key}: {value!r}`: references must stay inside the schema (`#...`)"
+    from jsonschema.exceptions import SchemaError
+
     try:
         _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode())
     except SchemaError as exc:
@@ -68,6 +69,9 @@ def mismatch(schema: dict[str, Any], value: Any) -> Mismatch | None:
     if size > MAX_TYPED_ANSWER_BYTES:
         return Mismatch(f"an answer to a typed question is at most {MAX_TYPED_ANSWER_BYTES} bytes "
                         f"as JSON; this one is {size}", "$")
+    from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable
+
     validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode())
     try:
         error = best_match(islice(validator.iter_errors(value), MAX_ERRORS_LOOKED_AT))
@@ -77,10 +81,15 @@ def mismatch(schema: dict[str, Any], value: Any) -> Mismatch | None:
 
 
 @lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Draft202012Validator:
+def _validator(schema_json: str) -> "Draft202012Validator":
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
+
     schema = orjson.loads(schema_json)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, registry=_NO_RETRIEVAL)
+    # an empty registry: a reference outside the schema is never fetched (the engine does no
+    # I/O while applying an input; jsonschema's default would download it)
+    return Draft202012Validator(schema, registry=Registry())
 
 
 def _keywords(node: Any) -> Iterator[tuple[str, Any]]:

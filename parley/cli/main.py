@@ -7,6 +7,7 @@ notify), inputs to a session (`inputs.py`: send, resume, close, switch, input), 
 `doctor`, `inbox`, `inbox-user`, `partitions` and `producers`. `main()` is the console script.
 """
 
+from importlib import import_module
 from typing import Any
 
 import click
@@ -74,10 +75,42 @@ def masked_url(url: str) -> str:
         return "<an invalid URL>"
 
 
+#: each command's name -> the module and attribute that define it. A command's module is
+#: imported when the command runs (or `--help` lists it): `parley send` does not load the
+#: dispatcher or the web page, and a dispatcher's start does not load the client's readers.
+COMMANDS = {
+    "dispatcher": "parley.cli.processes:dispatcher", "worker": "parley.cli.processes:worker",
+    "notify": "parley.cli.processes:notify",
+    "send": "parley.cli.inputs:send", "resume": "parley.cli.inputs:resume",
+    "close": "parley.cli.inputs:close", "switch": "parley.cli.inputs:switch",
+    "input": "parley.cli.inputs:input_",
+    "show": "parley.cli.reads:show", "export": "parley.cli.reads:export_",
+    "watch": "parley.cli.reads:watch", "interrupts": "parley.cli.reads:interrupts",
+    "sessions": "parley.cli.reads:sessions",
+    "demo": "parley.cli.demo:demo", "doctor": "parley.cli.doctor:doctor",
+    "producers": "parley.cli.producers:producers", "partitions": "parley.cli.partitions:partitions",
+    "inbox": "parley.cli.inbox:inbox", "inbox-user": "parley.cli.inbox_users:inbox_user",
+}
+
+
 class ParleyGroup(click.Group):
     """The `parley` group: a Redis any command cannot use is one line and `REDIS_UNAVAILABLE`,
     not a traceback (those are for bugs). Outages a running dispatcher or worker meets are
-    waited out by their own loops; this catches what reaches the top, e.g. at start."""
+    waited out by their own loops; this catches what reaches the top, e.g. at start.
+
+    Its commands are loaded by name, when used (`COMMANDS`; click's "lazily loading
+    subcommands")."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, _, attr = COMMANDS[cmd_name].partition(":")
+            command = getattr(import_module(module), attr)
+            assert isinstance(command, click.Command) and command.name == cmd_name, COMMANDS[cmd_name]
+            self.add_command(command)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         from parley.client.shards import ClusterNotSupported
@@ -152,22 +185,3 @@ def cli(ctx: click.Context, verbose: bool, redis_urls: tuple[str, ...], prefix: 
 
 def main() -> None:
     cli(auto_envvar_prefix=None)
-
-
-def _add_commands() -> None:
-    from parley.cli.demo import demo
-    from parley.cli.doctor import doctor
-    from parley.cli.inbox import inbox
-    from parley.cli.inbox_users import inbox_user
-    from parley.cli.inputs import close, input_, resume, send, switch
-    from parley.cli.partitions import partitions
-    from parley.cli.processes import dispatcher, notify, worker
-    from parley.cli.producers import producers
-    from parley.cli.reads import export_, interrupts, sessions, show, watch
-
-    for command in (dispatcher, worker, send, resume, close, switch, input_, show, export_, watch,
-                    interrupts, sessions, notify, demo, doctor, producers, partitions, inbox, inbox_user):
-        cli.add_command(command)
-
-
-_add_commands()

@@ -124,8 +124,9 @@ def check_parley_args(args: list[str], env: dict[str, str], where: str) -> str:
     click parses (types and ranges included) with `env` as the environment. Returns it."""
     assert args, f"{where}: no command"
     sub = args[0]
-    assert sub in cli.commands, f"{where}: `parley {sub}` is not a subcommand ({sorted(cli.commands)})"
-    command = cli.commands[sub]
+    with click.Context(cli) as ctx:
+        command = cli.get_command(ctx, sub)
+        assert command is not None, f"{where}: `parley {sub}` is not a subcommand ({cli.list_commands(ctx)})"
     known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
     for token in args[1:]:
         if token.startswith("--"):

@@ -23,12 +23,14 @@ demo: $(STAMP)
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: sudo apt-get install -y redis-server"; exit 1; }
 	$(BIN)/parley demo $(ARGS)
 
-# Two pytest processes (pytest-xdist): the tests mostly wait on the Redis servers, dispatchers
-# and workers they start, so two at once take about 60 % of the time one does on 2 cores.
+# Three pytest processes (pytest-xdist) on 2 cores: the tests mostly wait on the Redis
+# servers, dispatchers and workers they start. Measured on a 2-core VM: -n 2 took 9:01 and
+# 9:47, -n 3 7:32 and 8:08; -n 4 was no faster (7:28, the CPU full) and timing-sensitive tests
+# failed.
 # `--dist loadgroup`: a module marked xdist_group (the browser tests) runs on one process, so
 # its one deployment and one chromium are started once.
 test: $(STAMP) system-packages
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -q -n 3 --dist loadgroup --durations=25
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

@@ -18,6 +18,12 @@ from parley.runtime.procs import RedisServer, start_parley, stop_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Every dispatcher and worker a test starts (they inherit this environment) blocks 100 ms at a
+# time when idle, not 500/1000 ms: a test's teardown stops its fleet with SIGTERM, and an idle
+# process acts on it only after its blocking read (docs/operations.md, "Processes"). The chaos
+# runs and the bench keep the defaults.
+os.environ.setdefault("PARLEY_IDLE_BLOCK_MS", "100")
+
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:

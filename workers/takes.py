@@ -108,7 +108,8 @@ class TakingWorker(SimpleWorker):
             return self.connection.evalsha(self._take.sha, len(keys), *keys, *args)
 
     # blocking waits are short, so that a stop request is acted on within a second when idle
-    BLOCK_S = 1
+    # (`parley worker --idle-block-ms` sets it per worker)
+    block_s: float = 1.0
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None,
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
@@ -156,7 +157,7 @@ class TakingWorker(SimpleWorker):
                         wait = max(1, min(wait or int(left), int(left)))
                     if wait is None:  # burst: nothing queued means done
                         return None
-                    reply: Any = self.connection.blpop(self.queue_keys(), min(wait, self.BLOCK_S))
+                    reply: Any = self.connection.blpop(self.queue_keys(), min(wait, self.block_s))
                     if reply is None:
                         self.heartbeat()
                         continue

@@ -68,6 +68,17 @@ METRICS_PORT = click.option(
     help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
 
 
+def idle_block_option(default_ms: int, what: str) -> Callable[[Any], Any]:
+    """`--idle-block-ms`: how long one blocking read of an idle process lasts. It bounds how
+    soon SIGTERM is acted on when nothing comes (a graceful stop waits out the read); shorter
+    costs a few more round trips per second while idle, nothing while busy."""
+    return click.option(
+        "--idle-block-ms", envvar="PARLEY_IDLE_BLOCK_MS", type=click.IntRange(10, 10_000),
+        default=default_ms, show_default=True,
+        help=f"How long one blocking read ({what}) waits when nothing comes; an idle process "
+             "acts on SIGTERM within about this (env PARLEY_IDLE_BLOCK_MS).")
+
+
 def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis,
                    checks: Sequence[Callable[[], str | None]] = ()) -> Any:
     from parley.runtime.metrics import Health, serve
@@ -156,6 +167,7 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
               default=1000, show_default=True,
               help="How long one WAIT for --replica-acks may take; fewer replicas by then: the batch "
                    "is replayed after a back-off (env PARLEY_REPLICA_ACK_TIMEOUT_MS).")
+@idle_block_option(500, "XREADGROUP of the streams")
 @METRICS_PORT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: int, decide_timeout: float,
@@ -164,7 +176,8 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                archive_maxlen: int, no_archive: bool, idle_timeout: int | None,
                max_input_bytes: int, max_pending: int, max_messages: int, max_branches: int,
                unknown_session_ttl: int, register: tuple[str, ...], shard: int | None,
-               replica_acks: int, replica_ack_timeout_ms: int, metrics_port: int | None) -> None:
+               replica_acks: int, replica_ack_timeout_ms: int, idle_block_ms: int,
+               metrics_port: int | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -213,7 +226,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                    admission=AdmissionLimits(input_bytes=max_input_bytes, pending=max_pending,
                                              messages=max_messages, branches=max_branches),
                    unknown_session_ttl_ms=unknown_session_ttl * 1000, shard=shard,
-                   replicas=ReplicaPolicy(replica_acks, replica_ack_timeout_ms))
+                   replicas=ReplicaPolicy(replica_acks, replica_ack_timeout_ms), block_ms=idle_block_ms)
     # not ready while replicas hold back every settle; and say so at once if they are missing
     d.health = _serve_metrics(ctx, metrics_port, d.redis, checks=[d.replicas.readiness])
     d.replicas.warn_if_short()
@@ -243,10 +256,11 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                    "posted, else it is posted again (Redis WAIT), so a failover loses none and "
                    "runs none twice; 0: off (env PARLEY_REPLICA_ACKS, as the "
                    "dispatcher's).")
+@idle_block_option(1000, "BLPOP of the queues")
 @METRICS_PORT
 @click.pass_context
 def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool,
-           shard: int | None, replica_acks: int, metrics_port: int | None) -> None:
+           shard: int | None, replica_acks: int, idle_block_ms: int, metrics_port: int | None) -> None:
     """Run a worker: execute decide, LLM and tool jobs of the app, post their outcomes.
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
@@ -281,7 +295,8 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     set_replica_policy(ReplicaPolicy(replica_acks))
     try:
         _work_until_stopped(
-            lambda n: make_worker(names, connection, name=ident if n == 0 else f"{ident}-{n}", keys=keys),
+            lambda n: make_worker(names, connection, name=ident if n == 0 else f"{ident}-{n}", keys=keys,
+                                  block_s=idle_block_ms / 1000),
             burst)
     finally:
         heartbeat.stop()

@@ -75,7 +75,9 @@ def test_transitions_move_sessions_between_active_and_parked(procs: Procs, r: re
 
 
 def test_a_closed_sub_agent_child_is_listed_closed(procs: Procs, r: redis.Redis, client: Client) -> None:
-    procs.dispatcher("tests.apps.agents", "--subagent-timeout", "1.5")
+    # the child is parked from its interrupt until the parent's call times out: long enough for
+    # a `parley sessions` process to start and list it on a loaded machine
+    procs.dispatcher("tests.apps.agents", "--subagent-timeout", "4")
     procs.worker("tests.apps.agents")
     send(r, "p-close", {"type": "message.create", "content": 'call research {"topic": "otters"}'})
     wait_for(client, "p-close:sub-1", lambda e: e["type"] == "interrupt.raised")  # nobody answers

@@ -112,11 +112,14 @@ def test_a_dead_consumers_entries_are_taken_over(
         r: redis.Redis, make_dispatcher: MakeDispatcher, pg_dsn: str, pg_schema: str) -> None:
     make_session(r, make_dispatcher(app=APP))
     write_archive_entry(r, "s-exp")
-    c = consumer(r, pg_dsn, pg_schema, name="heir", claim_idle_ms=50)
+    c = consumer(r, pg_dsn, pg_schema, name="heir", claim_idle_ms=60_000)
     c.ensure_group()  # the group as a consumer made it before
-    r.xreadgroup(GROUP, "dead", {KEYS.archive: ">"})  # read, then the reader died
+    # read, then the reader died
+    [(_stream, [(entry, _fields)])] = r.xreadgroup(GROUP, "dead", {KEYS.archive: ">"})
     assert c.tick() == 0 and rows(pg_dsn, pg_schema) == []  # not yet idle long enough: left alone
-    time.sleep(0.1)
+    # the dead reader's entry as it is two minutes on (XCLAIM's IDLE sets its idle time, kept
+    # by the same consumer): no wall-clock wait, and a slow machine cannot cross the limit early
+    r.xclaim(KEYS.archive, GROUP, "dead", 0, [entry], idle=120_000)
     drain(c)
     assert [s for s, _at, _doc in rows(pg_dsn, pg_schema)] == ["s-exp"]
     assert r.xlen(KEYS.archive) == 0 and pending(r) == 0

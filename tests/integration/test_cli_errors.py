@@ -110,3 +110,13 @@ def test_masked_url_hides_only_the_password(url: str, shown: str) -> None:
     from parley.cli.main import masked_url
 
     assert masked_url(url) == shown
+
+
+@pytest.mark.parametrize("command", ["dispatcher", "worker"])
+@pytest.mark.parametrize("value", ["5", "10001", "soon"])
+def test_an_idle_block_out_of_its_range_is_a_usage_error(command: str, value: str) -> None:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, [command, "--app", "tests.apps.scenarios", "--idle-block-ms", value])
+    assert result.exit_code == 2, result.output
+    assert "--idle-block-ms" in result.output

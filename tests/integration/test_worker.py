@@ -922,3 +922,25 @@ def test_a_retried_take_that_claimed_nothing_returns_no_in_flight_record(
     again = worker.take("token-1")
     assert again and again[0].id == job.id and not again[0].parley_claimed
     assert again[0].parley_record == b""
+
+
+# ---- --idle-block-ms ------------------------------------------------------------------------------
+
+
+def test_an_idle_worker_blocks_for_its_idle_block_and_then_acts_on_a_stop(r: redis.Redis) -> None:
+    """`parley worker --idle-block-ms` (docs/operations.md, "Processes"): each BLPOP of an idle
+    worker waits that long, and a stop requested meanwhile ends the wait loop after it."""
+    worker = make_worker([KEYS.queue("decide")], r, keys=KEYS, block_s=0.05)
+    blocks: list[float] = []
+    real_blpop = worker.connection.blpop
+
+    def blpop(keys: Any, timeout: float) -> Any:
+        blocks.append(timeout)
+        if len(blocks) == 2:
+            worker._stop_requested = True  # as SIGTERM's handler does
+        return real_blpop(keys, timeout)
+
+    worker.connection.blpop = blpop  # type: ignore[method-assign]
+    assert worker.dequeue_job_and_maintain_ttl(timeout=10) is None
+    assert blocks == [0.05, 0.05]
+    assert make_worker([KEYS.queue("decide")], r, keys=KEYS).block_s == 1.0  # the default

@@ -35,6 +35,12 @@ def show(url: str, session: str) -> dict[str, Any]:
     return view
 
 
+def listed(client: Client, status: str) -> list[str]:
+    """What `parley sessions --status STATUS` lists, read in this process: polled until it
+    holds, so that each wait spawns no `parley` per poll; the command is then run once."""
+    return [row.session for row in client.sessions(status).items]
+
+
 def exact(r: redis.Redis, names: list[str]) -> bool:
     """The sets hold exactly what the sessions' records say they are listed under."""
     want: set[tuple[str, str]] = set()
@@ -55,11 +61,13 @@ def test_transitions_move_sessions_between_active_and_parked(procs: Procs, r: re
     for name in names:
         send(r, name, {"type": "session.create", "metadata": {"team": name[2], "vip": name == "l-a2"}})
         wait_for(client, name, lambda e: e["type"] == "session.created")
-    eventually(lambda: sessions(procs.url, "--status", "active") == names)
+    eventually(lambda: listed(client, "active") == names)
+    assert sessions(procs.url, "--status", "active") == names
     for name in names:
         send(r, name, {"type": "message.create", "content": SEED})
         wait_for(client, name, lambda e: e["type"] == "interrupt.raised")
-    eventually(lambda: sessions(procs.url, "--status", "parked") == names)
+    eventually(lambda: listed(client, "parked") == names)
+    assert sessions(procs.url, "--status", "parked") == names
     assert sessions(procs.url, "--status", "active") == []
     assert sessions(procs.url, "--meta", "team=a", "--status", "parked") == ["l-a1", "l-a2"]
     assert sessions(procs.url, "--meta", "vip=true") == ["l-a2"]
@@ -68,7 +76,8 @@ def test_transitions_move_sessions_between_active_and_parked(procs: Procs, r: re
 
     send(r, "l-a1", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
     wait_for(client, "l-a1", lambda e: e["type"] == "turn.completed")
-    eventually(lambda: sessions(procs.url, "--status", "active") == ["l-a1"])
+    eventually(lambda: listed(client, "active") == ["l-a1"])
+    assert sessions(procs.url, "--status", "active") == ["l-a1"]
     assert sessions(procs.url, "--status", "parked") == ["l-a2", "l-b1"]
     assert show(procs.url, "l-a1")["status"] == "active"
     eventually(lambda: exact(r, names))
@@ -81,9 +90,11 @@ def test_a_closed_sub_agent_child_is_listed_closed(procs: Procs, r: redis.Redis,
     procs.worker("tests.apps.agents")
     send(r, "p-close", {"type": "message.create", "content": 'call research {"topic": "otters"}'})
     wait_for(client, "p-close:sub-1", lambda e: e["type"] == "interrupt.raised")  # nobody answers
-    eventually(lambda: sessions(procs.url, "--status", "parked") == ["p-close:sub-1"])
+    eventually(lambda: listed(client, "parked") == ["p-close:sub-1"])
+    assert sessions(procs.url, "--status", "parked") == ["p-close:sub-1"]
     wait_for(client, "p-close:sub-1", lambda e: e["type"] == "session.closed", timeout=30)
-    eventually(lambda: sessions(procs.url, "--status", "closed") == ["p-close:sub-1"])
+    eventually(lambda: listed(client, "closed") == ["p-close:sub-1"])
+    assert sessions(procs.url, "--status", "closed") == ["p-close:sub-1"]
     assert sessions(procs.url, "--status", "parked") == []
     out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "sessions", "--json",
                           "--status", "closed"], capture_output=True, text=True, check=True)

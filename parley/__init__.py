@@ -13,8 +13,9 @@ They are imported when first used (PEP 562), so that importing one part of the p
 loads the model adapters' HTTP client, nor the dispatcher.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from parley.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from parley.client import Client
@@ -43,13 +44,4 @@ __all__ = ["AsyncClient", "Client", "Decision", "InvalidInput", "LLMError", "LLM
            "OpenAICompatible", "ScriptedModel", "SubmitRefused", "SubmitUnavailable", "Trigger"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'parley' has no attribute {name!r}")
-    value = getattr(import_module(_HOMES[name]), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

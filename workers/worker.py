@@ -268,12 +268,11 @@ def _format(exc_info: Any) -> str:
 
 
 def make_worker(queue_names: list[str], connection, name: str | None = None,  # type: ignore[no-untyped-def]
-                keys: Keys | None = None, block_s: float | None = None) -> ParleyWorker:
+                keys: Keys | None = None, block_s: float = ParleyWorker.block_s) -> ParleyWorker:
     start_worker_series()  # idempotent: the series exist at 0 from the first worker on
     queues = [Queue(q, connection=connection, serializer=JSONSerializer, job_class=ParleyJob)
               for q in queue_names]
     worker = ParleyWorker(queues, connection=connection, serializer=JSONSerializer, name=name,
                           job_class=ParleyJob, keys=keys)
-    if block_s is not None:
-        worker.block_s = block_s
+    worker.block_s = block_s
     return worker

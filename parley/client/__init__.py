@@ -7,8 +7,9 @@ a sync producer never loads `redis.asyncio`'s client, and a module of the packag
 alone (`parley.client.producer`'s errors, in every `parley` command) loads no runner.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from parley.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from parley.client.aio import AsyncClient
@@ -21,13 +22,4 @@ _HOMES = {"AsyncClient": "parley.client.aio", "Client": "parley.client.sync",
 __all__ = ["AsyncClient", "Client", "shards_of"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'parley.client' has no attribute {name!r}")
-    value = getattr(import_module(_HOMES[name]), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

@@ -18,6 +18,7 @@ from parley.client import Client
 from parley.client.shards import Shards
 from parley.runtime.procs import RedisServer, start_parley, stop_processes
 from parley.schemas.keys import Keys
+from parley.schemas.shards import Placement
 from tests.conftest import ROOT, of_type, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -86,9 +87,14 @@ def deploy(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Deploymen
     assert all(code == 0 for code in codes), f"exit codes {codes}\n{d.logs()}"
 
 
-def sessions_on_every_shard(d: Deployment, per_shard: int, tag: str) -> list[str]:
+def placement_of(d: Deployment) -> Placement:
     placement = d.shards().refresh() or d.shards().check()
     assert placement is not None
+    return placement
+
+
+def sessions_on_every_shard(d: Deployment, per_shard: int, tag: str) -> list[str]:
+    placement = placement_of(d)
     out: list[str] = []
     for shard in range(len(d.servers)):
         out += [s for n in range(1000) if placement.shard_of_session(s := f"{tag}{n}") == shard][:per_shard]
@@ -176,17 +182,10 @@ def test_sub_agents_live_on_their_parents_shard(deploy: Deployment) -> None:
             assert not deploy.keys_named(1 - home, child), child
 
 
-def lease_holders(d: Deployment, shard: int) -> set[str]:
+def lease_holders(d: Deployment, shard: int) -> dict[bytes, str]:
+    """Each leased partition's key on `shard` and its holder (the consumer id of the token)."""
     r = redis.Redis.from_url(d.urls[shard])
-    return {raw.decode().split(":")[0] for k in r.scan_iter(match="parley:lease:*") if (raw := r.get(k))}
-
-
-def lease_holders_by_partition(d: Deployment, shard: int) -> dict[bytes, str]:
-    """Each leased partition's key and its holder's host-pid prefix (the token's consumer id
-    up to its random tail)."""
-    r = redis.Redis.from_url(d.urls[shard])
-    return {k: raw.decode().split(":")[0].rsplit("-", 1)[0] + "-"
-            for k in r.scan_iter(match="parley:lease:*") if (raw := r.get(k))}
+    return {k: raw.decode().split(":")[0] for k in r.scan_iter(match="parley:lease:*") if (raw := r.get(k))}
 
 
 @pytest.mark.parametrize("deploy", [2], indirect=True)
@@ -201,7 +200,8 @@ def test_a_standby_of_a_shard_takes_over_a_dispatcher_killed_with_9(deploy: Depl
     for s in sessions:
         wait_for(deploy.client(s), s, lambda e: e["type"] == "interrupt.raised", timeout=30)
     mine = f"{socket.gethostname()}-{active.pid}-"
-    assert all(h.startswith(mine) for h in lease_holders(deploy, 0))  # the first holds all of shard 0
+    # the first holds all of shard 0
+    assert all(h.startswith(mine) for h in lease_holders(deploy, 0).values())
     standby = deploy.start("dispatcher", "tests.apps.scenarios", "--shard", "0", "--lease-ms", "2000")
     zero = redis.Redis.from_url(deploy.urls[0])
     deadline = time.monotonic() + 30
@@ -215,12 +215,11 @@ def test_a_standby_of_a_shard_takes_over_a_dispatcher_killed_with_9(deploy: Depl
         approve_and_finish(deploy, s)
     # The sessions' partitions are the standby's by now; the rest follow once the dead one
     # leaves the live set (its share counted it until then), so poll for the whole shard.
-    placement = deploy.shards().refresh() or deploy.shards().check()
-    assert placement is not None
-    served = len(placement.partitions_of(0))
+    served = len(placement_of(deploy).partitions_of(0))
     theirs = f"{socket.gethostname()}-{standby.pid}-"
     deadline = time.monotonic() + 30
-    while (held := lease_holders_by_partition(deploy, 0)) != {p: theirs for p in held} or len(held) < served:
+    while not (len(held := lease_holders(deploy, 0)) == served
+               and all(h.startswith(theirs) for h in held.values())):
         assert time.monotonic() < deadline, (held, deploy.logs())
         time.sleep(0.2)
 

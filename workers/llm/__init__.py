@@ -5,8 +5,9 @@ never loads the OpenAI-compatible adapter's HTTP client (httpx), and `limits` (w
 worker reads) loads alone.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from parley.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from parley.workers.llm.limits import TimeLimit, current_time_limit
@@ -27,13 +28,4 @@ __all__ = ["LLMError", "LLMTimeoutError", "OpenAICompatible", "ScriptedModel", "
            "current_time_limit"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'parley.workers.llm' has no attribute {name!r}")
-    value = getattr(import_module(_HOMES[name]), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -14,7 +13,9 @@ import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import RedisServer, start_parley, stop_processes
+from parley.runtime.procs import RedisServer, stop_processes
+from tests import forkserver
+from tests.forkserver import start_parley
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,9 +95,8 @@ class Procs:
         if crash_at is None:
             proc = start_parley([kind, *args], environ, log)
         else:
-            with open(log, "ab") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "tests.e2e.crash_at", crash_at, kind, *args],
-                                        env={**os.environ, **environ}, stdout=out, stderr=subprocess.STDOUT)
+            proc = forkserver.start("tests.e2e.crash_at", [crash_at, kind, *args], {**os.environ, **environ},
+                                    stdout=log)
         self.started.append((kind, proc, log))
         return proc
 

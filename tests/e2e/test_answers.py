@@ -1,8 +1,6 @@
 """The person's side of an interrupt on real processes: the seed app through a budget stop,
 a typed question refused then answered, and `parley resume --wait` for each outcome."""
 
-import subprocess
-import sys
 
 import pytest
 import redis
@@ -10,6 +8,7 @@ import redis
 from parley.client import Client
 from parley.schemas.resumes import ResumeStatus
 from tests.conftest import Procs, of_type, send, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -17,8 +16,8 @@ SEED = "Email bob@example.com: the launch moved to Friday."
 
 
 def resume_cli(procs: Procs, session: str, iid: str, payload: str, *extra: str) -> tuple[int, str]:
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "resume", "--wait",
-                          *extra, session, iid, payload], capture_output=True, text=True, timeout=60)
+    out = run_parley(["--redis-url", procs.url, "resume", "--wait",
+                          *extra, session, iid, payload], text=True, timeout=60)
     return out.returncode, out.stdout.strip()
 
 

@@ -4,7 +4,6 @@ after the close, and later inputs are refused or ignored `session_closed`."""
 
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -16,6 +15,7 @@ from parley.schemas.jobs import job_id
 from parley.schemas.resumes import CloseStatus
 from tests.conftest import ROOT, Procs, all_events, eventually, of_type, send, wait_for
 from tests.e2e.llm_calls import llm_call_ended, start_llm_worker, wait_running
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def applied_after_close(client: Client, session: str) -> list[str]:
 
 def parley(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_REDIS_URL": url}
-    return subprocess.run([sys.executable, "-m", "parley", *args], capture_output=True, text=True,
+    return run_parley([*args], text=True,
                           env=env, timeout=60, check=False)
 
 

@@ -4,8 +4,6 @@ the excess is refused `rate_limited` synchronously and nothing of it is written,
 session's message is served by the same dispatcher and worker processes. How long the other
 session waits is measured by `make bench` (scenario 10), never asserted here."""
 
-import subprocess
-import sys
 
 import orjson
 import pytest
@@ -15,6 +13,7 @@ from parley.client import Client
 from parley.client.producer import SubmitRefused
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -26,8 +25,7 @@ FLOOD = 300
 def test_a_flood_of_one_session_is_refused_at_submit_and_another_session_is_served(
         procs: Procs, r: redis.Redis, client: Client) -> None:
     for name in ("flood", "web"):
-        subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "producers", "add", name],
-                       capture_output=True, text=True, check=True)
+        run_parley(["--redis-url", procs.url, "producers", "add", name], text=True, check=True)
     procs.dispatcher("examples.seed_app", "--max-pending", str(LIMIT))
     procs.worker("examples.seed_app")
     eventually(lambda: r.hget(KEYS.config, "limit_pending") == str(LIMIT).encode())

@@ -2,14 +2,13 @@
 with metadata, their questions listed with `parley interrupts` (filtered, paged) and answered."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import redis
 
 from parley.client import Client
 from tests.conftest import Procs, eventually, send, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -17,8 +16,7 @@ SEED = "Email bob@example.com: the launch moved to Friday."
 
 
 def listing(url: str, *args: str) -> object:
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, "interrupts", "--json", *args],
-                         capture_output=True, text=True, check=True)
+    out = run_parley(["--redis-url", url, "interrupts", "--json", *args], text=True, check=True)
     return json.loads(out.stdout)
 
 

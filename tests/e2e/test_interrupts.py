@@ -2,8 +2,6 @@
 worker processes."""
 
 import json
-import subprocess
-import sys
 import time
 
 import orjson
@@ -17,6 +15,7 @@ from parley.schemas.jobs import job_id
 from tests.conftest import Procs, all_events, eventually, of_type, send, wait_for
 from tests.e2e.llm_calls import OK, STOPPED, llm_call_ended, start_llm_worker, wait_running
 from tests.e2e.test_metrics import scrape
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -192,6 +191,5 @@ def test_I12_a_parked_session_has_nothing_queued_or_running(procs: Procs, r: red
     time.sleep(0.5)  # let the worker finish the decide job that raised it
     assert work_of(r, "i12") == []
     assert r.hlen("parley:{i12}:outbox") == 0
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "interrupts", "--json"],
-                         capture_output=True, text=True, check=True)
+    out = run_parley(["--redis-url", procs.url, "interrupts", "--json"], text=True, check=True)
     assert [row["interrupt_id"] for row in json.loads(out.stdout)] == ["int-1"]

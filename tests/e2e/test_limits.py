@@ -2,15 +2,14 @@
 parley:config for the submit function, and applied to what producers write directly."""
 
 import os
-import subprocess
 
 import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import parley_command
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, send, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 KEYS = Keys()
@@ -43,7 +42,7 @@ def test_the_environment_sets_them_too_and_a_limit_below_one_is_a_usage_error(
         procs: Procs, r: redis.Redis) -> None:
     procs.dispatcher("tests.apps.scenarios", env={"PARLEY_MAX_MESSAGES": "42", "PARLEY_MAX_BRANCHES": "9"})
     eventually(lambda: r.hmget(KEYS.config, "limit_messages", "limit_branches") == [b"42", b"9"], timeout=20)
-    bad = subprocess.run(parley_command("dispatcher", "--max-branches", "0"),
-                         env={**os.environ, **procs.env("tests.apps.scenarios")}, capture_output=True,
+    bad = run_parley(["dispatcher", "--max-branches", "0"],
+                         env={**os.environ, **procs.env("tests.apps.scenarios")},
                          text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "--max-branches" in bad.stderr

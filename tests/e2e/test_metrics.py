@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from parley.client import Client
 from parley.runtime.procs import free_port
 from tests.conftest import Procs, eventually, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -75,8 +76,6 @@ def _up(port: int) -> bool:
 
 def test_interrupts_command_filters_for_scripts(procs: Procs, r: redis.Redis, client: Client) -> None:
     import json
-    import subprocess
-    import sys
 
     procs.dispatcher("examples.seed_app")
     procs.worker("examples.seed_app")
@@ -88,8 +87,8 @@ def test_interrupts_command_filters_for_scripts(procs: Procs, r: redis.Redis, cl
     eventually(lambda: len(client.interrupts()) == 3)
 
     def run(*args: str) -> list[dict]:
-        out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "interrupts",
-                              "--json", *args], capture_output=True, text=True, check=True)
+        out = run_parley(["--redis-url", procs.url, "interrupts",
+                              "--json", *args], text=True, check=True)
         return json.loads(out.stdout)
 
     assert sorted(row["session"] for row in run("--session-prefix", "team-a-")) == ["team-a-1", "team-a-2"]

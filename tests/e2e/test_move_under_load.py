@@ -5,7 +5,6 @@ it. Every session finishes, with each of its inputs applied exactly once."""
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from parley.client.shards import Shards
 from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import DEFAULT_SHARDED_PARTITIONS
+from tests import forkserver
 from tests.conftest import ROOT, Procs, all_events, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -74,8 +74,7 @@ class Sender(threading.Thread):
 def run_parley(urls: list[str], *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     flags = [a for url in urls for a in ("--redis-url", url)]
-    return subprocess.run([sys.executable, "-m", "parley", *flags, *args], capture_output=True, text=True,
-                          env=env, timeout=180, check=False)
+    return forkserver.run_parley([*flags, *args], env, text=True, timeout=180)
 
 
 def test_a_partition_moved_under_load_loses_and_doubles_nothing(procs: Procs, second: RedisServer) -> None:

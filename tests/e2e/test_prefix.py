@@ -2,14 +2,13 @@
 processes started with PARLEY_PREFIX, and a prefix that cannot work refused when a process starts."""
 
 import os
-import subprocess
 
 import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import parley_command
 from tests.conftest import ROOT, Procs, eventually, of_type, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +62,7 @@ def test_a_prefix_that_cannot_work_stops_every_process_at_start(command: list[st
     # the prefix must be refused before any connection is tried.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_PREFIX": "acme:{tenant}",
            "PARLEY_REDIS_URL": "redis://127.0.0.1:9/0"}
-    done = subprocess.run(parley_command(*command), env=env, capture_output=True, timeout=60)
+    done = run_parley([*command], env=env, timeout=60)
     assert done.returncode == 2, done.stderr.decode()
     stderr = done.stderr.decode()
     assert "Invalid value for '--prefix': invalid key prefix 'acme:{tenant}'" in stderr

@@ -3,17 +3,15 @@ own input stream, served by a dispatcher and a worker as processes; one register
 dispatcher runs; a scoped producer's entry for another tenant refused (docs/operations.md,
 "Producers")."""
 
-import subprocess
-import sys
 
 import orjson
 import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import parley_command
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -21,8 +19,7 @@ KEYS = Keys()
 
 
 def add(url: str, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, "producers", "add", *args],
-                   capture_output=True, text=True, check=True)
+    run_parley(["--redis-url", url, "producers", "add", *args], text=True, check=True)
 
 
 def write(r: redis.Redis, producer: str, session: str, text: str) -> str:
@@ -66,7 +63,6 @@ def test_a_dispatcher_registers_the_producers_its_deployment_names(procs: Procs,
 
 
 def test_a_bad_registration_is_a_usage_error(procs: Procs) -> None:
-    bad = subprocess.run(parley_command("--redis-url", procs.url, "dispatcher", "--app", "examples.seed_app",
-                                        "--register-producer", "Not A Name"),
-                         capture_output=True, text=True, timeout=60)
+    bad = run_parley(["--redis-url", procs.url, "dispatcher", "--app", "examples.seed_app",
+                                        "--register-producer", "Not A Name"], text=True, timeout=60)
     assert bad.returncode == 2 and "--register-producer" in bad.stderr

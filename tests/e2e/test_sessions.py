@@ -3,8 +3,6 @@ transition — created with metadata (active), a question raised (parked), answe
 again), a sub-agent's child closed (closed) — and `parley sessions` / `parley show` say so."""
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -15,6 +13,7 @@ from parley.schemas.keys import Keys
 from parley.schemas.listing import listing_entries
 from parley.schemas.state import Core
 from tests.conftest import Procs, eventually, send, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -23,14 +22,12 @@ KEYS = Keys()
 
 
 def sessions(url: str, *args: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, "sessions", "--json", *args],
-                         capture_output=True, text=True, check=True)
+    out = run_parley(["--redis-url", url, "sessions", "--json", *args], text=True, check=True)
     return [row["session"] for row in json.loads(out.stdout)["items"]]
 
 
 def show(url: str, session: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, "show", session, "--json"],
-                         capture_output=True, text=True, check=True)
+    out = run_parley(["--redis-url", url, "show", session, "--json"], text=True, check=True)
     view: dict[str, Any] = json.loads(out.stdout)
     return view
 
@@ -96,8 +93,8 @@ def test_a_closed_sub_agent_child_is_listed_closed(procs: Procs, r: redis.Redis,
     eventually(lambda: listed(client, "closed") == ["p-close:sub-1"])
     assert sessions(procs.url, "--status", "closed") == ["p-close:sub-1"]
     assert sessions(procs.url, "--status", "parked") == []
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", procs.url, "sessions", "--json",
-                          "--status", "closed"], capture_output=True, text=True, check=True)
+    out = run_parley(["--redis-url", procs.url, "sessions", "--json",
+                          "--status", "closed"], text=True, check=True)
     (row,) = json.loads(out.stdout)["items"]
     assert (row["parent"], row["open_interrupts"]) == ("p-close", 0)
     assert show(procs.url, "p-close:sub-1")["status"] == "closed"

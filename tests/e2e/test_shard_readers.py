@@ -4,8 +4,6 @@ they raise listed by `Client` and `parley interrupts` with both URLs, merged in 
 paged with no row lost or repeated; the list of sessions merged the same way."""
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,10 @@ import redis
 from parley.client import Client
 from parley.client.shards import Shards
 from parley.dispatcher.functions import Functions
-from parley.runtime.procs import RedisServer, start_parley, stop_processes
+from parley.runtime.procs import RedisServer, stop_processes
 from parley.schemas.keys import Keys
 from tests.conftest import ROOT, eventually, wait_for
+from tests.forkserver import run_parley, start_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +51,7 @@ def fleet(tmp_path: Path) -> Iterator[tuple[list[str], Shards]]:
 
 def cli(urls: list[str], *args: str) -> Any:
     given = [a for u in urls for a in ("--redis-url", u)]
-    out = subprocess.run([sys.executable, "-m", "parley", *given, *args], capture_output=True, text=True,
+    out = run_parley([*given, *args], text=True,
                          check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     return json.loads(out.stdout)
 

@@ -4,6 +4,7 @@ served on its root's shard, and one shard's trouble (a dispatcher killed, its Re
 does not stop the others (docs/operations.md, "Shards")."""
 
 import os
+import random
 import socket
 import subprocess
 import time
@@ -16,10 +17,11 @@ import redis
 
 from parley.client import Client
 from parley.client.shards import Shards
-from parley.runtime.procs import RedisServer, start_parley, stop_processes
+from parley.runtime.procs import RedisServer, stop_processes
 from parley.schemas.keys import Keys
 from parley.schemas.shards import Placement
 from tests.conftest import ROOT, of_type, wait_for
+from tests.forkserver import start_parley
 
 pytestmark = pytest.mark.e2e
 KEYS = Keys()
@@ -148,13 +150,15 @@ def test_seed_scenario_and_a_deadline_on_three_shards(deploy: Deployment) -> Non
 
 
 def two_free_ports() -> int:
-    """A port P with P+1 free as well (a per-shard command's children serve P and P+1)."""
+    """A port P with P+1 free as well (a per-shard command's children serve P and P+1). Taken
+    below Linux's ephemeral range (32768-60999): a port of bind(0) is even there, and its odd
+    neighbour is the kind connect() hands to the suite's many client sockets meanwhile."""
     for _ in range(50):
+        port = random.randrange(20_000, 32_000)
         with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            port = int(a.getsockname()[1])
             try:
-                b.bind(("127.0.0.1", port + 1))
+                a.bind(("0.0.0.0", port))
+                b.bind(("0.0.0.0", port + 1))
             except OSError:
                 continue
             return port

@@ -6,8 +6,6 @@ Now the dispatcher re-creates the group (from id 0: dispatcher/consume.py, `Disp
 and goes on: every other producer's inputs keep being applied, and so are the deleted one's new
 ones."""
 
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,6 +17,7 @@ import redis
 from parley.client import Client
 from parley.schemas.keys import Keys
 from tests.conftest import Procs, eventually
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 
@@ -29,8 +28,7 @@ SESSIONS_EACH = 4
 
 
 def add(url: str, name: str) -> None:
-    subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, "producers", "add", name],
-                   capture_output=True, text=True, check=True)
+    run_parley(["--redis-url", url, "producers", "add", name], text=True, check=True)
 
 
 def applied(r: redis.Redis, session: str) -> int:

@@ -3,15 +3,14 @@ other through real dispatcher and worker processes, its sub-agent's child is `ac
 and the command line shows it and lists it by the tenant's prefix."""
 
 import os
-import subprocess
 
 import orjson
 import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import parley_command
 from tests.conftest import Procs, eventually, of_type, send, wait_for
+from tests.forkserver import run_parley
 
 pytestmark = pytest.mark.e2e
 APP = "tests.apps.agents"
@@ -19,7 +18,7 @@ PARENT = "acme/p1"
 
 
 def cli(procs: Procs, *args: str) -> str:
-    done = subprocess.run(parley_command(*args), env={**os.environ, **procs.env(APP)}, capture_output=True,
+    done = run_parley([*args], env={**os.environ, **procs.env(APP)},
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -48,7 +48,7 @@ from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
 from parley.fleet.notify import Forwarder, NotifyConfig
 from parley.runtime.metrics import Health, RedisStateCollector
-from parley.runtime.procs import free_port, parley_command, start_parley, stop_processes
+from parley.runtime.procs import free_port, stop_processes
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
@@ -56,6 +56,7 @@ from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.heartbeat import Heartbeat
 from parley.workers.worker import make_worker
+from tests.forkserver import run_parley, start_parley
 from tests.integration.conftest import enqueue_tool_job, tick
 from tests.integration.test_notify import SECRET as NOTIFY_SECRET
 from tests.integration.test_notify import Receiver
@@ -914,7 +915,7 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
     ]
 
     def cli(user: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(parley_command("--redis-url", acl.url(user), *args), capture_output=True,
+        done = run_parley(["--redis-url", acl.url(user), *args],
                               text=True, timeout=60, env={**os.environ, **env})
         if check:
             assert done.returncode == 0, done.stderr

@@ -21,6 +21,7 @@ import redis
 from examples.archive_postgres import ArchiveConfig, ArchiveConsumer
 from parley.client import Client
 from parley.runtime.procs import RedisServer, free_port
+from tests.forkserver import run_parley
 from tests.integration.conftest import KEYS, MakeDispatcher, send, tick
 from tests.integration.sessions import APP, archive_entry_of, make_session, write_archive_entry
 
@@ -80,7 +81,7 @@ def test_parley_export_matches_what_was_archived(
     drain(consumer(r, pg_dsn, pg_schema))
     env = {**os.environ, "PARLEY_REDIS_URL": redis_server.url,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "parley", "export", "s-exp"], capture_output=True,
+    out = run_parley(["export", "s-exp"],
                          env=env, timeout=60, check=True)
     [(_session, _at, document)] = rows(pg_dsn, pg_schema)
     assert orjson.loads(out.stdout) == document

@@ -4,7 +4,6 @@ And `-v` says which Redis and prefix a command uses, the password masked."""
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -13,6 +12,7 @@ import redis
 
 from parley.cli import cli
 from parley.runtime.procs import free_port
+from tests import forkserver
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_UNAVAILABLE = 69
@@ -53,8 +53,7 @@ def run_parley(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in env.items() if not k.startswith("PARLEY_")} | {"PYTHONPATH": env["PYTHONPATH"]}
     command = next((a for a in args if a in COMMAND_ENV), None)
     env |= COMMAND_ENV.get(command or "", {})
-    return subprocess.run([sys.executable, "-m", "parley", *args], capture_output=True, text=True,
-                          env=env, timeout=60, check=False)
+    return forkserver.run_parley([*args], env, text=True, timeout=60)
 
 
 def test_every_command_is_covered() -> None:

@@ -2,8 +2,6 @@
 sending (a refused input leaves the stream empty), the same views, listing and outcomes."""
 
 import asyncio
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -22,6 +20,7 @@ from parley.runtime.procs import RedisServer
 from parley.schemas.events import InputIgnored, LlmStarted, MessageCreated, SessionCreated
 from parley.schemas.inputs import Budget, MessageCreate, SessionCreate
 from parley.schemas.resumes import CloseStatus, ResumeStatus
+from tests.forkserver import run_parley
 from tests.integration.conftest import INPUTS, KEYS, MakeDispatcher, tick
 
 BAD_INPUTS: list[tuple[str, Any]] = [
@@ -180,8 +179,7 @@ def test_both_clients_close_a_session_and_wait_for_the_outcome(
                                   ["send", "not a session", "hi"]])
 def test_the_command_line_says_in_one_line_why_an_input_is_not_sent(
         r: redis.Redis, redis_server: RedisServer, args: list[str]) -> None:
-    out = subprocess.run([sys.executable, "-m", "parley", "--redis-url", redis_server.url, *args],
-                         capture_output=True, text=True, timeout=60)
+    out = run_parley(["--redis-url", redis_server.url, *args], text=True, timeout=60)
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.startswith("Error: ") and out.stderr.count("\n") == 1, out.stderr
     assert r.exists(INPUTS) == 0

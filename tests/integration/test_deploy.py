@@ -46,12 +46,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from parley.cli import cli
 from parley.client import Client
-from parley.runtime.procs import free_port, start_parley, stop_process
+from parley.runtime.procs import free_port, stop_process
 from parley.schemas.keys import Keys
 from parley.schemas.signing import parse_keys
 from parley.web.observe import metrics_body
 from parley.web.users import hash_password
 from tests.conftest import Procs, eventually, wait_for
+from tests.forkserver import start_parley
 from tests.integration.test_acl import DISPATCHER, PRODUCER, WORKER, AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]

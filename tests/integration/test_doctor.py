@@ -10,8 +10,9 @@ import pytest
 import redis
 
 from parley.cli.doctor import warn_if_aof_unsafe
-from parley.runtime.procs import RedisServer, parley_command
+from parley.runtime.procs import RedisServer
 from tests.deployed import ADMIN, DISPATCHER, PRODUCER, SHIPPED_ACL, deployed_redis, login
+from tests.forkserver import run_parley
 
 OLD_DEFAULT_USER = "user default off resetpass resetkeys resetchannels -@all"
 
@@ -36,7 +37,7 @@ def old(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def doctor(url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(parley_command("--redis-url", url, "doctor"), capture_output=True, text=True,
+    return run_parley(["--redis-url", url, "doctor"], text=True,
                           timeout=30)
 
 

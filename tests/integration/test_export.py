@@ -5,7 +5,6 @@ written with the dispatcher's Lua reads as the same, and a missing session is a 
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from parley.aclient import AsyncClient
 from parley.client import Client
 from parley.client.export import NoSuchSession, SessionExport
 from parley.runtime.procs import RedisServer
+from tests.forkserver import run_parley
 from tests.integration.conftest import KEYS, MakeDispatcher
 from tests.integration.sessions import APP, core_of, make_session, write_archive_entry
 from tests.integration.test_packaging import loaded_after
@@ -29,7 +29,7 @@ NO_SUCH_SESSION = 66
 def parley(redis_server: RedisServer, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PARLEY_REDIS_URL": redis_server.url,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "parley", *args], capture_output=True, env=env,
+    return run_parley([*args], env=env,
                           timeout=60, check=False)
 
 

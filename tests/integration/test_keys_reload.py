@@ -6,7 +6,6 @@ signed with a key added since is accepted, one signed with a key removed since i
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -22,10 +21,11 @@ from parley.client import Client
 from parley.dispatcher.entries import EntryDecoder
 from parley.dispatcher.keys_reload import KeysReloader
 from parley.runtime import metrics
-from parley.runtime.procs import free_port, parley_command
+from parley.runtime.procs import free_port
 from parley.schemas.signing import Keyring, Unauthorized, signed_fields
 from parley.workers.app import load_app
 from tests.conftest import Procs, all_events, eventually, of_type
+from tests.forkserver import run_parley
 
 SESSION = "acme/rotation"
 
@@ -198,6 +198,6 @@ def test_a_dispatcher_does_not_start_with_a_bad_keys_file(procs: Procs, tmp_path
     keys = tmp_path / "keys.json"
     if content is not None:
         write_keys(keys, content)
-    done = subprocess.run(parley_command("dispatcher", "--keys-file", str(keys)), env={
-        **os.environ, **procs.env("tests.apps.scenarios")}, capture_output=True, text=True, timeout=60)
+    done = run_parley(["dispatcher", "--keys-file", str(keys)], env={
+        **os.environ, **procs.env("tests.apps.scenarios")}, text=True, timeout=60)
     assert done.returncode == 1 and "signing keys:" in done.stderr and message in done.stderr, done.stderr

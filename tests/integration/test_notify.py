@@ -51,15 +51,19 @@ class Receiver:
                 if isinstance(what, tuple):
                     _stall, seconds, what = what
                     time.sleep(seconds)
+                entry = orjson.loads(body)
+                # recorded before the answer goes out: once the forwarder has its 2xx it posts the
+                # next entry, whose handler thread could otherwise record it first
+                if 200 <= what < 300:
+                    with receiver.lock:
+                        receiver.accepted.append(entry)
                 try:
                     self.send_response(what)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                except OSError:
-                    return  # the forwarder gave up (timeout, or it died): not delivered
-                if 200 <= what < 300:
+                except OSError:  # the forwarder gave up (timeout, or it died): not delivered
                     with receiver.lock:
-                        receiver.accepted.append(orjson.loads(body))
+                        receiver.accepted = [a for a in receiver.accepted if a is not entry]
 
             def log_message(self, format: str, *args: Any) -> None:
                 return

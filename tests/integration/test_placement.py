@@ -18,6 +18,7 @@ from parley.dispatcher.functions import Functions
 from parley.runtime.procs import RedisServer, parley_command
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import Placement
+from tests.forkserver import run_parley
 from tests.integration.conftest import MakeDispatcher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +52,8 @@ def session_in(partition: int, partitions: int, tag: str = "s") -> str:
 
 
 def run(urls: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = parley_command(*[a for u in urls for a in ("--redis-url", u)], *args)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    flags = [a for u in urls for a in ("--redis-url", u)]
+    return run_parley([*flags, *args], text=True, timeout=60, cwd=ROOT)
 
 
 # ---- refusing to start ----------------------------------------------------------------------

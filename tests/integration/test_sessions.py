@@ -7,7 +7,6 @@ for sessions an older release created."""
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from parley.schemas.codes import SessionStatus
 from parley.schemas.keys import Keys
 from parley.schemas.listing import ListingStatus, listed, listing_entries, listing_member
 from parley.schemas.state import Core, Interrupt
+from tests.forkserver import run_parley
 
 KEYS = Keys()
 ACTIVE, PARKED, CLOSED = ListingStatus.ACTIVE, ListingStatus.PARKED, ListingStatus.CLOSED
@@ -281,7 +281,7 @@ def test_the_rebuild_never_lists_a_status_a_transition_changed_meanwhile(r: redi
 def parley(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, *args], capture_output=True,
+    return run_parley(["--redis-url", url, *args],
                           text=True, env=env, timeout=60, check=False)
 
 

@@ -7,7 +7,6 @@ import asyncio
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from parley.dispatcher.functions import LIBRARY, Functions, library_code
 from parley.runtime.procs import RedisServer
 from parley.schemas.codec import InputError
 from parley.schemas.keys import Keys, partition_of
+from tests.forkserver import run_parley
 from tests.integration.conftest import MakeDispatcher, tick
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,7 +285,7 @@ def test_the_async_client_submits_and_raises_refusals(r: redis.Redis, redis_serv
 def parley(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     environ |= {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "parley", "--redis-url", url, *args], capture_output=True,
+    return run_parley(["--redis-url", url, *args],
                           text=True, env=environ | (env or {}), timeout=60, check=False)
 
 

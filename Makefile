@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Python caches compiled modules in __pycache__/ unless PYTHONDONTWRITEBYTECODE is set, as it
+# is on some CI images: then every process compiles each module it imports from source again,
+# and each pytest process rewrites and compiles all 130 test modules (12 CPU-s a process here).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install system-packages demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
 
@@ -23,14 +27,14 @@ demo: $(STAMP)
 	@command -v redis-server >/dev/null || { echo "redis-server is missing: sudo apt-get install -y redis-server"; exit 1; }
 	$(BIN)/parley demo $(ARGS)
 
-# Three pytest processes (pytest-xdist) on 2 cores: the tests mostly wait on the Redis
-# servers, dispatchers and workers they start. Measured on a 2-core VM: -n 2 took 9:01 and
-# 9:47, -n 3 7:32 and 8:08; -n 4 was no faster (7:28, the CPU full) and timing-sensitive tests
-# failed.
+# Six pytest processes (pytest-xdist) on 2 cores: the tests mostly wait on the Redis servers,
+# dispatchers and workers they start, and those are forked from a warm interpreter
+# (tests/forkserver.py), so the CPU is no longer full. Measured on a 2-core VM: -n 3 5:16,
+# -n 4 3:58, -n 6 3:11 (60 % of the two cores); -n 8 2:57 with a timing-sensitive test failing.
 # `--dist loadgroup`: a module marked xdist_group (the browser tests) runs on one process, so
 # its one deployment and one chromium are started once.
 test: $(STAMP) system-packages
-	$(BIN)/python -m pytest -q -n 3 --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -q -n 6 --dist loadgroup --durations=25
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

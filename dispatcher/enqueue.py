@@ -46,7 +46,14 @@ from parley.dispatcher.store import load_script
 from parley.schemas.jobs import JOBS, JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.listing import listing_member
-from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields
+from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import (
+    ENGINE_PRINCIPAL,
+    ENGINE_SIG_FIELD,
+    engine_input_id,
+    outcome_signature,
+    signed_fields,
+)
 
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -286,7 +293,7 @@ class Outbox:
                 case Spawn():
                     self._spawn(pipe, fx)
                 case Report():
-                    pipe.xadd(fx.stream, {"outcome": fx.outcome.model_dump_json()})
+                    pipe.xadd(fx.stream, self.engine_outcome_fields(fx.outcome))
                 case Stat():
                     pipe.hincrby(self.keys.stats, fx.field, fx.delta)
                 case Close():
@@ -405,6 +412,14 @@ class Outbox:
         raw = orjson.dumps(value)
         return {"session": session, "id": key, "input": raw,
                 **signed_fields(secret, ENGINE_PRINCIPAL, session, key, raw)}
+
+    def engine_outcome_fields(self, outcome: WorkOutcome, secret: str | None = None) -> dict[str, Any]:
+        """A results-stream entry of an outcome only the engine makes (a sub-agent's report, a
+        deadline), signed with the engine's key (read afresh unless given), which workers do not
+        hold: a worker can write to results streams, never such an outcome."""
+        raw = outcome.model_dump_json().encode()
+        secret = secret if secret is not None else self.engine_key.load()
+        return {"outcome": raw, ENGINE_SIG_FIELD: outcome_signature(secret, raw)}
 
     def _engine_input(self, pipe: Any, session: str, purpose: str, value: dict[str, Any]) -> None:
         """An input of the engine's own, signed with the engine's key when it is written (not

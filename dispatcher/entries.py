@@ -30,7 +30,7 @@ from parley.runtime.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import ENGINE_PRINCIPAL, Keyring, Unauthorized
+from parley.schemas.signing import ENGINE_PRINCIPAL, ENGINE_SIG_FIELD, Keyring, Unauthorized, engine_signed
 from parley.schemas.state import SessionState
 
 log = logging.getLogger("parley.dispatcher")
@@ -159,6 +159,19 @@ class EntryDecoder:
             self.keyring = self.keyring.with_engine_key(fresh)
             return self.keyring.verify(fields, now_ms)
 
+    def _engine_signed(self, raw: bytes | str | None, sig: bytes | str | None) -> bool:
+        """`sig` is the engine's signature of the outcome `raw`, by the key this copy holds or by
+        the one Redis holds now (read again at most once a second, as for engine inputs)."""
+        body = raw.encode() if isinstance(raw, str) else (raw or b"")
+        text = sig.decode(errors="replace") if isinstance(sig, bytes) else sig
+        if engine_signed(self.keyring.engine_key, body, text):
+            return True
+        fresh = self.reload_engine_key() if self.reload_engine_key is not None and text is not None else None
+        if fresh is None or fresh == self.keyring.engine_key:
+            return False
+        self.keyring = self.keyring.with_engine_key(fresh)
+        return engine_signed(fresh, body, text)
+
     def reload_keys_if_due(self) -> None:
         """Swap in the signing keys file's keys when it was signalled or changed; between two
         entries, so no entry is verified with half of one file and half of another."""
@@ -171,6 +184,12 @@ class EntryDecoder:
             outcome = WorkOutcome.model_validate_json(raw or b"")
         except ValidationError as exc:
             return Refused(InputError(f"invalid work outcome: {exc}"))
+        sig = fields.get(ENGINE_SIG_FIELD.encode(), fields.get(ENGINE_SIG_FIELD))
+        if outcome.engine_made and not self._engine_signed(raw, sig):
+            made = "deadline" if outcome.kind == "deadline" else "sub-agent report"
+            return Refused(InputError(f"unauthorized: a {made} outcome without the engine's signature: "
+                                      "only a dispatcher makes one", "outcome", {"work": outcome.work}),
+                           code=RefusalCode.UNAUTHORIZED)
         outcome = fail_if_wide(outcome)
         return Prepared(entry_id, fields, outcome.session, None,
                         lambda state, ctx: apply_outcome(state, outcome, ctx, owned=True))

@@ -32,6 +32,7 @@ from redis.exceptions import ResponseError
 from rq import Queue
 from rq.job import Job
 
+from parley.dispatcher.engine_key import EngineKey
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.leases import Leases
 from parley.dispatcher.store import evalsha_many, load_script
@@ -42,6 +43,7 @@ from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_entries
 from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import outcome_signature
 from parley.schemas.state import Core
 
 log = logging.getLogger("parley.dispatcher")
@@ -83,6 +85,7 @@ class Sweeps:
         self.leases = leases  # for N, which names each session's results stream
         # the engine's key and the input streams, for the idle sweep's closes (None: no idle sweep)
         self.outbox = outbox
+        self.engine_key = outbox.engine_key if outbox is not None else EngineKey(redis, keys)
         self.deadlines_checked = 0.0
         self.lost_checked = 0.0
         self.unclaimed_checked = 0.0
@@ -157,13 +160,17 @@ class Sweeps:
             return
         self.deadlines_checked = now
         now_ms = int(time.time() * 1000)
-        for member, _score in self.due(self.keys.deadlines, now_ms, self.DEADLINES_BATCH,
-                                       lambda m: m.partition("\x1f")[0]):
+        due = self.due(self.keys.deadlines, now_ms, self.DEADLINES_BATCH, lambda m: m.partition("\x1f")[0])
+        # signed with the engine's key, read once for the batch: workers write results streams
+        # too, and a deadline outcome of theirs is refused (dispatcher/entries.py)
+        secret = self.engine_key.load() if due else ""
+        for member, _score in due:
             session, _, interrupt_id = member.partition("\x1f")
             outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
+            raw = outcome.model_dump_json().encode()
             if self._fire_deadline(keys=[self.keys.deadlines, self.results_of(session), self.keys.config],
-                                   args=[member, now_ms, outcome.model_dump_json(),
-                                         self.partition(session)]) == 1:
+                                   args=[member, now_ms, raw, self.partition(session),
+                                         outcome_signature(secret, raw)]) == 1:
                 log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
 
     def find_lost_work(self) -> None:

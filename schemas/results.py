@@ -23,3 +23,9 @@ class WorkOutcome(BaseModel):
     # a sub-agent's report: the child session it comes from, and the work the child used
     source: str | None = None
     usage: dict[str, int] | None = None
+
+    @property
+    def engine_made(self) -> bool:
+        """Made by a dispatcher alone (a deadline, a sub-agent's report), never by a worker: applied
+        only with the engine's signature (schemas/signing.py, `outcome_signature`)."""
+        return self.kind == "deadline" or self.source is not None

@@ -39,6 +39,25 @@ def signature(key: str, session: str, entry_id: str, ts: str, input_json: bytes)
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
 
 
+#: the field of a results-stream entry that holds the engine's signature of its outcome
+ENGINE_SIG_FIELD = "engine_sig"
+
+
+def outcome_signature(key: str, outcome_json: bytes) -> str:
+    """The engine's signature of an outcome only a dispatcher makes (an interrupt's deadline, a
+    sub-agent's report): results streams are written by workers too, and a worker must not be
+    able to pose as the engine there (resume an interrupt with its default, answer a parent's
+    sub-agent call). Tagged so that it can never be taken for an input's signature."""
+    return hmac.new(key.encode(), b"parley-outcome\n" + outcome_json, hashlib.sha256).hexdigest()
+
+
+def engine_signed(key: str | None, outcome_json: bytes, sig: str | None) -> bool:
+    """`sig` is the engine's signature of `outcome_json` by `key` (False without either)."""
+    if key is None or sig is None:
+        return False
+    return hmac.compare_digest(outcome_signature(key, outcome_json), sig)
+
+
 def signed_fields(key: str, principal: str, session: str, entry_id: str, input_json: bytes,
                   now_ms: int | None = None) -> dict[str, str]:
     """The fields a producer adds to sign an entry."""

@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import (
     ENGINE_PRINCIPAL,
     Keyring,
     KeysFileError,
     Unauthorized,
+    engine_signed,
+    outcome_signature,
     parse_keys,
+    signature,
     signed_fields,
 )
 
@@ -109,3 +113,28 @@ def test_a_missing_file_raises_oserror(tmp_path: Path) -> None:
 def test_the_keyring_never_prints_its_secrets() -> None:
     ring = Keyring({"alice": ("new-secret", "old-secret")})
     assert "secret" not in repr(ring).replace("principals", "")
+
+
+# ---- outcomes only the engine makes ------------------------------------------------------------
+
+
+def test_an_engine_outcome_is_signed_by_its_key_alone() -> None:
+    outcome = WorkOutcome(session="s", work="int-1", attempt=0, kind="deadline", ok=True)
+    raw = outcome.model_dump_json().encode()
+    sig = outcome_signature("engine-key", raw)
+    assert engine_signed("engine-key", raw, sig)
+    assert not engine_signed("another-key", raw, sig)
+    assert not engine_signed("engine-key", raw.replace(b"int-1", b"int-2"), sig)  # another outcome
+    assert not engine_signed(None, raw, sig) and not engine_signed("engine-key", raw, None)
+    # never the signature of an input with the same bytes (a producer's key could not make one either)
+    assert sig != signature("engine-key", "s", "e", "1", raw)
+
+
+@pytest.mark.parametrize(("outcome", "engine_made"), [
+    (WorkOutcome(session="s", work="int-1", attempt=0, kind="deadline", ok=True), True),
+    (WorkOutcome(session="s", work="call-1", attempt=1, kind="tool", ok=True, source="s:sub-1"), True),
+    (WorkOutcome(session="s", work="call-1", attempt=1, kind="tool", ok=True), False),
+    (WorkOutcome(session="s", work="llm-1", attempt=1, kind="llm", ok=False, lost=True), False),
+])
+def test_deadlines_and_sub_agent_reports_are_the_engines_own(outcome: WorkOutcome, engine_made: bool) -> None:
+    assert outcome.engine_made is engine_made

@@ -1,0 +1,126 @@
+"""What a compromised worker can NOT do, tried under the shipped `parley-worker` login against a
+dispatcher under its own (docs/guarantees.md, "What a compromised worker can do").
+
+A worker writes the results streams (that is how it posts what it ran), so a worker can write
+any outcome there; an outcome only the engine makes (an interrupt's deadline, a sub-agent's
+report) is applied only with the engine's signature, whose key no worker can read."""
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from parley.client import Client
+from parley.runtime import metrics
+from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import outcome_signature
+from tests.integration.conftest import tick
+from tests.integration.test_acl import (  # noqa: F401 - the fixtures, by name
+    AclRedis,
+    acl,
+    as_producer,
+    dispatcher,
+    drive,
+    make_dispatcher,
+    producer,
+    reader,
+    types,
+    worker,
+    worker_app,
+)
+
+pytestmark = pytest.mark.usefixtures("restore_signals")
+
+KEYS = Keys()
+#: `[deadline-hour]`: send_email asks with timeout_s 3600 and the default {"approved": False}
+ASKS_FOR_AN_HOUR = "Email bob@example.com: the launch moved to Friday. [deadline-hour]"
+
+
+def refused_unauthorized() -> float:
+    return metrics.INPUTS.labels("outcome", "rejected", "unauthorized")._value.get()
+
+
+def forged_deadline(session: str, sig: str | None = None) -> dict[str, Any]:
+    outcome = WorkOutcome(session=session, work="int-1", attempt=0, kind="deadline", ok=True)
+    raw = outcome.model_dump_json().encode()
+    return {"outcome": raw, **({"engine_sig": sig} if sig is not None else {})}
+
+
+@pytest.mark.parametrize("signature", [None, "0" * 64, "made with a key of its own"])
+def test_a_worker_cannot_post_an_interrupts_deadline(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        reader: redis.Redis, worker_app: None, signature: str | None) -> None:  # noqa: F811
+    """Issue 31's third attack: a `kind: deadline` outcome posted by the worker login resumed an
+    interrupt whose deadline was an hour away, with its default. Now it is refused, counted
+    (`parley_inputs_total{type="outcome",outcome="rejected",code="unauthorized"}`) and kept in
+    the rejected stream; the interrupt stays open for its human."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-1", {"type": "message.create", "content": ASKS_FOR_AN_HOUR})
+    drive(d, worker, client, "cw-1", "interrupt.raised")
+    before = refused_unauthorized()
+    sig = outcome_signature("a key of the worker's own", b"x") if signature == "made with a key of its own" \
+        else signature
+    worker.xadd(KEYS.results(), forged_deadline("cw-1", sig))
+    tick(d, 4)
+    seen = types(client, "cw-1")
+    # nothing on the session's events (a results entry names no session the worker could prove)
+    assert "interrupt.resumed" not in seen and seen[-1] == "interrupt.raised", seen
+    assert [i["interrupt_id"] for i in Client(reader).interrupts()] == ["int-1"]
+    assert refused_unauthorized() == before + 1
+    [(_id, kept)] = acl.admin.xrange("parley:inputs:rejected")
+    assert b"engine's signature" in kept[b"error"]
+    assert acl.admin.xlen(KEYS.results()) == 0  # acknowledged and gone: nothing left behind
+    # the human still answers it, once, and the session goes on
+    client.send("cw-1", {"type": "interrupt.resume", "interrupt_id": "int-1", "payload": {"approved": True}})
+    seen = drive(d, worker, client, "cw-1", "turn.completed")
+    assert seen.count("interrupt.resumed") == 1
+    assert acl.denials() == []
+
+
+def test_a_deadline_the_dispatcher_fires_is_applied_with_its_default(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None) -> None:  # noqa: F811
+    """The control: the same interrupt's deadline, made due and fired by the dispatcher's own
+    sweep (signed with the engine's key), resumes it with its default."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-2", {"type": "message.create", "content": ASKS_FOR_AN_HOUR})
+    drive(d, worker, client, "cw-2", "interrupt.raised")
+    acl.admin.zadd(KEYS.deadlines, {KEYS.index_member("cw-2", "int-1"): 1})  # due now
+    d.sweeps.deadlines_checked = 0.0
+    d.sweeps.fire_deadlines()
+    [(_id, fields)] = acl.admin.xrange(KEYS.results())
+    key = d.outbox.engine_key.current()
+    assert fields[b"engine_sig"] == outcome_signature(key, fields[b"outcome"]).encode()
+    seen = drive(d, worker, client, "cw-2", "turn.completed")
+    resumed = [e for _id, e in client.events("cw-2", block_ms=1, until=time.monotonic() + 0.05)
+               if e["type"] == "interrupt.resumed"]
+    assert len(resumed) == 1 and resumed[0]["timed_out"] is True, seen
+    assert acl.admin.xlen("parley:inputs:rejected") == 0
+    assert acl.denials() == []
+
+
+def test_a_worker_cannot_answer_a_sub_agent_call_as_its_child(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None) -> None:  # noqa: F811
+    """A sub-agent's report (an outcome with `source`, the child session) is the engine's too: one
+    a worker writes is refused the same way, whatever call it names."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-3", {"type": "message.create", "content": ASKS_FOR_AN_HOUR})
+    drive(d, worker, client, "cw-3", "interrupt.raised")
+    before = refused_unauthorized()
+    report = WorkOutcome(session="cw-3", work="call-1", attempt=1, kind="tool", ok=True, value="sent",
+                         source="cw-3:sub-1")
+    worker.xadd(KEYS.results(), {"outcome": report.model_dump_json()})
+    tick(d, 4)
+    assert refused_unauthorized() == before + 1
+    assert "tool.completed" not in types(client, "cw-3")
+    [(_id, kept)] = acl.admin.xrange("parley:inputs:rejected")
+    assert b"sub-agent report outcome without the engine's signature" in kept[b"error"]
+    assert orjson.loads(kept[b"outcome"])["source"] == "cw-3:sub-1"  # what was refused, kept
+    assert acl.denials() == []

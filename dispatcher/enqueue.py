@@ -9,6 +9,7 @@ RQ writes it, and commit.lua writes it with the transition (docs/design.md, "The
 path and the outbox").
 """
 
+import hashlib
 import math
 import time
 import zlib
@@ -156,9 +157,13 @@ class JobMaker:
         if template is None:  # per queue too: the hash names its queue (`origin`)
             template = self._templates[(fx.job, queue.name)] = self._template(fx.job, queue)
         fields = {**template, **_rq_varying(spec.func, job_args(session, fx), session, fx)}
+        # `digest`: what a worker's take checks before it runs the job (take_job.lua): the
+        # function and arguments the dispatcher issued, so that a job hash written or changed
+        # by anyone else (workers may write rq:* keys) is never run
         record = orjson.dumps({
             "session": session, "work": fx.work, "attempt": fx.attempt, "kind": fx.job,
-            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000)})
+            "queue": queue.key, "reply_to": fx.reply_to, "at": int(time.time() * 1000),
+            "digest": job_digest(fields["data"])})
         return PreparedJob(jid, Job.redis_job_namespace_prefix + jid, queue.key,
                            self.keys.inflight_order(queue.name), [x for kv in fields.items() for x in kv],
                            record)
@@ -194,6 +199,13 @@ class JobMaker:
             raise RuntimeError(f"RQ's job hash changed shape: fields {sorted(map(str, differ - filled))} "
                                "differ between jobs; update JobMaker (dispatcher/enqueue.py)")
         return {k: v for k, v in first.items() if k not in filled}
+
+
+def job_digest(data: bytes | str) -> str:
+    """SHA-1 of a job hash's `data` (RQ's serialized function and arguments), as Lua's
+    `redis.sha1hex` computes it in take_job.lua. Not a signature: the record that holds it is
+    written by dispatchers only (workers may read parley:inflight, never write it)."""
+    return hashlib.sha1(data.encode() if isinstance(data, str) else data, usedforsecurity=False).hexdigest()
 
 
 def job_args(session: str, fx: Enqueue) -> dict[str, Any]:

@@ -19,12 +19,21 @@ from rq.exceptions import DequeueTimeout
 from rq.job import Job
 from rq.worker import WorkerStatus
 
+from parley.runtime import metrics
 from parley.runtime.replicas import ServerId
 from parley.runtime.retry import backoff
 from parley.schemas.keys import Keys
 from parley.workers import jobs
 from parley.workers.jobs import Finish
 from parley.workers.scripts import LUA
+
+#: take_job.lua's codes for a job dropped unrun, and the reason they are counted under
+NOT_ISSUED = {-2: "not_issued", -3: "changed"}
+NOT_ISSUED_WHY = {
+    "not_issued": "no dispatcher issued it (it has no in-flight record): made up by someone who may write "
+                  "RQ's keys, such as another worker",
+    "changed": "its function or arguments are not what the dispatcher issued (its hash was changed since)",
+}
 
 
 class TakingWorker(SimpleWorker):
@@ -70,6 +79,13 @@ class TakingWorker(SimpleWorker):
             # the worker that popped it on the server reached now: its job, not ours
             self.log.warning("job %s, popped by this worker, is held by another worker (the pop "
                              "was lost in a failover); not taking it", job_id)
+            return False
+        if claimed in NOT_ISSUED:
+            # no dispatcher issued this job as it is (take_job.lua dropped it unrun): made up, or
+            # changed since, by someone who may write RQ's keys
+            reason = NOT_ISSUED[claimed]
+            metrics.JOBS_REFUSED.labels(reason).inc()
+            self.log.error("dropped job %s unrun: %s", job_id, NOT_ISSUED_WHY[reason])
             return False
         if not fields:
             if claimed:  # taken by a call that got no reply, cancelled since

@@ -72,7 +72,7 @@ class ParleyJob(Job):
         if self.func_name not in ALLOWED_FUNCS:
             log.error("refused a job naming a function outside Parley's own",
                       extra={"kv": {"job": self.id, "func": self.func_name}})
-            JOBS_REFUSED.inc()
+            JOBS_REFUSED.labels("foreign_function").inc()
             raise RefusedJob(f"job {self.id} names {self.func_name!r}, which is not a Parley job")
         # one of workers/jobs.py's own functions: taken from the module already imported rather
         # than imported by name for every job (RQ's import_attribute)
@@ -187,8 +187,9 @@ class ParleyWorker(TakingWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         if not getattr(job, "parley_claimed", False) or job.func_name not in self.lean_funcs:
-            # Not enqueued by a dispatcher (no in-flight record) or not one of Parley's own
-            # functions: RQ's full path, its failed registry included.
+            # Not claimed (a worker with no id records nothing) or not one of Parley's own
+            # functions: RQ's full path, its failed registry included. A job no dispatcher
+            # issued never gets here: take_job.lua drops it.
             super().execute_job(job, queue)
             return
         self.set_state(WorkerStatus.BUSY)

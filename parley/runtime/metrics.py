@@ -78,8 +78,10 @@ JOB_SECONDS = Histogram("parley_job_seconds", "Duration of decide, LLM and tool 
                         registry=REGISTRY)
 JOBS = Counter("parley_jobs_total", "Jobs a worker ran, by kind and outcome (ok, error)",
                ["kind", "outcome"], registry=REGISTRY)
-JOBS_REFUSED = Counter("parley_jobs_refused_total", "Job hashes naming a function outside Parley's own",
-                       registry=REGISTRY)
+JOBS_REFUSED = Counter("parley_jobs_refused_total", "Jobs a worker dropped unrun, by reason: not_issued (no "
+                       "dispatcher issued it: no in-flight record), changed (not the function and arguments "
+                       "it issued), foreign_function (naming a function outside Parley's own)",
+                       ["reason"], registry=REGISTRY)
 DECISIONS_FAILED = Counter("parley_decisions_failed_total", "Decisions that failed (decision.failed: "
                            "decide raised or timed out, or returned an invalid decision)", registry=REGISTRY)
 LLM_FAILED = Counter("parley_llm_failed_total", "Model calls that failed (llm.failed)", registry=REGISTRY)

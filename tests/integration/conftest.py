@@ -126,3 +126,22 @@ class _OnQueue(Outbox):
 
     def queue(self, name: str) -> Queue:
         return super().queue(self.name)
+
+
+def issue(r: redis.Redis, job: Any, keys: Keys = KEYS) -> Any:
+    """Write the in-flight record a dispatcher writes with a job it enqueues (commit.lua), for a
+    job a test enqueued with RQ itself: a worker runs only a job a dispatcher issued, with the
+    digest of its function and arguments (take_job.lua)."""
+    from parley.dispatcher.enqueue import job_digest
+
+    args = job.args[0] if job.args else {}
+    args = args if isinstance(args, dict) else {}
+    record = {"session": args.get("session"), "work": args.get("work"), "attempt": args.get("attempt"),
+              "kind": job.func_name.rpartition("_")[2],
+              "queue": Queue.redis_queue_namespace_prefix + job.origin,
+              "reply_to": args.get("reply_to"), "at": 1, "digest": job_digest(r.hget(job.key, "data") or b"")}
+    r.hset(keys.inflight, job.id, orjson.dumps(record))
+    order = keys.inflight_order(job.origin)
+    top = r.zrange(order, -1, -1, withscores=True)
+    r.zadd(order, {job.id: (top[0][1] + 1) if top else 1})
+    return job

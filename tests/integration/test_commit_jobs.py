@@ -2,6 +2,7 @@
 the outbox"): the RQ job hash as RQ's own enqueue writes it, the queue, the in-flight record and
 its number, all or nothing with the transition, fenced like it."""
 
+import hashlib
 from typing import Any
 
 import orjson
@@ -57,7 +58,9 @@ def test_the_commit_writes_the_job_as_rqs_own_enqueue_does(store: Store, r: redi
     record = orjson.loads(r.hget(KEYS.inflight, jid))
     assert {k: v for k, v in record.items() if k != "at"} == {
         "session": S, "work": "llm-1", "attempt": 1, "kind": "llm", "queue": "rq:queue:llm",
-        "reply_to": "parley:results"}
+        "reply_to": "parley:results",
+        # what a worker's take checks the job hash against: the function and arguments issued
+        "digest": hashlib.sha1(ours[b"data"]).hexdigest()}
     assert r.zrange(KEYS.inflight_order("llm"), 0, -1, withscores=True) == [(jid.encode(), 1.0)]
     fetched = Job.fetch(jid, connection=r, serializer=JSONSerializer)
     assert fetched.func_name == JOBS[JobKind.LLM].func and fetched.timeout == 62

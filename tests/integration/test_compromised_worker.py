@@ -11,9 +11,13 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from rq import Queue
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from parley.client import Client
 from parley.runtime import metrics
+from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import outcome_signature
@@ -27,6 +31,8 @@ from tests.integration.test_acl import (  # noqa: F401 - the fixtures, by name
     make_dispatcher,
     producer,
     reader,
+    refused,
+    run_worker,
     types,
     worker,
     worker_app,
@@ -123,4 +129,48 @@ def test_a_worker_cannot_answer_a_sub_agent_call_as_its_child(
     [(_id, kept)] = acl.admin.xrange("parley:inputs:rejected")
     assert b"sub-agent report outcome without the engine's signature" in kept[b"error"]
     assert orjson.loads(kept[b"outcome"])["source"] == "cw-3:sub-1"  # what was refused, kept
+    assert acl.denials() == []
+
+
+def test_a_job_a_worker_makes_up_is_never_run_by_another(
+        acl: AclRedis, worker: redis.Redis, worker_app: None) -> None:  # noqa: F811
+    """Issue 31's first attack, under the worker login: a made-up `run_tool` job (`add`, for a
+    session that does not exist) pushed onto the tools queue. Another worker (the same login)
+    takes it and drops it unrun: no in-flight record, which a worker cannot write."""
+    before = metrics.JOBS_REFUSED.labels("not_issued")._value.get()
+    payload = {"session": "EVIL-JOB", "work": "call-1", "attempt": 1, "reply_to": KEYS.results(),
+               "name": "add", "arguments": {"a": 1, "b": 2}}
+    made_up = Queue("tools", connection=worker, serializer=JSONSerializer).enqueue_job(Job.create(
+        "parley.workers.jobs.run_tool", args=[payload], id=job_id("EVIL-JOB", "call-1", 1), connection=worker,
+        serializer=JSONSerializer, result_ttl=0), at_front=True)  # LPUSH: the login has no RPUSH
+    refused(lambda: worker.hset(KEYS.inflight, made_up.id, orjson.dumps({**payload, "digest": "0" * 40})))
+    acl.reset_denials()
+    run_worker(worker, "tools")
+    assert metrics.JOBS_REFUSED.labels("not_issued")._value.get() == before + 1
+    assert acl.admin.xlen(KEYS.results()) == 0 and not acl.admin.exists(made_up.key)
+    assert acl.denials() == []
+
+
+def test_a_worker_cannot_change_what_a_queued_job_runs(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None) -> None:  # noqa: F811
+    """A queued job's hash is RQ's, which workers may write: one rewritten to run another function
+    (or the same with other arguments) no longer matches the digest its dispatcher recorded, and
+    the worker that takes it drops it unrun."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-4", {"type": "message.create", "content": "hello"})
+    tick(d)
+    [(queue, jid)] = [(q, j.decode()) for q in ("decide", "llm")
+                      for j in acl.admin.lrange(f"rq:queue:{q}", 0, -1)]
+    honest = Job.fetch(jid, connection=worker, serializer=JSONSerializer)
+    forged = Job.create("parley.workers.jobs.run_tool", args=[{**honest.args[0], "name": "add",
+                                                                "arguments": {"a": 1, "b": 2}}],
+                        id=jid, connection=worker, serializer=JSONSerializer)
+    worker.hset(honest.key, "data", forged.to_dict()["data"])  # the worker login may: rq:* keys
+    before = metrics.JOBS_REFUSED.labels("changed")._value.get()
+    run_worker(worker, queue)
+    assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
+    assert acl.admin.xlen(KEYS.results()) == 0
+    assert acl.admin.hexists(KEYS.inflight, jid)  # for the unclaimed-work sweep to hand it back
     assert acl.denials() == []

@@ -22,6 +22,7 @@ from rq.serializers import JSONSerializer
 from parley.cli.appinfo import app_info
 from parley.dispatcher.core import Enqueue
 from parley.dispatcher.enqueue import Outbox
+from parley.runtime import metrics
 from parley.runtime.procs import RedisServer
 from parley.schemas.jobs import JobKind, job_id
 from parley.schemas.keys import Keys
@@ -36,6 +37,7 @@ from tests.integration.conftest import (
     MakeDispatcher,
     enqueue_tool_job,
     events,
+    issue,
     queue_ids,
     send,
     tick,
@@ -68,8 +70,7 @@ def tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str 
                "arguments": arguments}
     job = Job.create("parley.workers.jobs.run_tool", args=[payload], id=job_id("s-w", work, 1), connection=r,
                      serializer=JSONSerializer, timeout=timeout, result_ttl=0)
-    Queue(queue, connection=r, serializer=JSONSerializer).enqueue_job(job)
-    return job
+    return issue(r, Queue(queue, connection=r, serializer=JSONSerializer).enqueue_job(job))
 
 
 # ---- the allowlist (docs/design.md, Workers: a worker runs only Parley's own job functions) ----
@@ -83,7 +84,10 @@ def tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str 
 def test_a_job_naming_a_foreign_function_is_refused(
         r: redis.Redis, tmp_path: Path, scenarios: None, func: str, args: Any) -> None:
     target = tmp_path / "pwned"
-    planted = Queue("decide", connection=r, serializer=JSONSerializer).enqueue_call(func, args=args(target))
+    # issued as if by a dispatcher (in-flight record and digest): the allowlist is the second
+    # wall, behind the take's check that a dispatcher issued the job at all (test below)
+    decide = Queue("decide", connection=r, serializer=JSONSerializer)
+    planted = issue(r, decide.enqueue_call(func, args=args(target)))
     run_burst(r, "decide")
     assert not target.exists()
     job = Job.fetch(planted.id, connection=r, serializer=JSONSerializer)
@@ -170,8 +174,8 @@ def test_llm_and_decide_jobs_post_outcomes(r: redis.Redis, scenarios: None) -> N
         "type": "tool.execute", "session": "s-w", "head": "msg-2", "call_id": "call-1", "name": "send_email",
         "arguments": {"to": "a@b", "body": "hi"}}, "proposed": {"actions": [{"type": "tool.execute"}]}}],
         connection=r, serializer=JSONSerializer, result_ttl=0)
-    Queue("llm", connection=r, serializer=JSONSerializer).enqueue_job(llm)
-    Queue("decide", connection=r, serializer=JSONSerializer).enqueue_job(decide)
+    issue(r, Queue("llm", connection=r, serializer=JSONSerializer).enqueue_job(llm))
+    issue(r, Queue("decide", connection=r, serializer=JSONSerializer).enqueue_job(decide))
     run_burst(r, "decide", "llm")
     got = {o.work: o for o in outcomes(r)}
     assert got["llm-1"].kind == "llm" and got["llm-1"].ok
@@ -199,9 +203,9 @@ def test_an_llm_job_reads_the_bodies_of_the_messages_it_names(
     base = {"session": "s-w", "attempt": 1, "reply_to": RESULTS}
     queue = Queue("llm", connection=r, serializer=JSONSerializer)
     for work, chain in (("llm-1", ["msg-1", "msg-3"]), ("llm-2", ["msg-1", "msg-9"])):
-        queue.enqueue_job(Job.create("parley.workers.jobs.run_llm", args=[{
+        issue(r, queue.enqueue_job(Job.create("parley.workers.jobs.run_llm", args=[{
             **base, "work": work, "chain": chain, "request": {"model": "m"}}],
-            connection=r, serializer=JSONSerializer, result_ttl=0))
+            connection=r, serializer=JSONSerializer, result_ttl=0)))
     run_burst(r, "llm")
     assert seen[0]["messages"] == [
         {"id": "msg-1", "parent_id": None, "role": "user", "content": "one"},
@@ -293,8 +297,11 @@ def test_a_running_job_is_recorded_for_its_worker_and_cleared_with_its_outcome(
     jobs.set_worker_id("w-7")
     tool_job(r, "probe", {})
     run_burst(r, "tools")
-    assert seen == [{"worker": "w-7", "session": "s-w", "work": "call-1", "attempt": 1, "kind": "tool",
-                     "reply_to": RESULTS}]
+    # the in-flight record the take read, with who runs it
+    named = ("worker", "session", "work", "attempt", "kind", "reply_to")
+    assert [{k: v for k, v in rec.items() if k in named} for rec in seen] == [
+        {"worker": "w-7", "session": "s-w", "work": "call-1", "attempt": 1, "kind": "tool",
+         "reply_to": RESULTS}]
     assert r.hlen("parley:running") == 0
     assert [(o.work, o.ok, o.value) for o in outcomes(r)] == [("call-1", True, "looked")]
 
@@ -303,7 +310,7 @@ def test_callbacks_named_in_a_planted_job_hash_are_never_imported(r: redis.Redis
     """docs/design.md, Workers: the allowlist is the boundary; RQ callback names in a job hash are
     ignored too."""
     queue = Queue("decide", connection=r, serializer=JSONSerializer)
-    job = queue.enqueue_call("os.getcwd")
+    job = issue(r, queue.enqueue_call("os.getcwd"))
     r.hset(job.key, mapping={"failure_callback_name": "tests.apps.planted_callback.boom",
                              "success_callback_name": "tests.apps.planted_callback.boom"})
     make_worker(["decide"], r).work(burst=True)
@@ -891,37 +898,58 @@ def test_a_worker_blocked_in_blpop_runs_the_job_it_popped_once(
     assert queue_ids(r, "tools") == [] and r.hlen(KEYS.running) == 0 and r.hlen(KEYS.inflight) == 0
 
 
-def test_a_job_not_enqueued_by_a_dispatcher_is_given_back_not_dropped(
-        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
-    """A job with no in-flight record (enqueued by another RQ client) is taken unclaimed: the
-    missing in-flight record says nothing of a dispatcher having settled it, so giving it back
-    pushes it back, hash kept, instead of deleting it while the log says "given back"."""
+def test_a_job_no_dispatcher_issued_is_dropped_unrun_and_counted(
+        r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """Issue 31's first attack: a `run_tool` job pushed onto a queue by someone who may write RQ's
+    keys (any worker may) ran the real tool. A job with no in-flight record (which dispatchers
+    alone write) is dropped at the take: never run, its hash deleted, counted and logged."""
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
-    job = tool_job(r, "add", {"a": 1, "b": 1})
+    before = metrics.JOBS_REFUSED.labels("not_issued")._value.get()
+    payload = {"session": "EVIL-JOB", "work": "call-1", "attempt": 1, "reply_to": RESULTS, "name": "add",
+               "arguments": {"a": 1, "b": 1}}
+    made_up = Queue("tools", connection=r, serializer=JSONSerializer).enqueue_job(Job.create(
+        "parley.workers.jobs.run_tool", args=[payload], id=job_id("EVIL-JOB", "call-1", 1), connection=r,
+        serializer=JSONSerializer, result_ttl=0))
     worker = make_worker(["tools"], r)
-    taken = worker.take("token-1")
-    assert taken and taken[0].id == job.id and not taken[0].parley_claimed
-    worker.give_back_take(*taken)
-    assert queue_ids(r, "tools") == [job.id] and r.exists(job.key)
-    run_burst(r, "tools")  # and it runs
-    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2)]
+    assert worker.take("token-1") is False
+    assert metrics.JOBS_REFUSED.labels("not_issued")._value.get() == before + 1
+    assert not r.exists(made_up.key) and queue_ids(r, "tools") == [] and r.hlen(KEYS.running) == 0
+    run_burst(r, "tools")
+    assert outcomes(r) == []  # nothing ran, nothing was posted
 
 
-def test_a_retried_take_that_claimed_nothing_returns_no_in_flight_record(
+def test_a_job_changed_after_its_dispatcher_issued_it_is_dropped_and_handed_back_as_lost(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
-    """The take of a job with no in-flight record (claimed nothing) lost its reply; meanwhile an
-    in-flight record of that id appeared (a dispatcher's replay enqueued it). The retry must not
-    hand back that record: it would arm the outcome's guard (finish_lib.lua) for a take that
-    read none, and the outcome would leave the job's records and hash behind."""
+    """A queued job whose function or arguments were rewritten after the dispatcher issued it
+    (its hash no longer matches the digest in its in-flight record) is dropped unrun; its
+    in-flight record stays, so the unclaimed-work sweep hands it back as lost."""
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
-    job = tool_job(r, "add", {"a": 1, "b": 1})
+    before = metrics.JOBS_REFUSED.labels("changed")._value.get()
+    jid = enqueue_tool_job(r, "s-w", "call-1", "add", {"a": 1, "b": 1})
+    honest = Job.fetch(jid, connection=r, serializer=JSONSerializer)
+    changed = {**honest.args[0], "arguments": {"a": 1000, "b": 1}}
+    forged = Job.create("parley.workers.jobs.run_tool", args=[changed], id=jid, connection=r,
+                        serializer=JSONSerializer)
+    r.hset(honest.key, "data", forged.to_dict()["data"])
     worker = make_worker(["tools"], r)
-    lost = worker.take("token-1")
-    assert lost and not lost[0].parley_claimed and lost[0].parley_record == b""
-    r.hset(KEYS.inflight, job.id, orjson.dumps({"session": "s-w", "work": "call-1", "at": 5}))
-    again = worker.take("token-1")
-    assert again and again[0].id == job.id and not again[0].parley_claimed
-    assert again[0].parley_record == b""
+    assert worker.take("token-1") is False
+    assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
+    assert not r.exists(honest.key) and r.hexists(KEYS.inflight, jid) and r.hlen(KEYS.running) == 0
+    run_burst(r, "tools")
+    assert outcomes(r) == []
+
+
+def test_a_job_issued_by_an_older_dispatcher_without_a_digest_is_dropped_not_run(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """A record without a digest (a dispatcher of an earlier version enqueued the job) proves
+    nothing of the hash either: the job is dropped as not issued, and its record stays for the
+    unclaimed-work sweep (docs/operations.md, upgrading)."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = enqueue_tool_job(r, "s-w", "call-1", "add", {"a": 1, "b": 1})
+    record = orjson.loads(r.hget(KEYS.inflight, jid) or b"{}")
+    r.hset(KEYS.inflight, jid, orjson.dumps({k: v for k, v in record.items() if k != "digest"}))
+    assert make_worker(["tools"], r).take("token-1") is False
+    assert r.hexists(KEYS.inflight, jid) and outcomes(r) == []
 
 
 # ---- --idle-block-ms ------------------------------------------------------------------------------

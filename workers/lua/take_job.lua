@@ -19,8 +19,9 @@
 -- Returns nil when nothing is taken (every queue empty, or ARGV[14] '0'), else
 -- {job id, queue key, claimed, job hash fields, its in-flight record ('' = none), this
 -- server's run_id, its master_replid ('' and '' unless ARGV[8] is '1')}. claimed: 1 recorded
--- as running on this worker, 0 not (a job with no in-flight record, or cancelled: no fields),
--- -1 the popped job ARGV[3] is held by another worker (nothing done; no fields).
+-- as running on this worker, 0 not (no worker id, or cancelled: no fields), -1 the popped job
+-- ARGV[3] is held by another worker (nothing done; no fields), -2 not issued by a dispatcher
+-- (no in-flight record) and -3 changed since it was issued: dropped unrun (no fields).
 -- finish_lib.lua is prepended (the records of the job finished).
 -- Only the queues are KEYS so that the worker's ACL (rq:* keys) admits the call; the job hash's
 -- name is only known after the pop, and the other keys are checked by ACL command by command.
@@ -126,14 +127,44 @@ if #fields == 0 then
   end
   return {id, queue, 0, fields, '', '', ''}
 end
+-- Only a job a dispatcher issued runs. Its in-flight record, which dispatchers alone write
+-- (workers may read parley:inflight, never write it: deploy/redis/users.acl), holds the
+-- digest of the function and arguments the dispatcher enqueued. A job hash with no record
+-- (-2: made up by someone who may write rq:* keys, as any worker may) or whose `data` is not
+-- what the dispatcher wrote (-3: changed since) is dropped unrun and its hash deleted; a real
+-- job's record stays, so the unclaimed-work sweep hands the job back as lost.
+local record = redis.call('HGET', ARGV[5], id)
+local issued, entry = false, nil
+if record then
+  issued, entry = pcall(cjson.decode, record)
+end
+if not issued or type(entry) ~= 'table' or type(entry['digest']) ~= 'string' then
+  redis.call('DEL', ARGV[2] .. id)
+  if finished ~= '' then
+    took(0, id)
+  end
+  return {id, queue, -2, {}, '', '', ''}
+end
+local data = ''
+for i = 1, #fields, 2 do
+  if fields[i] == 'data' then
+    data = fields[i + 1]
+    break
+  end
+end
+if redis.sha1hex(data) ~= entry['digest'] then
+  redis.call('DEL', ARGV[2] .. id)
+  if finished ~= '' then
+    took(0, id)
+  end
+  return {id, queue, -3, {}, '', '', ''}
+end
 local claimed = 0
 local taken = ''
 if ARGV[1] ~= '' then
   -- The running record is the dispatcher's in-flight record plus who runs it: everything a
-  -- dispatcher needs to post the loss if this worker dies. A job with no in-flight record
-  -- (not enqueued by a dispatcher) is recorded by the job itself, as with any RQ worker.
-  local record = redis.call('HGET', ARGV[5], id)
-  if record and string.sub(record, 1, 1) == '{' and string.len(record) > 2 then
+  -- dispatcher needs to post the loss if this worker dies.
+  if string.sub(record, 1, 1) == '{' and string.len(record) > 2 then
     redis.call('HSET', ARGV[4], id, '{"worker":' .. cjson.encode(ARGV[1]) .. ',' .. string.sub(record, 2))
     claimed = 1
     taken = record

@@ -106,7 +106,7 @@ class Dispatcher:
         # whether or not producers sign theirs.
         keyring = (keyring or Keyring({})).with_engine_key(self.outbox.engine_key.current())
         decoder = EntryDecoder(app, limits or Limits(), agents or {}, keyring,
-                               reload_engine_key=self.outbox.engine_key.reload_if_due,
+                               reload_engine_key=self.outbox.engine_key.fresher,
                                lifecycle=lifecycle or Lifecycle(), admission=admission or AdmissionLimits())
         self.limits_published = False
         self.decoder = decoder

@@ -30,10 +30,15 @@ class EngineKey:
         self.keys = keys
         self._key: str | None = None
         self._loaded_at = float("-inf")
+        #: the key `fresher` last handed to a verifier
+        self._handed: str | None = None
 
     def current(self) -> str:
         """The key as this process last read it (read once at start)."""
-        return self._key if self._key is not None else self.load()
+        key = self._key if self._key is not None else self.load()
+        if self._handed is None:
+            self._handed = key  # the copy a verifier is made with (dispatcher/consume.py)
+        return key
 
     def load(self) -> str:
         """The key as Redis holds it now, made first if there is none."""
@@ -47,6 +52,20 @@ class EngineKey:
         self._key = raw.decode() if isinstance(raw, bytes) else str(raw)
         self._loaded_at = time.monotonic()
         return self._key
+
+    def fresher(self) -> str | None:
+        """For a verifier of this process whose copy rejected an engine signature: the key this
+        object holds when a signer of the same process has read a new one since it last handed a
+        key out (its signatures are made with that one, and must verify at once), else
+        `reload_if_due`. Without the first case a signer's reads, which reset the period, would
+        keep the verifier on the old key for as long as the signer keeps signing."""
+        if self._key is not None and self._key != self._handed:
+            self._handed = self._key
+            return self._key
+        fresh = self.reload_if_due()
+        if fresh is not None:
+            self._handed = fresh
+        return fresh
 
     def reload_if_due(self) -> str | None:
         """For a verifier whose copy rejected an engine signature: the key read again, or None

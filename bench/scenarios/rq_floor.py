@@ -19,7 +19,7 @@ from rq.serializers import JSONSerializer
 from bench.common import ROOT, Usage, log
 from bench.fleet import Fleet
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
-from parley.dispatcher.enqueue import RECORD_INFLIGHT
+from parley.dispatcher.enqueue import RECORD_INFLIGHT, job_digest
 from parley.schemas.keys import Keys
 
 FLOOR_QUEUE = "bench-floor"
@@ -41,10 +41,14 @@ def add_floors(fleet: Fleet, row: dict[str, Any], args: argparse.Namespace) -> N
         f"engine/floor = {row['floor_lean']['ratio']}")
 
 
-def enqueue_noops(r: redis.Redis, q: Queue, jobs: int, lean: bool) -> None:
+def enqueue_noops(r: redis.Redis, q: Queue, jobs: int, lean: bool) -> list[str]:
     """`jobs` no-op jobs, 500 per MULTI, with the options Parley's outbox gives its jobs
-    (dispatcher/enqueue.py); `lean`: each with its in-flight record, as the outbox writes it."""
+    (dispatcher/enqueue.py), each with its in-flight record as the outbox writes it (a worker
+    runs no job a dispatcher did not issue, with the digest of its function and arguments).
+    The `lean` floor's workers have an id and take the lean path; the other floor's have none,
+    claim nothing and run each job on RQ's own path. Returns the jobs' ids."""
     keys = Keys()
+    ids: list[str] = []
     for i in range(0, jobs, 500):
         pipe = r.pipeline()
         pipe.multi()
@@ -53,12 +57,15 @@ def enqueue_noops(r: redis.Redis, q: Queue, jobs: int, lean: bool) -> None:
                              serializer=JSONSerializer, timeout=30, result_ttl=0,
                              failure_ttl=24 * 3600, description=f"noop {j}")
             q.enqueue_job(job, pipeline=pipe)
-            if lean:  # the in-flight record, numbered in its queue, as the outbox writes it
-                pipe.eval(RECORD_INFLIGHT, 3, keys.inflight, keys.inflight_order(q.name), keys.stats,
-                          job.id, orjson.dumps({
-                              "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
-                              "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000)}))
+            ids.append(job.id)
+            # the in-flight record, numbered in its queue, as the outbox writes it
+            pipe.eval(RECORD_INFLIGHT, 3, keys.inflight, keys.inflight_order(q.name), keys.stats,
+                      job.id, orjson.dumps({
+                          "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
+                          "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000),
+                          "digest": job_digest(job.to_dict()["data"])}))
         pipe.execute()
+    return ids
 
 
 def start_floor_workers(r: redis.Redis, url: str, workers: int, lean: bool) -> list[subprocess.Popen[bytes]]:
@@ -87,7 +94,7 @@ def floor_jobs(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet |
     q = Queue(FLOOR_QUEUE, connection=r, serializer=JSONSerializer)
     keys = Keys()
     r.delete(READY_KEY, GO_KEY)
-    enqueue_noops(r, q, jobs, lean)
+    ids = enqueue_noops(r, q, jobs, lean)
     procs = start_floor_workers(r, url, workers, lean)
     usage = Usage(fleet)  # the fleet's redis-server (its Parley processes are stopped by now)
     r.rpush(GO_KEY, *[1] * workers)
@@ -98,6 +105,10 @@ def floor_jobs(url: str, jobs: int, workers: int, timeout: float, fleet: Fleet |
     used = usage.stop()
     failed = int(r.zcard(f"rq:failed:{FLOOR_QUEUE}"))
     left = int(r.hlen(keys.inflight)) + int(r.hlen(keys.running)) if lean else 0
+    if not lean:  # RQ's own path leaves the records the lean path's finish deletes
+        for i in range(0, len(ids), 500):
+            r.hdel(keys.inflight, *ids[i:i + 500])
+            r.zrem(keys.inflight_order(q.name), *ids[i:i + 500])
     r.close()
     seconds = max(x["end"] for x in reports) - min(x["start"] for x in reports)
     ran = sum(x["jobs"] for x in reports)

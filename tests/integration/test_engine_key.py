@@ -11,6 +11,7 @@ from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused
 from parley.schemas.codes import RefusalCode
 from parley.schemas.keys import Keys
+from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import ENGINE_PRINCIPAL, Keyring, engine_input_id, signed_fields
 
 KEYS = Keys()
@@ -28,7 +29,7 @@ def engine_entry(secret: str) -> dict[bytes, bytes]:
 
 def decoder_with(engine_key: EngineKey) -> EntryDecoder:
     ring = Keyring({}, required=True).with_engine_key(engine_key.current())
-    return EntryDecoder(AppInfo(), keyring=ring, reload_engine_key=engine_key.reload_if_due)
+    return EntryDecoder(AppInfo(), keyring=ring, reload_engine_key=engine_key.fresher)
 
 
 def lose_and_remake(r: redis.Redis) -> str:
@@ -84,3 +85,20 @@ def test_the_engines_input_ids_are_its_own_and_the_same_on_every_flush() -> None
     assert engine_input_id("k", CHILD, "spawn") == engine_input_id("k", CHILD, "spawn")
     assert len({engine_input_id("k", CHILD, "spawn"), engine_input_id("k", CHILD, "close"),
                 engine_input_id("k", "p:sub-2", "spawn"), engine_input_id("other", CHILD, "spawn")}) == 4
+
+
+def test_a_verifier_takes_the_key_its_own_signer_has_just_read(r: redis.Redis) -> None:
+    """Signer and verifier of one dispatcher share one EngineKey: when the signer has read a
+    key made again (Redis lost it), what it signs next verifies at once, though the signer's
+    read has just reset the verifier's once-a-period reload (issue 31's review: a deadline
+    signed so was refused for as long as deadlines kept firing)."""
+    outbox = Outbox(r, KEYS)
+    decoder = decoder_with(outbox.engine_key)
+    lose_and_remake(r)
+    deadline = WorkOutcome(session="p", work="int-1", attempt=0, kind="deadline", ok=True)
+    fields = outbox.engine_outcome_fields(deadline)  # reads the key Redis holds now
+    prepared = decoder.prepare("parley:results", False, "1-1", {k.encode(): v for k, v in fields.items()})
+    assert isinstance(prepared, Prepared), prepared
+    # and an engine input signed with it too, without another read
+    signed = engine_entry(outbox.engine_key.current())
+    assert isinstance(decoder.prepare("parley:inputs", True, "1-2", signed), Prepared)

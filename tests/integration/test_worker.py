@@ -939,6 +939,27 @@ def test_a_job_changed_after_its_dispatcher_issued_it_is_dropped_and_handed_back
     assert outcomes(r) == []
 
 
+def test_a_retried_take_checks_again_what_it_had_claimed(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """A take whose reply was lost is called again with its token and gets the job it claimed
+    (take_job.lua's last take). Were the job's hash rewritten in between, the retry would hand
+    over the rewritten job: it checks the digest again, drops it, and lets go of its running
+    record (issue 31's review)."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = enqueue_tool_job(r, "s-w", "call-1", "add", {"a": 1, "b": 1})
+    worker = make_worker(["tools"], r)
+    first = worker.take("token-1")
+    assert first and first[0].parley_claimed and r.hexists(KEYS.running, jid)
+    honest = Job.fetch(jid, connection=r, serializer=JSONSerializer)
+    forged = Job.create("parley.workers.jobs.run_tool", args=[{**honest.args[0], "name": "boom"}], id=jid,
+                        connection=r, serializer=JSONSerializer)
+    r.hset(honest.key, "data", forged.to_dict()["data"])
+    before = metrics.JOBS_REFUSED.labels("changed")._value.get()
+    assert worker.take("token-1") is False  # the same token: the retry of that take
+    assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
+    assert not r.exists(honest.key) and not r.hexists(KEYS.running, jid) and r.hexists(KEYS.inflight, jid)
+
+
 def test_a_job_issued_by_an_older_dispatcher_without_a_digest_is_dropped_not_run(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
     """A record without a digest (a dispatcher of an earlier version enqueued the job) proves

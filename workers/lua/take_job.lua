@@ -54,6 +54,31 @@ local function server()
   local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
   return run_id, replid
 end
+-- Only a job a dispatcher issued runs. Its in-flight record, which dispatchers alone write
+-- (workers may read parley:inflight, never write it: deploy/redis/users.acl), holds the
+-- digest of the function and arguments the dispatcher enqueued. A job hash with no record
+-- (-2: made up by someone who may write rq:* keys, as any worker may) or whose `data` is not
+-- what the dispatcher wrote (-3: changed since) is not run; 0: it is the job issued.
+local function not_issued(record, fields)
+  local decoded, entry = false, nil
+  if record then
+    decoded, entry = pcall(cjson.decode, record)
+  end
+  if not decoded or type(entry) ~= 'table' or type(entry['digest']) ~= 'string' then
+    return -2
+  end
+  local data = ''
+  for i = 1, #fields, 2 do
+    if fields[i] == 'data' then
+      data = fields[i + 1]
+      break
+    end
+  end
+  if redis.sha1hex(data) ~= entry['digest'] then
+    return -3
+  end
+  return 0
+end
 if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
   if last then
@@ -64,12 +89,24 @@ if ARGV[1] ~= '' then
       end
       -- the in-flight record only if that call claimed the job: one that claimed nothing read
       -- none, and an outcome must then delete the records unguarded (finish_lib.lua)
-      local record = ''
-      if was_claimed == '1' then
-        record = redis.call('HGET', ARGV[5], job) or ''
-      end
       local run_id, replid = server()
-      return {job, '', tonumber(was_claimed), redis.call('HGETALL', ARGV[2] .. job), record, run_id, replid}
+      if was_claimed ~= '1' then
+        -- nothing claimed (cancelled, or dropped as not issued): nothing to run, whatever a
+        -- job hash of that id may hold now
+        return {job, '', 0, {}, '', run_id, replid}
+      end
+      -- what that call claimed, checked again: its hash may have been changed since
+      local record = redis.call('HGET', ARGV[5], job)
+      local fields = redis.call('HGETALL', ARGV[2] .. job)
+      if #fields > 0 then
+        local refused = not_issued(record, fields)
+        if refused ~= 0 then
+          redis.call('DEL', ARGV[2] .. job)
+          redis.call('HDEL', ARGV[4], job)  -- our running record of it: it will not run
+          return {job, '', refused, {}, '', '', ''}
+        end
+      end
+      return {job, '', 1, fields, record or '', run_id, replid}
     end
   end
 end
@@ -127,37 +164,16 @@ if #fields == 0 then
   end
   return {id, queue, 0, fields, '', '', ''}
 end
--- Only a job a dispatcher issued runs. Its in-flight record, which dispatchers alone write
--- (workers may read parley:inflight, never write it: deploy/redis/users.acl), holds the
--- digest of the function and arguments the dispatcher enqueued. A job hash with no record
--- (-2: made up by someone who may write rq:* keys, as any worker may) or whose `data` is not
--- what the dispatcher wrote (-3: changed since) is dropped unrun and its hash deleted; a real
--- job's record stays, so the unclaimed-work sweep hands the job back as lost.
+-- A job no dispatcher issued as it is now (not_issued above) is dropped unrun and its hash
+-- deleted; a real job's record stays, so the unclaimed-work sweep hands it back as lost.
 local record = redis.call('HGET', ARGV[5], id)
-local issued, entry = false, nil
-if record then
-  issued, entry = pcall(cjson.decode, record)
-end
-if not issued or type(entry) ~= 'table' or type(entry['digest']) ~= 'string' then
+local refused = not_issued(record, fields)
+if refused ~= 0 then
   redis.call('DEL', ARGV[2] .. id)
   if finished ~= '' then
     took(0, id)
   end
-  return {id, queue, -2, {}, '', '', ''}
-end
-local data = ''
-for i = 1, #fields, 2 do
-  if fields[i] == 'data' then
-    data = fields[i + 1]
-    break
-  end
-end
-if redis.sha1hex(data) ~= entry['digest'] then
-  redis.call('DEL', ARGV[2] .. id)
-  if finished ~= '' then
-    took(0, id)
-  end
-  return {id, queue, -3, {}, '', '', ''}
+  return {id, queue, refused, {}, '', '', ''}
 end
 local claimed = 0
 local taken = ''

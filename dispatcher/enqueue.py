@@ -48,13 +48,7 @@ from parley.schemas.jobs import JOBS, JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.listing import listing_member
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import (
-    ENGINE_PRINCIPAL,
-    ENGINE_SIG_FIELD,
-    engine_input_id,
-    outcome_signature,
-    signed_fields,
-)
+from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields, signed_outcome
 
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -425,13 +419,11 @@ class Outbox:
         return {"session": session, "id": key, "input": raw,
                 **signed_fields(secret, ENGINE_PRINCIPAL, session, key, raw)}
 
-    def engine_outcome_fields(self, outcome: WorkOutcome, secret: str | None = None) -> dict[str, Any]:
-        """A results-stream entry of an outcome only the engine makes (a sub-agent's report, a
-        deadline), signed with the engine's key (read afresh unless given), which workers do not
-        hold: a worker can write to results streams, never such an outcome."""
-        raw = outcome.model_dump_json().encode()
-        secret = secret if secret is not None else self.engine_key.load()
-        return {"outcome": raw, ENGINE_SIG_FIELD: outcome_signature(secret, raw)}
+    def engine_outcome_fields(self, outcome: WorkOutcome) -> dict[str, bytes | str]:
+        """A results-stream entry of an outcome only the engine makes (a sub-agent's report),
+        signed with the engine's key, read afresh (engine_key.py), which workers do not hold: a
+        worker can write to results streams, never such an outcome."""
+        return signed_outcome(self.engine_key.load(), outcome.model_dump_json().encode())
 
     def _engine_input(self, pipe: Any, session: str, purpose: str, value: dict[str, Any]) -> None:
         """An input of the engine's own, signed with the engine's key when it is written (not

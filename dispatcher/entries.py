@@ -151,13 +151,18 @@ class EntryDecoder:
             return self.keyring.verify(fields, now_ms)
         except Unauthorized:
             claimed = fields.get(b"principal", fields.get("principal"))
-            if claimed not in (ENGINE_PRINCIPAL, ENGINE_PRINCIPAL.encode()) or self.reload_engine_key is None:
+            if claimed not in (ENGINE_PRINCIPAL, ENGINE_PRINCIPAL.encode()) or not self._newer_engine_key():
                 raise
-            fresh = self.reload_engine_key()
-            if fresh is None or fresh == self.keyring.engine_key:
-                raise
-            self.keyring = self.keyring.with_engine_key(fresh)
             return self.keyring.verify(fields, now_ms)
+
+    def _newer_engine_key(self) -> bool:
+        """After an engine signature this copy rejected: take the engine's key Redis holds now (or
+        this process's signer has just read), True when it is another one than this copy's."""
+        fresh = self.reload_engine_key() if self.reload_engine_key is not None else None
+        if fresh is None or fresh == self.keyring.engine_key:
+            return False
+        self.keyring = self.keyring.with_engine_key(fresh)
+        return True
 
     def _engine_signed(self, raw: bytes | str | None, sig: bytes | str | None) -> bool:
         """`sig` is the engine's signature of the outcome `raw`, by the key this copy holds or by
@@ -166,11 +171,9 @@ class EntryDecoder:
         text = sig.decode(errors="replace") if isinstance(sig, bytes) else sig
         if engine_signed(self.keyring.engine_key, body, text):
             return True
-        fresh = self.reload_engine_key() if self.reload_engine_key is not None and text is not None else None
-        if fresh is None or fresh == self.keyring.engine_key:
+        if text is None or not self._newer_engine_key():
             return False
-        self.keyring = self.keyring.with_engine_key(fresh)
-        return engine_signed(fresh, body, text)
+        return engine_signed(self.keyring.engine_key, body, text)
 
     def reload_keys_if_due(self) -> None:
         """Swap in the signing keys file's keys when it was signalled or changed; between two

@@ -43,7 +43,7 @@ from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.listing import listing_entries
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import outcome_signature
+from parley.schemas.signing import ENGINE_SIG_FIELD, signed_outcome
 from parley.schemas.state import Core
 
 log = logging.getLogger("parley.dispatcher")
@@ -167,10 +167,10 @@ class Sweeps:
         for member, _score in due:
             session, _, interrupt_id = member.partition("\x1f")
             outcome = WorkOutcome(session=session, work=interrupt_id, attempt=0, kind="deadline", ok=True)
-            raw = outcome.model_dump_json().encode()
+            fields = signed_outcome(secret, outcome.model_dump_json().encode())
             if self._fire_deadline(keys=[self.keys.deadlines, self.results_of(session), self.keys.config],
-                                   args=[member, now_ms, raw, self.partition(session),
-                                         outcome_signature(secret, raw)]) == 1:
+                                   args=[member, now_ms, fields["outcome"], self.partition(session),
+                                         fields[ENGINE_SIG_FIELD]]) == 1:
                 log.info("deadline passed", extra=kv(session=session, interrupt=interrupt_id))
 
     def find_lost_work(self) -> None:

@@ -51,6 +51,11 @@ def outcome_signature(key: str, outcome_json: bytes) -> str:
     return hmac.new(key.encode(), b"parley-outcome\n" + outcome_json, hashlib.sha256).hexdigest()
 
 
+def signed_outcome(key: str, outcome_json: bytes) -> dict[str, bytes | str]:
+    """The fields of a results-stream entry of an outcome only the engine makes, signed."""
+    return {"outcome": outcome_json, ENGINE_SIG_FIELD: outcome_signature(key, outcome_json)}
+
+
 def engine_signed(key: str | None, outcome_json: bytes, sig: str | None) -> bool:
     """`sig` is the engine's signature of `outcome_json` by `key` (False without either)."""
     if key is None or sig is None:

@@ -27,12 +27,12 @@ from parley.workers import jobs
 from parley.workers.jobs import Finish
 from parley.workers.scripts import LUA
 
-#: take_job.lua's codes for a job dropped unrun, and the reason they are counted under
-NOT_ISSUED = {-2: "not_issued", -3: "changed"}
-NOT_ISSUED_WHY = {
-    "not_issued": "no dispatcher issued it (it has no in-flight record): made up by someone who may write "
-                  "RQ's keys, such as another worker",
-    "changed": "its function or arguments are not what the dispatcher issued (its hash was changed since)",
+#: take_job.lua's codes for a job dropped unrun: the reason it is counted under, and why
+NOT_ISSUED = {
+    -2: ("not_issued", "no dispatcher issued it (it has no in-flight record): made up by someone who may "
+                       "write RQ's keys, such as another worker"),
+    -3: ("changed", "its function or arguments are not what the dispatcher issued (its hash was "
+                    "changed since)"),
 }
 
 
@@ -83,9 +83,9 @@ class TakingWorker(SimpleWorker):
         if claimed in NOT_ISSUED:
             # no dispatcher issued this job as it is (take_job.lua dropped it unrun): made up, or
             # changed since, by someone who may write RQ's keys
-            reason = NOT_ISSUED[claimed]
+            reason, why = NOT_ISSUED[claimed]
             metrics.JOBS_REFUSED.labels(reason).inc()
-            self.log.error("dropped job %s unrun: %s", job_id, NOT_ISSUED_WHY[reason])
+            self.log.error("dropped job %s unrun: %s", job_id, why)
             return False
         if not fields:
             if claimed:  # taken by a call that got no reply, cancelled since

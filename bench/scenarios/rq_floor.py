@@ -59,8 +59,7 @@ def enqueue_noops(r: redis.Redis, q: Queue, jobs: int, lean: bool) -> list[str]:
             q.enqueue_job(job, pipeline=pipe)
             ids.append(job.id)
             # the in-flight record, numbered in its queue, as the outbox writes it
-            pipe.eval(RECORD_INFLIGHT, 3, keys.inflight, keys.inflight_order(q.name), keys.stats,
-                      job.id, orjson.dumps({
+            pipe.eval(RECORD_INFLIGHT, 2, keys.inflight, keys.inflight_order(q.name), job.id, orjson.dumps({
                           "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
                           "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000),
                           "digest": job_digest(job.to_dict()["data"])}))

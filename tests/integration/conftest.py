@@ -132,7 +132,7 @@ def issue(r: redis.Redis, job: Any, keys: Keys = KEYS) -> Any:
     """Write the in-flight record a dispatcher writes with a job it enqueues (commit.lua), for a
     job a test enqueued with RQ itself: a worker runs only a job a dispatcher issued, with the
     digest of its function and arguments (take_job.lua)."""
-    from parley.dispatcher.enqueue import job_digest
+    from parley.dispatcher.enqueue import RECORD_INFLIGHT, job_digest
 
     args = job.args[0] if job.args else {}
     args = args if isinstance(args, dict) else {}
@@ -140,8 +140,19 @@ def issue(r: redis.Redis, job: Any, keys: Keys = KEYS) -> Any:
               "kind": job.func_name.rpartition("_")[2],
               "queue": Queue.redis_queue_namespace_prefix + job.origin,
               "reply_to": args.get("reply_to"), "at": 1, "digest": job_digest(r.hget(job.key, "data") or b"")}
-    r.hset(keys.inflight, job.id, orjson.dumps(record))
-    order = keys.inflight_order(job.origin)
-    top = r.zrange(order, -1, -1, withscores=True)
-    r.zadd(order, {job.id: (top[0][1] + 1) if top else 1})
+    r.eval(RECORD_INFLIGHT, 2, keys.inflight, keys.inflight_order(job.origin), job.id, orjson.dumps(record))
     return job
+
+
+def rewrite_job(conn: redis.Redis, jid: str, **changes: Any) -> str:
+    """Rewrite a queued job's hash to run `run_tool` with its argument changed by `changes`, as
+    anyone who may write RQ's keys could (a worker login may): its `data` no longer matches the
+    digest its dispatcher recorded. Returns the job hash's key."""
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    honest = Job.fetch(jid, connection=conn, serializer=JSONSerializer)
+    forged = Job.create("parley.workers.jobs.run_tool", args=[{**honest.args[0], **changes}], id=jid,
+                        connection=conn, serializer=JSONSerializer)
+    conn.hset(honest.key, "data", forged.to_dict()["data"])
+    return str(honest.key)

@@ -21,7 +21,7 @@ from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import outcome_signature
-from tests.integration.conftest import tick
+from tests.integration.conftest import rewrite_job, tick
 from tests.integration.test_acl import (  # noqa: F401 - the fixtures, by name
     AclRedis,
     acl,
@@ -163,11 +163,7 @@ def test_a_worker_cannot_change_what_a_queued_job_runs(
     tick(d)
     [(queue, jid)] = [(q, j.decode()) for q in ("decide", "llm")
                       for j in acl.admin.lrange(f"rq:queue:{q}", 0, -1)]
-    honest = Job.fetch(jid, connection=worker, serializer=JSONSerializer)
-    forged = Job.create("parley.workers.jobs.run_tool", args=[{**honest.args[0], "name": "add",
-                                                                "arguments": {"a": 1, "b": 2}}],
-                        id=jid, connection=worker, serializer=JSONSerializer)
-    worker.hset(honest.key, "data", forged.to_dict()["data"])  # the worker login may: rq:* keys
+    rewrite_job(worker, jid, name="add", arguments={"a": 1, "b": 2})  # as the worker login: rq:* keys
     before = metrics.JOBS_REFUSED.labels("changed")._value.get()
     run_worker(worker, queue)
     assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1

@@ -39,6 +39,7 @@ from tests.integration.conftest import (
     events,
     issue,
     queue_ids,
+    rewrite_job,
     send,
     tick,
     types,
@@ -926,15 +927,11 @@ def test_a_job_changed_after_its_dispatcher_issued_it_is_dropped_and_handed_back
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
     before = metrics.JOBS_REFUSED.labels("changed")._value.get()
     jid = enqueue_tool_job(r, "s-w", "call-1", "add", {"a": 1, "b": 1})
-    honest = Job.fetch(jid, connection=r, serializer=JSONSerializer)
-    changed = {**honest.args[0], "arguments": {"a": 1000, "b": 1}}
-    forged = Job.create("parley.workers.jobs.run_tool", args=[changed], id=jid, connection=r,
-                        serializer=JSONSerializer)
-    r.hset(honest.key, "data", forged.to_dict()["data"])
+    key = rewrite_job(r, jid, arguments={"a": 1000, "b": 1})
     worker = make_worker(["tools"], r)
     assert worker.take("token-1") is False
     assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
-    assert not r.exists(honest.key) and r.hexists(KEYS.inflight, jid) and r.hlen(KEYS.running) == 0
+    assert not r.exists(key) and r.hexists(KEYS.inflight, jid) and r.hlen(KEYS.running) == 0
     run_burst(r, "tools")
     assert outcomes(r) == []
 
@@ -950,14 +947,11 @@ def test_a_retried_take_checks_again_what_it_had_claimed(
     worker = make_worker(["tools"], r)
     first = worker.take("token-1")
     assert first and first[0].parley_claimed and r.hexists(KEYS.running, jid)
-    honest = Job.fetch(jid, connection=r, serializer=JSONSerializer)
-    forged = Job.create("parley.workers.jobs.run_tool", args=[{**honest.args[0], "name": "boom"}], id=jid,
-                        connection=r, serializer=JSONSerializer)
-    r.hset(honest.key, "data", forged.to_dict()["data"])
+    key = rewrite_job(r, jid, name="boom")
     before = metrics.JOBS_REFUSED.labels("changed")._value.get()
     assert worker.take("token-1") is False  # the same token: the retry of that take
     assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
-    assert not r.exists(honest.key) and not r.hexists(KEYS.running, jid) and r.hexists(KEYS.inflight, jid)
+    assert not r.exists(key) and not r.hexists(KEYS.running, jid) and r.hexists(KEYS.inflight, jid)
 
 
 def test_a_job_issued_by_an_older_dispatcher_without_a_digest_is_dropped_not_run(

@@ -79,6 +79,12 @@ local function not_issued(record, fields)
   end
   return 0
 end
+-- A job refused so (`code`, -2 or -3) is dropped: its hash deleted, never run. A real job's
+-- in-flight record stays, so the unclaimed-work sweep hands it back as lost.
+local function dropped(id, queue, code)
+  redis.call('DEL', ARGV[2] .. id)
+  return {id, queue, code, {}, '', '', ''}
+end
 if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
   if last then
@@ -101,9 +107,8 @@ if ARGV[1] ~= '' then
       if #fields > 0 then
         local refused = not_issued(record, fields)
         if refused ~= 0 then
-          redis.call('DEL', ARGV[2] .. job)
           redis.call('HDEL', ARGV[4], job)  -- our running record of it: it will not run
-          return {job, '', refused, {}, '', '', ''}
+          return dropped(job, '', refused)
         end
       end
       return {job, '', 1, fields, record or '', run_id, replid}
@@ -164,27 +169,24 @@ if #fields == 0 then
   end
   return {id, queue, 0, fields, '', '', ''}
 end
--- A job no dispatcher issued as it is now (not_issued above) is dropped unrun and its hash
--- deleted; a real job's record stays, so the unclaimed-work sweep hands it back as lost.
+-- A job no dispatcher issued as it is now (not_issued above) is not run.
 local record = redis.call('HGET', ARGV[5], id)
 local refused = not_issued(record, fields)
 if refused ~= 0 then
-  redis.call('DEL', ARGV[2] .. id)
   if finished ~= '' then
     took(0, id)
   end
-  return {id, queue, refused, {}, '', '', ''}
+  return dropped(id, queue, refused)
 end
 local claimed = 0
 local taken = ''
 if ARGV[1] ~= '' then
-  -- The running record is the dispatcher's in-flight record plus who runs it: everything a
-  -- dispatcher needs to post the loss if this worker dies.
-  if string.sub(record, 1, 1) == '{' and string.len(record) > 2 then
-    redis.call('HSET', ARGV[4], id, '{"worker":' .. cjson.encode(ARGV[1]) .. ',' .. string.sub(record, 2))
-    claimed = 1
-    taken = record
-  end
+  -- The running record is the dispatcher's in-flight record (a JSON object holding at least its
+  -- digest: not_issued checked it) plus who runs it: everything a dispatcher needs to post the
+  -- loss if this worker dies.
+  redis.call('HSET', ARGV[4], id, '{"worker":' .. cjson.encode(ARGV[1]) .. ',' .. string.sub(record, 2))
+  claimed = 1
+  taken = record
 end
 took(claimed, id)
 local run_id, replid = server()

@@ -4,9 +4,15 @@
     parley worker --app examples.seed_app
     parley send s-42 "Email bob@example.com: the launch moved to Friday."
     parley resume s-42 int-1 '{"approved": true}'
+
+`pay` is the other way to ask: declared `needs_approval`, it is never run until a person
+approved that very call (its arguments' digest) - whatever decide or the model say:
+
+    parley send s-43 "pay acme 120 EUR"
+    parley resume s-43 int-1 '{"approved": true}'
 """
 
-from parley import ScriptedModel
+from parley import ScriptedModel, needs_approval
 
 
 def decide(trigger, proposed):
@@ -38,7 +44,21 @@ def send_email(to: str, body: str) -> str:
     return "sent"
 
 
-tools = [send_email]
+@needs_approval(message="Pay this invoice?")
+def pay(to: str, amount: str) -> str:
+    """Pay an invoice.
 
-# A deterministic stand-in for a model: "email <address>: <text>" asks for send_email.
-llm = ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_email")
+    Args:
+        to: the payee
+        amount: the amount, with its currency
+    """
+    # Runs only once a person approved this call: the engine asks, decide() need not.
+    return f"paid {amount} to {to}"
+
+
+tools = [send_email, pay]
+
+# A deterministic stand-in for a model: "email <address>: <text>" asks for send_email,
+# "pay <payee> <amount>" for pay.
+llm = (ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_email")
+       .when(r"^pay (?P<to>\S+) (?P<amount>.+)", "pay"))

@@ -6,7 +6,8 @@ sending, for an input a dispatcher would refuse; `SubmitRefused` and `SubmitUnav
 what the submit function answers when a client names its producer);
 `OpenAICompatible` and `ScriptedModel` are ready-made `llm`s for an app; `Trigger` and
 `Decision` type what an app's `decide(trigger, proposed)` receives and returns (an app
-needs no import from Parley: plain dicts do).
+needs no import from Parley: plain dicts do); `needs_approval` marks a tool whose calls run
+only once a person approved them.
 
 They are imported when first used (PEP 562), so that importing one part of the package
 (`parley.client` in a producer, `parley.dispatcher.core`) loads no other: a producer never
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from parley.client.aio import AsyncClient
     from parley.client.producer import InvalidInput, SubmitRefused, SubmitUnavailable
     from parley.schemas.actions import Decision
+    from parley.schemas.approvals import needs_approval
     from parley.schemas.triggers import Trigger
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
 
@@ -33,6 +35,7 @@ _HOMES = {
     "SubmitRefused": "parley.client.producer",
     "SubmitUnavailable": "parley.client.producer",
     "Decision": "parley.schemas.actions",
+    "needs_approval": "parley.schemas.approvals",
     "Trigger": "parley.schemas.triggers",
     "LLMError": "parley.workers.llm",
     "LLMTimeoutError": "parley.workers.llm",
@@ -41,7 +44,8 @@ _HOMES = {
 }
 
 __all__ = ["AsyncClient", "Client", "Decision", "InvalidInput", "LLMError", "LLMTimeoutError",
-           "OpenAICompatible", "ScriptedModel", "SubmitRefused", "SubmitUnavailable", "Trigger"]
+           "OpenAICompatible", "ScriptedModel", "SubmitRefused", "SubmitUnavailable", "Trigger",
+           "needs_approval"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

@@ -90,11 +90,24 @@ class LlmVoided(_Event):
     interrupt_id: str
 
 
+class ApprovalRef(BaseModel):
+    """Which approval let a gated call run (docs/protocol.md, "Approvals"): the engine's
+    question, the digest of the call's name and arguments it showed, and who said yes."""
+
+    model_config = ConfigDict(extra="forbid")
+    interrupt_id: str
+    digest: str
+    #: None when the approval came unsigned (a tool without `approvers`, signing off)
+    principal: str | None = None
+
+
 class ToolStarted(_Event):
     type: Literal["tool.started"]
     call_id: str
     name: str
     child_session: str | None = None
+    #: only for a tool with `needs_approval`
+    approval: ApprovalRef | None = None
 
 
 class ToolCompleted(_Event):
@@ -110,6 +123,7 @@ class ToolDeferred(_Event):
     call_id: str
     name: str
     arguments: dict[str, Any]
+    approval: ApprovalRef | None = None
 
 
 class TurnCompleted(_Event):

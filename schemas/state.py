@@ -26,6 +26,21 @@ class QueuedTrigger(BaseModel):
     llm_withheld: bool = False
 
 
+class CallApproval(BaseModel):
+    """A gated call's approval (schemas/approvals.py): the question asked, and its answer."""
+
+    #: the engine's approval interrupt for this call
+    interrupt_id: str
+    #: the digest of the call's name and arguments the question showed
+    digest: str
+    #: None while the question is open; then whether an allowed principal said yes
+    granted: bool | None = None
+    #: who answered (None: unsigned, or the deadline)
+    by: str | None = None
+    #: the approval has let the call run: it never lets anything run again
+    used: bool = False
+
+
 class Work(BaseModel):
     """An open call: a tool call (`call-N`) or an LLM call (`llm-N`)."""
 
@@ -44,6 +59,8 @@ class Work(BaseModel):
     # llm: the trigger whose decision started the call, held again if a pause voids the call
     # outside the pausing interrupt's own turn
     origin: "QueuedTrigger | None" = None
+    # tool with `needs_approval`: its approval, once the engine has asked
+    approval: CallApproval | None = None
 
 
 class Deciding(BaseModel):
@@ -81,6 +98,8 @@ class Interrupt(BaseModel):
     resumable_by: list[str] | None = None
     #: what a resume's payload must match (actions.InterruptAction.response_schema)
     response_schema: dict[str, Any] | None = None
+    #: an approval interrupt the engine raised for this call (schemas/approvals.py)
+    approves: str | None = None
 
 
 class Core(BaseModel):

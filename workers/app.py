@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter
 
+from parley.schemas.approvals import PolicyError, parse_policy
 from parley.schemas.triggers import TRIGGER_TYPES
 
 
@@ -127,6 +128,10 @@ def _check_marks(spec: str, name: str, fn: Callable[..., Any]) -> None:
         value = getattr(fn, attr, None)
         if value is not None and not valid(value):
             raise AppError(f"app {spec!r}: tool {name!r}: `{attr}` must be {what}, got {value!r}")
+    try:
+        parse_policy(getattr(fn, "needs_approval", None))
+    except PolicyError as exc:
+        raise AppError(f"app {spec!r}: tool {name!r}: `needs_approval` {exc}") from None
 
 
 def load_agents(app: App) -> dict[str, App]:

@@ -25,6 +25,7 @@ from parley.runtime.logs import kv
 from parley.runtime.replicas import ReplicaPolicy, Replicas, ServerId
 from parley.runtime.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
+from parley.schemas.approvals import call_digest
 from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
 from parley.schemas.keys import Keys
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
@@ -372,6 +373,12 @@ def run_tool(payload: dict[str, Any]) -> None:
         fn = app.tools.get(payload["name"])
         if fn is None:
             raise JobFailure("unknown_tool")
+        if getattr(fn, "needs_approval", None) not in (None, False) \
+                and payload.get("approval") != call_digest(payload["name"], payload["arguments"]):
+            # The dispatcher sends a gated call only once approved, with its digest: a job
+            # without it came from a dispatcher whose app does not gate this tool (an older
+            # app, another module). The workers' app says it needs approval: it does not run.
+            raise JobFailure("not_approved")
         result = fn(**payload["arguments"])
         orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
         return result

@@ -7,6 +7,7 @@ transition is a function of its arguments (and a unit test sets the time it want
 from dataclasses import dataclass, field
 
 from parley.dispatcher.core.admission import AdmissionLimits
+from parley.schemas.approvals import ApprovalPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,8 @@ class ToolInfo:
     agent: str | None = None
     #: this tool's own time limit (else `Limits.tool_timeout_s`)
     timeout_s: float | None = None
+    #: the call runs only once an allowed principal approved it (`fn.needs_approval`)
+    approval: ApprovalPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.dispatcher.core import answers, budgets, interrupts, work
+from parley.dispatcher.core import answers, approvals, budgets, interrupts, work
 from parley.dispatcher.core.transition import Tx
 from parley.dispatcher.core.triggers import (
     default_call,
@@ -189,11 +189,14 @@ def apply_decision(tx: Tx, item: QueuedTrigger, decision: Decision) -> None:
     for action in decision.actions:
         tx.count("action", action.type)
         _APPLY[type(action)](tx, item, turn, action)
+    # Gated calls it tried to run are asked about now, after the rest: an approval parks
+    # the branch, and work started by the same decision must not start on a parked one (I12).
+    approvals.ask_pending(tx)
     if item.trigger["type"] in CALL_TRIGGERS and not any(a.type == "interrupt" for a in decision.actions):
         # A decision that neither runs, settles nor asks about its call would leave the
         # turn waiting forever: the call is settled as the tool error `not_executed`.
         w = work.open_tool(tx, default_call(item))
-        if w is not None and w.status == "new" and w.turn == item.turn:
+        if w is not None and w.status == "new" and w.turn == item.turn and not approvals.asking(tx, w):
             work.settle(tx, w, error="not_executed")
     after_decision(tx, item)
 

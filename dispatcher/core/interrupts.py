@@ -117,7 +117,7 @@ def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str
     c.resumed.append(rec.id)
     tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
     turn = c.turns.get(rec.turn) if rec.turn else None
-    proposed = _resume_proposed(rec, turn)
+    proposed = _resume_proposed(tx, rec, turn, payload, timed_out, principal)
     if rec.system:
         budgets.apply_new_limits(tx, payload)
         if _still_spent(tx, rec, turn, proposed, payload, timed_out, principal, source):
@@ -139,10 +139,17 @@ def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str
         one_model_call(tx, hold(tx, origin.model_copy(update={"proposed": proposed}), turn))
 
 
-def _resume_proposed(rec: Interrupt, turn: Turn | None) -> list[dict[str, Any]]:
-    """What the resume proposes: its origin's proposed actions, and the model call the pause
-    voided unless one is already coming ("go on as if never paused": one call at most)."""
-    proposed = [dict(a) for a in (rec.origin.proposed if rec.origin else [])]
+def _resume_proposed(tx: Tx, rec: Interrupt, turn: Turn | None, payload: Any, timed_out: bool,
+                     principal: str | None) -> list[dict[str, Any]]:
+    """What the resume proposes: its origin's proposed actions (for the engine's approval
+    question, what its answer says to do with the call), and the model call the pause voided
+    unless one is already coming ("go on as if never paused": one call at most)."""
+    if rec.approves is not None:
+        from parley.dispatcher.core import approvals  # it raises its questions through this module
+
+        proposed = approvals.answered(tx, rec, payload, timed_out, principal)
+    else:
+        proposed = [dict(a) for a in (rec.origin.proposed if rec.origin else [])]
     held_llm = turn is not None and any(proposes_llm(h.proposed) for h in turn.held)
     if rec.voided_llm and not held_llm and not proposes_llm(proposed):
         proposed.append(dict(rec.voided_call or {"type": "llm.call"}))

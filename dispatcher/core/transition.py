@@ -74,6 +74,9 @@ class Tx:
             self.shape = tree.Shape(stored=None)
         self.out = Transition(state=SessionState(core=None, applied=dict(state.applied)))
         self.held_before = self.held_count()
+        # gated calls a decision asked to run without an approval: asked about once its other
+        # actions are applied (core/approvals.py), so no work starts on the branch it parks
+        self.asks: list[str] = []
         if self.core is not None and self.core.n_msgs != len(self.shape):
             self._recount()
         # where the session is in the list of sessions, for the move turns.finish emits

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from parley.dispatcher.core import budgets, interrupts
+from parley.dispatcher.core import approvals, budgets, interrupts
 from parley.dispatcher.core.context import ToolInfo
 from parley.dispatcher.core.effects import Close, DeadlineAdd, DeadlineRemove, Report, Spawn
 from parley.dispatcher.core.transition import Tx
@@ -128,23 +128,30 @@ def run_call(tx: Tx, w: Work) -> None:
     if tool is None:
         settle(tx, w, error="unknown_tool")
         return
+    if tool.approval is not None and not approvals.gate(tx, w, tool.approval):
+        return  # it waits, and the engine asks about it (core/approvals.py)
+    approval = approvals.audit(w)
     if tool.agent:
-        spawn(tx, w, tool.agent, tool.timeout_s or tx.ctx.limits.subagent_timeout_s)
+        spawn(tx, w, tool.agent, tool.timeout_s or tx.ctx.limits.subagent_timeout_s, approval)
         return
     if tool.deferred:
         w.status = "deferred"
-        tx.emit("tool.deferred", call_id=w.id, name=w.name, arguments=w.arguments or {})
+        tx.emit("tool.deferred", call_id=w.id, name=w.name, arguments=w.arguments or {}, approval=approval)
         return
     w.status = "running"
     budgets.use(tx, "tool_calls")
-    tx.emit("tool.started", call_id=w.id, name=w.name)
+    tx.emit("tool.started", call_id=w.id, name=w.name, approval=approval)
     enqueue_tool(tx, w, tool)
 
 
 def enqueue_tool(tx: Tx, w: Work, tool: ToolInfo) -> None:
     w.attempt += 1
-    tx.enqueue(JobKind.TOOL, w.id, w.attempt, {"name": w.name, "arguments": w.arguments or {}},
-               tool.timeout_s or tx.ctx.limits.tool_timeout_s)
+    args: dict[str, Any] = {"name": w.name, "arguments": w.arguments or {}}
+    if w.approval is not None:
+        # The worker checks it too (workers/jobs.py): a dispatcher whose app lacks the tool's
+        # `needs_approval` would otherwise run it unasked, where the workers' app has it.
+        args["approval"] = w.approval.digest
+    tx.enqueue(JobKind.TOOL, w.id, w.attempt, args, tool.timeout_s or tx.ctx.limits.tool_timeout_s)
 
 
 def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
@@ -181,7 +188,7 @@ def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
 # ---- sub-agents ----------------------------------------------------------------------------------
 
 
-def spawn(tx: Tx, w: Work, agent: str, timeout_s: float) -> None:
+def spawn(tx: Tx, w: Work, agent: str, timeout_s: float, approval: dict[str, Any] | None = None) -> None:
     """A sub-agent is a child session `S:sub-N` whose first message is the call's arguments;
     its final reply settles this call (see `report`), unless `timeout_s` passes first."""
     child = f"{tx.session}:{tx.mint('sub')}"
@@ -191,7 +198,7 @@ def spawn(tx: Tx, w: Work, agent: str, timeout_s: float) -> None:
     w.deadline = tx.ctx.now_ms + int(timeout_s * 1000)
     budgets.use(tx, "tool_calls")
     tx.c.children.append(child)
-    tx.emit("tool.started", call_id=w.id, name=w.name, child_session=child)
+    tx.emit("tool.started", call_id=w.id, name=w.name, child_session=child, approval=approval)
     # Checked where it is read, by the child's dispatcher (a forged link settles nothing).
     parent = ParentLink.model_construct(session=tx.session, call_id=w.id, attempt=w.attempt, app=agent,
                                         reply_to=tx.ctx.results_stream)

@@ -1,16 +1,40 @@
 """What the dispatcher is told of an app: its shape (decide_on, tool kinds), never its code."""
 
-from parley.dispatcher.core import AppInfo, ToolInfo
-from parley.workers.app import App
+from typing import Any
+
+from parley.dispatcher.core import AppInfo, ToolInfo, answers
+from parley.schemas.approvals import TIMED_OUT_ANSWER, ApprovalPolicy, parse_policy
+from parley.workers.app import App, AppError
 
 
 def app_info(app: App) -> AppInfo:
+    """Raises AppError for a declaration the dispatcher could not enforce."""
     return AppInfo(
         has_decide=app.decide is not None,
         decide_on=app.decide_on,
         tools={name: ToolInfo(deferred=bool(getattr(fn, "deferred", False)),
                               idempotent=bool(getattr(fn, "idempotent", False)),
                               agent=getattr(fn, "agent", None),
-                              timeout_s=getattr(fn, "timeout_s", None))
+                              timeout_s=getattr(fn, "timeout_s", None),
+                              approval=_approval(app.spec, name, fn))
                for name, fn in app.tools.items()},
     )
+
+
+def _approval(spec: str, name: str, fn: Any) -> ApprovalPolicy | None:
+    """The tool's `needs_approval`, its answer's schema checked as every interrupt's is: an
+    approval nobody could answer, or a deadline whose denial the schema refuses, would leave
+    the call waiting for good. (The loader already checked the declaration's shape.)"""
+    policy = parse_policy(getattr(fn, "needs_approval", None))
+    if policy is None or policy.response_schema is None:
+        return policy
+    where = f"app {spec!r}: tool {name!r}: `needs_approval` response_schema"
+    problem = answers.schema_problem(policy.response_schema)
+    if problem is not None:
+        raise AppError(f"{where} {problem}")
+    if policy.timeout_s is not None:
+        wrong = answers.mismatch(policy.response_schema, TIMED_OUT_ANSWER)
+        if wrong is not None:
+            raise AppError(f"{where} must accept {TIMED_OUT_ANSWER}, what its deadline delivers: "
+                           f"{wrong.message} at {wrong.path}")
+    return policy

@@ -26,7 +26,9 @@ from parley.runtime import logs
 from parley.runtime.retry import backoff
 
 if TYPE_CHECKING:
+    from parley.dispatcher.core import AppInfo
     from parley.dispatcher.keys_reload import KeysReloader
+    from parley.schemas.signing import Keyring
 
 
 def _stop_on_signals() -> threading.Event:
@@ -200,6 +202,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     shard = shard_to_serve(ctx, shard, metrics_port)
     try:
         loaded = load_app(app)
+        info = app_info(loaded)
         agents = {spec: app_info(a) for spec, a in load_agents(loaded).items()}
     except AppError as exc:
         raise click.ClickException(str(exc)) from None
@@ -214,10 +217,11 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
         keyring = Keyring.load(keys_file, require_signing)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
+    check_approvers([info, *agents.values()], keyring, keys_file)
     if shard is None:
         refuse_a_lone_shard(ctx)
     partitions = resolve_partitions(ctx, shard, partitions)
-    d = Dispatcher(connect(ctx, shard), Keys(ctx.obj["prefix"]), app_info(loaded), partitions=partitions,
+    d = Dispatcher(connect(ctx, shard), Keys(ctx.obj["prefix"]), info, partitions=partitions,
                    lease_ms=lease_ms, limits=limits, keyring=keyring, agents=agents,
                    feed_maxlen=feed_maxlen, events_maxlen=events_maxlen,
                    archive_maxlen=0 if no_archive else archive_maxlen,
@@ -240,6 +244,23 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     d.run(stop)
     click.echo(f"parley dispatcher {d.name} stopped: applied={d.stats.applied} "
                f"replays={d.stats.replays} rejected={d.stats.rejected}", err=True)
+
+
+def check_approvers(apps: "Sequence[AppInfo]", keyring: "Keyring", keys_file: str | None) -> None:
+    """A tool whose approvers sign their answers needs signing on: without a keys file no resume
+    has a principal, and no call of it could ever run, so the dispatcher does not start. An
+    approver missing from the keys file is only warned about: a reload (SIGHUP) may add it."""
+    approvers = sorted({p for app in apps for tool in app.tools.values() if tool.approval is not None
+                        for p in tool.approval.approvers or ()})
+    if approvers and not keys_file:
+        raise click.ClickException(
+            f"tools with `needs_approval` name approvers ({', '.join(approvers)}), whose resumes "
+            "must be signed: start the dispatcher with --keys-file (env PARLEY_KEYS_FILE)")
+    unknown = [p for p in approvers if not keyring.secrets_of(p)]
+    if unknown:
+        logging.getLogger("parley.dispatcher").warning(
+            "approvers not in the keys file: their approvals are refused until it names them",
+            extra=logs.kv(approvers=unknown))
 
 
 @click.command()

@@ -46,6 +46,10 @@ INTERRUPTS_RESUMED = Counter("parley_interrupts_resumed_total", "Interrupts resu
 LLM_VOIDED = Counter("parley_llm_voided_total", "LLM calls voided by a park", registry=REGISTRY)
 RESULTS_DROPPED = Counter("parley_results_dropped_total", "Work outcomes dropped (late, stale, voided)",
                           ["reason"], registry=REGISTRY)
+APPROVALS = Counter("parley_approvals_total", "Approvals of tools with needs_approval: asked, "
+                    "granted, denied, timed_out", ["outcome"], registry=REGISTRY)
+#: the outcomes of an approval question, counted by the core as ("approval", outcome)
+APPROVAL_OUTCOMES = ("asked", "granted", "denied", "timed_out")
 WORK_RETRIED = Counter("parley_work_retried_total", "Jobs retried after their worker was lost", ["kind"],
                        registry=REGISTRY)
 WORK_LOST = Counter("parley_work_lost_total", "Jobs found held by a dead worker", ["kind"],
@@ -148,6 +152,8 @@ def start_dispatcher_series() -> None:
         INTERRUPTS_RESUMED.labels(delivered)
     for reason in DropReason:
         RESULTS_DROPPED.labels(reason)
+    for approval in APPROVAL_OUTCOMES:
+        APPROVALS.labels(approval)
     for kind in JobKind:
         WORK_RETRIED.labels(kind)
         WORK_LOST.labels(kind)
@@ -209,6 +215,8 @@ def record_transition(tr: Any, seconds: float) -> None:
             RESULTS_DROPPED.labels(label).inc(n)
         elif kind == "work_retried":
             WORK_RETRIED.labels(label).inc(n)
+        elif kind == "approval":
+            APPROVALS.labels(label).inc(n)
     for wait in tr.waits:
         RESUME_WAIT.observe(wait)
     _count_failures(tr.events)

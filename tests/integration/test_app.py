@@ -201,3 +201,56 @@ def test_dispatcher_and_worker_refuse_to_start_with_a_bad_app(
     result = CliRunner().invoke(cli, ["--redis-url", "redis://127.0.0.1:1/0", command, "--app", spec])
     assert result.exit_code == 1
     assert "`decide_on` names unknown trigger types: 'tool.exec'" in result.output
+
+
+@pytest.mark.parametrize(("declared", "message"), [
+    ("yes", "tool 'send': `needs_approval` must be True, False or a dict"),
+    ({"approvers": "alice"}, "tool 'send': `needs_approval` key `approvers` must be a non-empty list"),
+    ({"who": ["alice"]}, "tool 'send': `needs_approval` has unknown keys ['who']"),
+])
+def test_a_needs_approval_the_engine_could_not_enforce_is_a_load_error(
+        monkeypatch: pytest.MonkeyPatch, declared: Any, message: str) -> None:
+    spec = _app_module(monkeypatch, "parley_app_approval", tools=[_tool(needs_approval=declared)])
+    with pytest.raises(AppError) as info:
+        load_app(spec)
+    assert message in str(info.value)
+
+
+NOTE_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
+               "required": ["approved", "note"]}
+
+
+@pytest.mark.parametrize(("declared", "message"), [
+    ({"response_schema": {"type": "object", "properties": {"approved": {"type": "boolean"}},
+                          "required": ["approved"], "minProperties": "one"}},
+     "`needs_approval` response_schema is not valid JSON Schema"),
+    ({"response_schema": NOTE_SCHEMA, "timeout_s": 60},
+     "must accept {'approved': False}, what its deadline delivers"),
+])
+def test_the_dispatcher_checks_an_approvals_answer_schema_as_every_interrupts(
+        declared: dict[str, Any], message: str) -> None:
+    """A schema no answer could match, or one the deadline's denial fails, would leave the call
+    waiting for good: the dispatcher's view of the app refuses it."""
+    with pytest.raises(AppError) as info:
+        app_info(App("x", tools={"t": _tool(needs_approval=declared)}))
+    assert message in str(info.value)
+
+
+def test_a_well_formed_needs_approval_reaches_the_dispatcher_as_a_policy() -> None:
+    info = app_info(App("x", tools={"t": _tool(needs_approval={"approvers": ["alice"], "response_schema":
+                                                                NOTE_SCHEMA})}))
+    policy = info.tools["t"].approval
+    assert policy is not None and policy.approvers == ("alice",) and policy.schema == NOTE_SCHEMA
+    assert app_info(App("x", tools={"t": _tool()})).tools["t"].approval is None
+
+
+def test_a_dispatcher_whose_approvers_could_never_sign_does_not_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Approvers answer with signed resumes: without a keys file none could, and the gated tool
+    could never run. The dispatcher says so before it connects anywhere."""
+    gated = _tool(needs_approval={"approvers": ["alice"]})
+    spec = _app_module(monkeypatch, "parley_app_approvers", tools=[gated])
+    result = CliRunner().invoke(cli, ["--redis-url", "redis://127.0.0.1:1/0", "dispatcher", "--app", spec])
+    assert result.exit_code == 1
+    assert "name approvers (alice), whose resumes must be signed: start the dispatcher with --keys-file" \
+        in result.output

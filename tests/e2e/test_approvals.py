@@ -63,7 +63,9 @@ def test_pay_runs_only_on_the_approval_of_that_very_call_once(
     assert raised["payload"] == {"message": "Pay this invoice?", "call_id": "call-1", "tool": "pay",
                                  "arguments": PAY, "digest": call_digest("pay", PAY)}
     assert of_type(seen, "tool.started") == []
-    [listed] = Client(r).interrupts()  # what the inbox lists
+    # what the inbox lists: the index is written by the settle that follows the commit
+    eventually(lambda: len(Client(r).interrupts()) == 1, timeout=10)
+    [listed] = Client(r).interrupts()
     assert listed["interrupt_id"] == "int-1" and listed["response_schema"]["required"] == ["approved"]
 
     # 2. The approval of call-1, pay(acme), with a compromised worker swapping the call for

@@ -174,13 +174,15 @@ class DecisionFailed(_Event):
 
 
 class InterruptCancelled(_Event):
-    """An open interrupt that will never be answered: its session was closed."""
+    """An open interrupt that will never be answered: its session was closed, or it asked for
+    the approval of a call that was settled without it."""
 
     type: Literal["interrupt.cancelled"]
     interrupt_id: str
     reason: str
     request: Any = None
-    #: why the session was closed (the `reason` of its `session.closed`)
+    #: why the session was closed (the `reason` of its `session.closed`), or `call_settled`: the
+    #: engine's approval question about a call settled without it (docs/protocol.md, Approvals)
     why: str
 
 

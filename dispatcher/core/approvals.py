@@ -14,7 +14,9 @@ deadline). No action of a decision can say "approved": only a resume of that int
 from typing import Any
 
 from parley.dispatcher.core import interrupts
+from parley.dispatcher.core.effects import IndexRemove
 from parley.dispatcher.core.transition import Tx
+from parley.dispatcher.core.triggers import release
 from parley.schemas.actions import InterruptAction
 from parley.schemas.approvals import (
     APPROVAL_REASON,
@@ -26,6 +28,9 @@ from parley.schemas.approvals import (
     question,
 )
 from parley.schemas.state import CallApproval, Interrupt, QueuedTrigger, Work
+
+#: the `why` of the `interrupt.cancelled` of a question whose call was settled without it
+WITHDRAWN = "call_settled"
 
 
 def gate(tx: Tx, w: Work, policy: ApprovalPolicy) -> bool:
@@ -79,6 +84,21 @@ def ask(tx: Tx, w: Work) -> Interrupt:
     w.approval = CallApproval(interrupt_id=rec.id, digest=digest)
     tx.count("approval", "asked")
     return rec
+
+
+def withdraw(tx: Tx, w: Work) -> None:
+    """The call `w` was settled while its question was open (a decision answered it with
+    `tool.result` or `tool.error`, or failed): the question goes, as a closed session's do
+    (`interrupt.cancelled`, why `call_settled`), so it parks nothing any more; a late answer to
+    it is ignored `already_resumed`."""
+    assert w.approval is not None
+    rec = tx.c.interrupts.pop(w.approval.interrupt_id)
+    tx.c.resumed.append(rec.id)
+    tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
+    tx.emit("interrupt.cancelled", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
+            why=WITHDRAWN)
+    tx.count("approval", "withdrawn")
+    release(tx, tx.c.turns.get(w.turn))  # I10: its turn may be unparked now
 
 
 def answered(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str | None

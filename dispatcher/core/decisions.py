@@ -31,6 +31,7 @@ from parley.schemas.actions import (
     ToolExecute,
     ToolResult,
 )
+from parley.schemas.approvals import APPROVAL_REASON
 from parley.schemas.jobs import JobKind
 from parley.schemas.state import Deciding, QueuedTrigger, Turn
 
@@ -100,6 +101,11 @@ class _Check:
             self.tool_execute(where, action)
 
     def interrupt(self, where: str, action: InterruptAction) -> None:
+        if action.reason == APPROVAL_REASON:
+            # the engine's own questions: one a decision raised would look like an approval
+            # to an approver, and approve nothing
+            raise InvalidDecision(f"{where}: reason {APPROVAL_REASON!r} is the engine's own; declare "
+                                  "`needs_approval` on the tool instead")
         iid = action.interrupt_id
         c = self.tx.c
         if iid is not None and (iid in c.interrupts or iid in c.resumed or iid in self.new_ids):

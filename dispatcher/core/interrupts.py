@@ -152,7 +152,10 @@ def _resume_proposed(tx: Tx, rec: Interrupt, turn: Turn | None, payload: Any, ti
         proposed = [dict(a) for a in (rec.origin.proposed if rec.origin else [])]
     held_llm = turn is not None and any(proposes_llm(h.proposed) for h in turn.held)
     if rec.voided_llm and not held_llm and not proposes_llm(proposed):
-        proposed.append(dict(rec.voided_call or {"type": "llm.call"}))
+        call = dict(rec.voided_call or {"type": "llm.call"})
+        # Before an approval's settle (a no): the call is then pending when the settle's
+        # tool.completed looks, so that proposes no second one.
+        proposed = [call, *proposed] if rec.approves is not None else [*proposed, call]
     return proposed
 
 

@@ -128,7 +128,7 @@ def _running(tx: Tx, outcome: WorkOutcome) -> Work:
 
 def _retried(tx: Tx, w: Work, outcome: WorkOutcome) -> bool:
     """Work lost with its worker runs again when that is safe: model calls and idempotent
-    tools, up to MAX_ATTEMPTS (other tools settle as `worker_lost`)."""
+    tools without `needs_approval`, up to MAX_ATTEMPTS (other tools settle as `worker_lost`)."""
     if not outcome.lost or w.attempt >= work.MAX_ATTEMPTS:
         return False
     tool = tx.app.tools.get(w.name or "") if w.kind == "tool" else None
@@ -136,7 +136,9 @@ def _retried(tx: Tx, w: Work, outcome: WorkOutcome) -> bool:
         tx.count("work_retried", w.kind)
         work.enqueue_llm(tx, w)
         return True
-    if tool is not None and tool.idempotent:
+    if tool is not None and tool.idempotent and tool.approval is None:
+        # (a gated tool's approval let it run once: lost, it settles `worker_lost`, and a
+        # retry would be a run nobody approved)
         tx.count("work_retried", w.kind)
         work.enqueue_tool(tx, w, tool)
         return True

@@ -163,6 +163,8 @@ def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
     del tx.c.work[w.id]
     if w.child is not None:
         end_child(tx, w, close)
+    if approvals.asking(tx, w):
+        approvals.withdraw(tx, w)  # settled otherwise: nobody need approve it any more
     turn = tx.c.turns[w.turn]
     if error is not None:
         content = error

@@ -22,9 +22,11 @@ def app_info(app: App) -> AppInfo:
 
 
 def _approval(spec: str, name: str, fn: Any) -> ApprovalPolicy | None:
-    """The tool's `needs_approval`, its answer's schema checked as every interrupt's is: an
-    approval nobody could answer, or a deadline whose denial the schema refuses, would leave
-    the call waiting for good. (The loader already checked the declaration's shape.)"""
+    """The tool's `needs_approval`, its answer's schema checked as every interrupt's is (valid
+    JSON Schema within the size limit), and, with a deadline, that the schema accepts the
+    denial the deadline delivers, else the deadline could never settle the call. (The loader
+    already checked the declaration's shape; a valid schema no answer can match is the app's
+    to avoid, as for any interrupt.)"""
     policy = parse_policy(getattr(fn, "needs_approval", None))
     if policy is None or policy.response_schema is None:
         return policy

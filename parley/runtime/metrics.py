@@ -47,9 +47,9 @@ LLM_VOIDED = Counter("parley_llm_voided_total", "LLM calls voided by a park", re
 RESULTS_DROPPED = Counter("parley_results_dropped_total", "Work outcomes dropped (late, stale, voided)",
                           ["reason"], registry=REGISTRY)
 APPROVALS = Counter("parley_approvals_total", "Approvals of tools with needs_approval: asked, "
-                    "granted, denied, timed_out", ["outcome"], registry=REGISTRY)
+                    "granted, denied, timed_out, withdrawn", ["outcome"], registry=REGISTRY)
 #: the outcomes of an approval question, counted by the core as ("approval", outcome)
-APPROVAL_OUTCOMES = ("asked", "granted", "denied", "timed_out")
+APPROVAL_OUTCOMES = ("asked", "granted", "denied", "timed_out", "withdrawn")
 WORK_RETRIED = Counter("parley_work_retried_total", "Jobs retried after their worker was lost", ["kind"],
                        registry=REGISTRY)
 WORK_LOST = Counter("parley_work_lost_total", "Jobs found held by a dead worker", ["kind"],

@@ -306,3 +306,63 @@ def test_a_declaration_the_engine_could_not_enforce_is_refused(value: Any, says:
     with pytest.raises(PolicyError, match=None) as caught:
         parse_policy(value)
     assert says in str(caught.value)
+
+
+# ---- found in review ----------------------------------------------------------------------------
+
+
+def test_a_gated_idempotent_tool_lost_with_its_worker_is_not_run_again_on_the_same_approval():
+    """An approval lets a call run once: a `lost` outcome (which a worker may post) settles it
+    `worker_lost` instead of retrying it, whatever `idempotent` says."""
+    s = Sim(make_app(has_decide=False, tools=dict(TOOLS, refund=ToolInfo(idempotent=True,
+                                                                         approval=APPROVERS))))
+    s.start("x")
+    s.finish_llm(tool_calls=[{"name": "refund", "arguments": PAY}])
+    [call] = [c["id"] for c in s.ev("message.created")["message"]["tool_calls"]]
+    s.resume(question(s)["interrupt_id"], {"approved": True}, signed_by="alice")
+    s.outcome("tool", call, s.work(call).attempt, ok=False, error="worker_lost", lost=True)
+    assert tool_jobs(s) == [call]
+    assert s.ev("tool.completed")["error"] == "worker_lost"
+
+
+def test_a_call_settled_while_its_question_is_open_withdraws_the_question():
+    """The app settles the call another way (here on the resume of its own interrupt): the
+    approval question goes with it, so it parks the branch no longer."""
+    s = sim(decide_on={"tool.execute", "interrupt.resumed"})
+    s.start("x")
+    s.finish_llm(tool_calls=[{"name": "pay", "arguments": PAY}])
+    call = s.trigger["call_id"]
+    s.decide([{"type": "tool.execute"}, {"type": "interrupt", "reason": "confirm"}])
+    confirm = next(i for i, rec in s.core.interrupts.items() if rec.reason == "confirm")
+    approval = next(i for i, rec in s.core.interrupts.items() if rec.reason == "approval")
+    asked = s.interrupt(approval).payload
+    s.resume(confirm, {"ok": True})
+    s.decide([{"type": "tool.result", "result": "done by hand"}])
+    assert s.ev("interrupt.cancelled") | {"at": 0} == {
+        "type": "interrupt.cancelled", "at": 0, "interrupt_id": approval, "reason": "approval",
+        "request": asked, "why": "call_settled"}
+    assert s.core.interrupts == {} and s.show()["parked"] is False
+    assert any(f.interrupt_id == approval for f in s.last.effects if type(f).__name__ == "IndexRemove")
+    s.settle_decides()
+    s.resume(approval, {"approved": True}, signed_by="alice")  # too late: ignored, runs nothing
+    assert s.ev("input.ignored")["code"] == "already_resumed"
+    assert tool_jobs(s) == [] and call not in s.core.work
+
+
+def test_a_no_after_a_model_call_the_question_voided_starts_one_model_call_not_two():
+    s = sim(decide_on={"tool.execute"})
+    s.start("x")
+    s.finish_llm(tool_calls=[{"name": "pay", "arguments": PAY}])
+    s.decide([{"type": "tool.execute"}, {"type": "llm.call"}])
+    assert s.of("llm.voided")  # the question parked the branch the model call was on
+    s.resume(question(s)["interrupt_id"], {"approved": False}, signed_by="alice")
+    s.settle_decides()
+    assert len(s.running_llm()) == 1
+
+
+def test_a_decision_may_not_raise_an_interrupt_with_the_engines_approval_reason():
+    s = sim(decide_on={"tool.execute"})
+    [call] = model_asks(s, ("search", {"q": "x"}))
+    s.decide([{"type": "interrupt", "reason": "approval", "payload": {"call_id": call}}])
+    assert "reason 'approval' is the engine's own" in s.ev("decision.failed")["error"]
+    assert s.core.interrupts == {}

@@ -48,7 +48,7 @@ from parley.schemas.jobs import JOBS, JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.listing import listing_member
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, signed_fields, signed_outcome
+from parley.schemas.signing import ENGINE_PRINCIPAL, engine_input_id, job_token, signed_fields, signed_outcome
 
 # Finished jobs leave nothing behind (docs/design.md): outcomes go to our results stream.
 RESULT_TTL = 0
@@ -83,6 +83,9 @@ class PreparedJob:
     fields: list[Any]
     #: the in-flight record (JSON): what the sweeps and the worker's take read
     record: bytes
+    #: the job's token key, and the token it holds until a take reads it (schemas/signing.py)
+    token_key: str
+    token: str
 
 
 class _Recorder:
@@ -126,9 +129,11 @@ class JobMaker:
     `_Recorder` instead of Redis): what the commit script writes, and the outbox's own enqueue of
     an `Enqueue` an older dispatcher left in an outbox."""
 
-    def __init__(self, redis: Redis, keys: Keys):
+    def __init__(self, redis: Redis, keys: Keys, engine_key: EngineKey | None = None):
         self.redis = redis
         self.keys = keys
+        # the key each job's token is derived from: the engine's, which no worker can read
+        self.engine_key = engine_key or EngineKey(redis, keys)
         self._queues: dict[str, Queue] = {}
         self._templates: dict[tuple[JobKind, str], dict[Any, Any]] = {}
 
@@ -160,7 +165,7 @@ class JobMaker:
             "digest": job_digest(fields["data"])})
         return PreparedJob(jid, Job.redis_job_namespace_prefix + jid, queue.key,
                            self.keys.inflight_order(queue.name), [x for kv in fields.items() for x in kv],
-                           record)
+                           record, self.keys.job_token(jid), job_token(self.engine_key.current(), jid))
 
     def rq_prepare(self, session: str, fx: Enqueue, queue: Queue | None = None) -> dict[Any, Any]:
         """The job hash as RQ's own `Job.create` + `Queue.enqueue_job` write it, recorded."""
@@ -193,6 +198,11 @@ class JobMaker:
             raise RuntimeError(f"RQ's job hash changed shape: fields {sorted(map(str, differ - filled))} "
                                "differ between jobs; update JobMaker (dispatcher/enqueue.py)")
         return {k: v for k, v in first.items() if k not in filled}
+
+
+#: how long a queued job's token waits for its take (7 days): a job taken later finds none, is
+#: not run, and is handed back as lost work (a retry is a new job, with a token of its own)
+JOB_TOKEN_TTL_MS = 7 * 24 * 3600 * 1000
 
 
 def job_digest(data: bytes | str) -> str:
@@ -236,7 +246,7 @@ class Outbox:
         self.archive_maxlen = archive_maxlen
         self.jobs = jobs or JobMaker(redis, keys)
         self._partitions: int | None = None
-        self.engine_key = EngineKey(redis, keys)
+        self.engine_key = self.jobs.engine_key  # one copy: the jobs' tokens and the engine's outcomes
         # the gauges' counts, for an index an older dispatcher wrote without them (once per Redis)
         load_script(redis, "count_interrupts")(keys=[keys.interrupt_info, keys.interrupt_anchors, keys.stats])
         # the listing's sets, for an index an older dispatcher wrote without them (once per Redis)
@@ -330,6 +340,7 @@ class Outbox:
         pipe.hset(job.job_key, mapping=dict(zip(job.fields[::2], job.fields[1::2], strict=True)))
         pipe.rpush(job.queue_key, job.job_id)
         pipe.eval(RECORD_INFLIGHT, 2, self.keys.inflight, job.order_key, job.job_id, job.record)
+        pipe.set(job.token_key, job.token, px=JOB_TOKEN_TTL_MS)
 
     def _cancel(self, pipe: Any, session: str, fx: Cancel) -> None:
         # Best effort: a queued job is removed; a running model call is stopped by its worker,
@@ -339,6 +350,7 @@ class Outbox:
         queue = self.queue(JOBS[fx.job].queue)
         pipe.lrem(queue.key, 0, jid)
         pipe.delete(Job.key_for(jid))
+        pipe.delete(self.keys.job_token(jid))
         pipe.hdel(self.keys.inflight, jid)
         pipe.zrem(self.keys.inflight_order(queue.name), jid)
 

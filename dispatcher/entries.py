@@ -29,8 +29,17 @@ from parley.dispatcher.core import (
 from parley.runtime.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
+from parley.schemas.jobs import job_id
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import ENGINE_PRINCIPAL, ENGINE_SIG_FIELD, Keyring, Unauthorized, engine_signed
+from parley.schemas.signing import (
+    ENGINE_PRINCIPAL,
+    ENGINE_SIG_FIELD,
+    JOB_SIG_FIELD,
+    Keyring,
+    Unauthorized,
+    engine_signed,
+    job_signed,
+)
 from parley.schemas.state import SessionState
 
 log = logging.getLogger("parley.dispatcher")
@@ -175,6 +184,18 @@ class EntryDecoder:
             return False
         return engine_signed(self.keyring.engine_key, body, text)
 
+    def _taker_signed(self, outcome: WorkOutcome, raw: bytes | str | None, sig: bytes | str | None) -> bool:
+        """`sig` is the signature of the outcome `raw` under the token of its job, which only the
+        worker whose take read it knows (schemas/signing.py `job_token`)."""
+        body = raw.encode() if isinstance(raw, str) else (raw or b"")
+        text = sig.decode(errors="replace") if isinstance(sig, bytes) else sig
+        jid = job_id(outcome.session, outcome.work, outcome.attempt)
+        if job_signed(self.keyring.engine_key, jid, body, text):
+            return True
+        if text is None or not self._newer_engine_key():
+            return False
+        return job_signed(self.keyring.engine_key, jid, body, text)
+
     def reload_keys_if_due(self) -> None:
         """Swap in the signing keys file's keys when it was signalled or changed; between two
         entries, so no entry is verified with half of one file and half of another."""
@@ -192,6 +213,14 @@ class EntryDecoder:
             made = "deadline" if outcome.kind == "deadline" else "sub-agent report"
             return Refused(InputError(f"unauthorized: a {made} outcome without the engine's signature: "
                                       "only a dispatcher makes one", "outcome", {"work": outcome.work}),
+                           code=RefusalCode.UNAUTHORIZED)
+        job_sig = fields.get(JOB_SIG_FIELD.encode(), fields.get(JOB_SIG_FIELD))
+        if not outcome.engine_made and not outcome.lost and not self._taker_signed(outcome, raw, job_sig):
+            # Workers share one login and may write every results stream: only the signature
+            # under the job's token, which its take alone read, says the poster took the job.
+            # (`lost` needs none: it only makes the engine run the job again when that is safe.)
+            return Refused(InputError("unauthorized: an outcome not signed by the worker that took its "
+                                      "job", "outcome", {"work": outcome.work}),
                            code=RefusalCode.UNAUTHORIZED)
         outcome = fail_if_wide(outcome)
         return Prepared(entry_id, fields, outcome.session, None,

@@ -201,8 +201,8 @@ class Store:
         argv.append(len(jobs))
         for fx in jobs:
             job = self.jobs.prepare(session, fx)
-            keys += [job.job_key, job.queue_key, job.order_key]
-            argv += [job.job_id, job.record, len(job.fields) // 2, *job.fields]
+            keys += [job.job_key, job.queue_key, job.order_key, job.token_key]
+            argv += [job.job_id, job.record, job.token, len(job.fields) // 2, *job.fields]
         return keys, argv
 
     def pending_effects(self, session: str) -> list[Effect]:

@@ -179,6 +179,11 @@ class Keys:
         lost between a worker's dequeue and its running record is still noticed."""
         return f"{self.prefix}:inflight"
 
+    def job_token(self, job_id: str) -> str:
+        """String: the token of a queued job (schemas/signing.py `job_token`), written with the
+        job by its dispatcher and read-and-deleted by the take that claims it."""
+        return f"{self.prefix}:jobtoken:{job_id}"
+
     def inflight_order(self, queue: str) -> str:
         """Sorted set: RQ job id -> enqueue sequence number, for the in-flight jobs of one RQ
         queue (by its name, `Keys.queue`). Numbered in the MULTI that pushes them, so the order

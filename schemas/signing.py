@@ -63,6 +63,30 @@ def engine_signed(key: str | None, outcome_json: bytes, sig: str | None) -> bool
     return hmac.compare_digest(outcome_signature(key, outcome_json), sig)
 
 
+#: the field of a results-stream entry that holds the taker's signature of its outcome
+JOB_SIG_FIELD = "job_sig"
+
+
+def job_token(engine_key: str, job_id: str) -> str:
+    """The secret a job's take hands its taker (docs/protocol.md, "Who may post an outcome"):
+    derived from the engine's key, so a dispatcher can check an outcome without storing it, and
+    no worker can compute it. It waits in the job's token key, which the take reads and deletes
+    at once (GETDEL): only the worker that took the job knows it."""
+    return hmac.new(engine_key.encode(), b"parley-job-token\n" + job_id.encode(), hashlib.sha256).hexdigest()
+
+
+def job_outcome_signature(token: str, outcome_json: bytes) -> str:
+    """A taker's signature of its job's outcome, under the job's token."""
+    return hmac.new(token.encode(), b"parley-job-outcome\n" + outcome_json, hashlib.sha256).hexdigest()
+
+
+def job_signed(engine_key: str | None, job_id: str, outcome_json: bytes, sig: str | None) -> bool:
+    """`sig` is the signature of `outcome_json` by the worker that took job `job_id`."""
+    if engine_key is None or sig is None:
+        return False
+    return hmac.compare_digest(job_outcome_signature(job_token(engine_key, job_id), outcome_json), sig)
+
+
 def signed_fields(key: str, principal: str, session: str, entry_id: str, input_json: bytes,
                   now_ms: int | None = None) -> dict[str, str]:
     """The fields a producer adds to sign an entry."""

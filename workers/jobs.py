@@ -30,6 +30,7 @@ from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's a
 from parley.schemas.keys import Keys
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import job_outcome_signature
 from parley.schemas.triggers import Trigger
 from parley.schemas.view import public_message
 from parley.workers.app import App
@@ -167,6 +168,8 @@ class Finish:
     reply_to: str  # the results stream; '' = no outcome to post (the floor's no-op, bench/noop.py)
     outcome: str  # the WorkOutcome's JSON
     done: Callable[[], None] | None = None  # its metrics and log line, once posted
+    #: the outcome signed with the job's token ('' = none): what makes a dispatcher apply it
+    sig: str = ""
 
 
 def _defers(job: Any) -> bool:
@@ -180,15 +183,23 @@ _FINISH_JOB = LUA.source("finish_job")
 
 
 def _finish_job(job: Any, reply_to: str, outcome: str) -> None:
-    """finish_job.lua: post `outcome` to `reply_to` ('' = none) and delete the job's records,
-    unless they belong to a job enqueued again under its id since its take (finish_lib.lua)."""
+    """finish_job.lua: post `outcome` to `reply_to` ('' = none), signed with the job's token,
+    and delete the job's records, unless they belong to a job enqueued again under its id since
+    its take (finish_lib.lua)."""
     script = job.connection.register_script(_FINISH_JOB)
     script(keys=[job.key], args=[job.id, reply_to, outcome, _keys.running, _keys.inflight,
                                  _keys.inflight_order(job.origin),
                                  # the lean path skips RQ's cleanup, which would delete the
                                  # finished job (result_ttl 0)
                                  "1" if _claimed_by_worker(job) else "0",
-                                 getattr(job, "parley_record", None) or ""])
+                                 getattr(job, "parley_record", None) or "", outcome_sig(job, outcome)])
+
+
+def outcome_sig(job: Any, outcome: str) -> str:
+    """The job's outcome signed with the token its take read ('' without one: a dispatcher then
+    refuses it, docs/protocol.md, "Who may post an outcome")."""
+    token = getattr(job, "parley_job_token", "")
+    return job_outcome_signature(token, outcome.encode()) if token else ""
 
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
@@ -207,7 +218,8 @@ def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error
                                           attempt=payload["attempt"], ok=ok, ms=round(seconds * 1000, 1)))
 
     if _defers(job):
-        job.parley_finish = Finish(reply_to, outcome.model_dump_json(), done)  # type: ignore[attr-defined]
+        posted = outcome.model_dump_json()
+        job.parley_finish = Finish(reply_to, posted, done, outcome_sig(job, posted))  # type: ignore[attr-defined]
         return
 
     def post() -> None:

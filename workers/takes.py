@@ -68,10 +68,13 @@ class TakingWorker(SimpleWorker):
             done, post = finish
             args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
                      "1" if take_next else "0", getattr(done, "parley_record", None) or ""]
+        else:
+            args += ["", "", "", "", "1", ""]
+        args += [self.parley_keys.job_token(""), post.sig if finish is not None else ""]
         reply: Any = self._call_take(self.queue_keys(), args)
         if reply is None:
             return None
-        raw_id, raw_queue, claimed, fields, record, run_id, replid = reply
+        raw_id, raw_queue, claimed, fields, record, run_id, replid, job_token = reply
         job_id = raw_id.decode()
         queue_key = raw_queue.decode() if raw_queue else ""
         if claimed == -1:
@@ -89,6 +92,17 @@ class TakingWorker(SimpleWorker):
             return False
         if not fields:
             if claimed:  # taken by a call that got no reply, cancelled since
+                self.release_running(job_id)
+            return False
+        if not job_token:
+            # No token: its take was a call that got no reply (the token went with it), or a
+            # token's wait expired, or no dispatcher wrote one. Its outcome could not be proven
+            # to be ours, so it is not run; its in-flight record lets a dispatcher hand it back
+            # as lost (retried when that is safe).
+            metrics.JOBS_REFUSED.labels("no_token").inc()
+            self.log.warning("not running job %s: its take holds no token (taken by a call that got "
+                             "no reply, or waited past the token's time); a dispatcher hands it back", job_id)
+            if claimed:
                 self.release_running(job_id)
             return False
         queue = next((q for q in self._ordered_queues if q.key == queue_key), None)
@@ -109,6 +123,7 @@ class TakingWorker(SimpleWorker):
         # the in-flight record it read (its outcome deletes the job's records only while they
         # are still that job's: finish_lib.lua), and the server that took it (confirm_take)
         job.parley_token = token  # type: ignore[attr-defined]
+        job.parley_job_token = _text(job_token)  # type: ignore[attr-defined]
         job.parley_record = record  # type: ignore[attr-defined]
         job.parley_server = ServerId(_text(run_id), _text(replid))  # type: ignore[attr-defined]
         return job, queue
@@ -254,7 +269,10 @@ class TakingWorker(SimpleWorker):
             given = self._give_back(keys=[queue.key, job.key],
                                     args=[job.id, self.parley_keys.running, self.parley_keys.inflight,
                                           self.parley_keys.last_take(worker), token,
-                                          "1" if getattr(job, "parley_claimed", False) else "0"])
+                                          "1" if getattr(job, "parley_claimed", False) else "0",
+                                          # its token back for its next taker (the take read it)
+                                          self.parley_keys.job_token(job.id),
+                                          getattr(job, "parley_job_token", "")])
             if given == 0:
                 self.log.warning("job %s was settled while this worker held it; not given back", job.id)
             elif given == -1:

@@ -8,8 +8,8 @@
 -- KEYS[6] the partition's lease (fencing; ignored when ARGV[2] is empty).
 -- KEYS[7] the fleet-wide feed stream.
 -- KEYS[8] RQ's set of queue keys (rq:queues), KEYS[9] the in-flight hash (parley:inflight)
--- then    3 keys per job enqueued: its RQ job hash, its queue (list), the queue's in-flight
---         order (zset)
+-- then    4 keys per job enqueued: its RQ job hash, its queue (list), the queue's in-flight
+--         order (zset), its token key (string)
 --         KEYS[6] and on are outside the session's slot: Redis Cluster is not supported yet.
 -- ARGV[1] expected version (what the transition was computed from)
 -- ARGV[2] lease token held by the committing dispatcher, or ''
@@ -31,7 +31,7 @@
 --         the chunks the new messages fall in (schemas/tree.py)
 -- then    m events, then m pairs (feed type or '' when the event stays in the session, json)
 -- then    k effects, then k pairs (seq, json): the outbox's, for the settle
--- then    q jobs, then per job: its id, its in-flight record (JSON), f, then f pairs
+-- then    q jobs, then per job: its id, its in-flight record (JSON), its token, f, then f pairs
 --         (field, value) of its RQ job hash (as RQ's enqueue writes it; dispatcher/enqueue.py)
 -- Returns 1 committed, 0 version conflict (reload and retry), -1 lease lost (stop).
 -- Nothing is written before both checks pass, so a refused commit (a replay computed from an
@@ -85,14 +85,19 @@ end
 -- order (inflight_lib.lua).
 i = i + 2 * k + 1
 local q = tonumber(ARGV[i])
+-- how long a job's token waits for its take: dispatcher/enqueue.py JOB_TOKEN_TTL_MS
+local TOKEN_TTL_MS = 604800000
 for j = 1, q do
-  local job, queue, order = KEYS[7 + 3 * j], KEYS[8 + 3 * j], KEYS[9 + 3 * j]
-  local id, record, f = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local job, queue, order = KEYS[6 + 4 * j], KEYS[7 + 4 * j], KEYS[8 + 4 * j]
+  local token_key = KEYS[9 + 4 * j]
+  local id, record, token, f = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
   redis.call('SADD', KEYS[8], queue)
-  redis.call('HSET', job, unpack(ARGV, i + 4, i + 3 + 2 * f))
+  redis.call('HSET', job, unpack(ARGV, i + 5, i + 4 + 2 * f))
   redis.call('RPUSH', queue, id)
   record_inflight(KEYS[9], order, id, record)  -- inflight_lib.lua, prepended
-  i = i + 3 + 2 * f
+  -- the job's token, for the take that claims it alone (schemas/signing.py job_token)
+  redis.call('SET', token_key, token, 'PX', TOKEN_TTL_MS)
+  i = i + 4 + 2 * f
 end
 -- Last, so the keys this commit wrote are covered: meta, messages, events, outbox, used keys.
 if ARGV[3] == '' then

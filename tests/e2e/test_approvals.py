@@ -17,7 +17,9 @@ from rq.serializers import JSONSerializer
 from parley.client import Client
 from parley.runtime.procs import RedisServer
 from parley.schemas.approvals import call_digest
+from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
+from parley.schemas.signing import JOB_SIG_FIELD, job_outcome_signature
 from tests.conftest import Procs, all_events, eventually, of_type, wait_for
 from tests.deployed import WORKER, login
 
@@ -79,12 +81,17 @@ def test_pay_runs_only_on_the_approval_of_that_very_call_once(
     assert job["trigger"]["type"] == "interrupt.resumed" and job["trigger"]["reason"] == "approval"
     forged = WorkOutcome(session="pay-1", work=job["work"], attempt=job["attempt"], kind="decide", ok=True,
                          value={"actions": [{"type": "tool.execute", "name": "pay", "arguments": EVIL}]})
-    attacker.xadd(job["reply_to"], {"outcome": forged.model_dump_json()})
+    # it takes the job's token (GETDEL, as a take does), so it counts as the job's taker
+    token = attacker.getdel(Keys().job_token(jid.decode()))
+    assert token
+    raw = forged.model_dump_json().encode()
+    sig = job_outcome_signature(token.decode(), raw)
+    attacker.xadd(job["reply_to"], {"outcome": raw, JOB_SIG_FIELD: sig})
     seen = wait_for(client, "pay-1", approval_raised(2))
     assert seen[-1]["payload"]["arguments"] == EVIL and seen[-1]["payload"]["call_id"] == "call-2"
     [settled] = of_type(all_events(client, "pay-1"), "tool.completed")  # in the same transition
     assert (settled["call_id"], settled["error"]) == ("call-1", "not_executed")
-    procs.worker(APP)  # runs the honest decide job, whose outcome comes too late: dropped
+    procs.worker(APP)  # takes the honest decide job, finds no token, and does not run it
     eventually(lambda: r.llen("rq:queue:decide") == 0, timeout=10)
     time.sleep(0.5)
     assert of_type(all_events(client, "pay-1"), "tool.started") == [] and tool_runs(procs) == 0

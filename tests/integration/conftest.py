@@ -70,10 +70,24 @@ def send(r: redis.Redis, session: str, value: dict[str, Any], stream: str = INPU
 
 
 def post_outcome(r: redis.Redis, stream: str = RESULTS, **fields: Any) -> str:
-    """XADD one work outcome like a worker; returns the entry id."""
+    """XADD one work outcome like the worker that took its job (signed with the job's token,
+    which the test derives from the engine's key); returns the entry id."""
     outcome = WorkOutcome(**fields)
-    entry = r.xadd(stream, {"outcome": outcome.model_dump_json()})
+    entry = r.xadd(stream, taker_signed(r, outcome))
     return entry.decode()  # type: ignore[union-attr]
+
+
+def taker_signed(r: redis.Redis, outcome: WorkOutcome, keys: Keys = KEYS) -> dict[str, bytes | str]:
+    """The fields of a results entry as the worker that took the outcome's job posts them (the
+    job's token consumed, as its take does)."""
+    from parley.dispatcher.engine_key import EngineKey
+    from parley.schemas.signing import JOB_SIG_FIELD, job_outcome_signature, job_token
+
+    raw = outcome.model_dump_json().encode()
+    jid = job_id(outcome.session, outcome.work, outcome.attempt)
+    r.getdel(keys.job_token(jid))  # its take read the token (and it is gone, as after a take)
+    token = job_token(EngineKey(r, keys).load(), jid)
+    return {"outcome": raw, JOB_SIG_FIELD: job_outcome_signature(token, raw)}
 
 
 def events(r: redis.Redis, session: str) -> list[dict[str, Any]]:
@@ -146,7 +160,17 @@ def issue(r: redis.Redis, job: Any, keys: Keys = KEYS) -> Any:
               "queue": Queue.redis_queue_namespace_prefix + job.origin,
               "reply_to": args.get("reply_to"), "at": 1, "digest": job_digest(r.hget(job.key, "data") or b"")}
     r.eval(RECORD_INFLIGHT, 2, keys.inflight, keys.inflight_order(job.origin), job.id, orjson.dumps(record))
+    give_token(r, job.id, keys)
     return job
+
+
+def give_token(r: redis.Redis, jid: str, keys: Keys = KEYS) -> None:
+    """The job's token, as its dispatcher writes it with the job (dispatcher/enqueue.py)."""
+    from parley.dispatcher.engine_key import EngineKey
+    from parley.dispatcher.enqueue import JOB_TOKEN_TTL_MS
+    from parley.schemas.signing import job_token
+
+    r.set(keys.job_token(jid), job_token(EngineKey(r, keys).load(), jid), px=JOB_TOKEN_TTL_MS)
 
 
 def rewrite_job(conn: redis.Redis, jid: str, **changes: Any) -> str:

@@ -2,8 +2,8 @@
 login against a dispatcher under its own (docs/protocol.md, "Approvals"; docs/guarantees.md,
 "What a compromised worker can do").
 
-A worker may still post outcomes for jobs it did not take (issue 31's second item is not
-closed), so it can forge what `decide` or the model say. These tests show that such a forgery
+A worker that takes a job (reads its token) may still post any outcome for it, so it can
+forge what `decide` or the model say. These tests show that such a forgery
 can no longer run a tool declared `needs_approval`: the gated `pay` of tests/apps/approvals_app.py
 runs only once `alice` approved that very call, and each run appends a line to a file outside
 Redis, which is what the tests count."""
@@ -25,9 +25,10 @@ from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.leases import get_partitions
 from parley.runtime import metrics
 from parley.schemas.approvals import call_digest
+from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import Keyring
+from parley.schemas.signing import JOB_SIG_FIELD, Keyring, job_outcome_signature
 from parley.workers import jobs
 from parley.workers.app import load_app
 from tests.apps.approvals_app import PAID_LOG
@@ -88,10 +89,17 @@ def queued(admin: redis.Redis, queue: str) -> list[dict[str, Any]]:
 
 
 def forge(worker_conn: redis.Redis, job: dict[str, Any], kind: str, value: Any) -> None:
-    """What the compromised worker posts: an outcome for a job it never took."""
+    """What the compromised worker posts: it takes the queued job's token (GETDEL: what a take
+    does, and all a worker login may do with a token), so the engine takes it for the job's
+    taker, and posts an outcome of its own making for it, never running the job. (Without the
+    token, an outcome is refused: tests/integration/test_compromised_worker.py.)"""
+    token = worker_conn.getdel(KEYS.job_token(job_id(job["session"], job["work"], job["attempt"])))
+    assert token, "the job's token is gone"
     outcome = WorkOutcome(session=job["session"], work=job["work"], attempt=job["attempt"], kind=kind,  # type: ignore[arg-type]
                           ok=True, value=value)
-    worker_conn.xadd(job["reply_to"], {"outcome": outcome.model_dump_json()})
+    raw = outcome.model_dump_json().encode()
+    sig = job_outcome_signature(token.decode(), raw)
+    worker_conn.xadd(job["reply_to"], {"outcome": raw, JOB_SIG_FIELD: sig})
 
 
 def to_the_decide_of_the_call(d: Dispatcher, worker_conn: redis.Redis, client: Client, session: str,
@@ -127,7 +135,7 @@ def test_a_forged_decide_that_executes_the_call_gets_the_engines_question_instea
     assert raised["reason"] == "approval"
     assert raised["payload"]["arguments"] == PAY and raised["payload"]["digest"] == call_digest("pay", PAY)
     assert metrics.APPROVALS.labels("asked")._value.get() == asked_before + 1
-    run_worker(worker)  # the real decide job, now stale: its outcome is dropped
+    run_worker(worker)  # the real decide job: its token taken, it is not run
     tick(d, 4)
     assert payments(paid) == [] and acl.admin.llen("rq:queue:tools") == 0
     assert "tool.started" not in types(client, "ap-1")

@@ -20,7 +20,7 @@ from parley.runtime import metrics
 from parley.schemas.jobs import job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
-from parley.schemas.signing import outcome_signature
+from parley.schemas.signing import JOB_SIG_FIELD, job_outcome_signature, outcome_signature
 from tests.integration.conftest import rewrite_job, tick
 from tests.integration.test_acl import (  # noqa: F401 - the fixtures, by name
     AclRedis,
@@ -169,4 +169,79 @@ def test_a_worker_cannot_change_what_a_queued_job_runs(
     assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
     assert acl.admin.xlen(KEYS.results()) == 0
     assert acl.admin.hexists(KEYS.inflight, jid)  # for the unclaimed-work sweep to hand it back
+    assert acl.denials() == []
+
+
+FORGED = {"decide": {"actions": [{"type": "message", "content": "forged"}]},
+          "llm": {"content": "forged", "tool_calls": []}}
+
+
+def forged(session: str, job: dict[str, Any]) -> bytes:
+    """An outcome of the worker's own making for a queued decide or model job."""
+    kind = "decide" if "trigger" in job else "llm"
+    return WorkOutcome(session=session, work=job["work"], attempt=job["attempt"], kind=kind, ok=True,
+                       value=FORGED[kind]).model_dump_json().encode()
+
+
+def queued_job(admin: redis.Redis) -> dict[str, Any]:
+    """The one job queued (a session's first: its decide or its model call)."""
+    [jid] = [j for q in ("decide", "llm") for j in admin.lrange(f"rq:queue:{q}", 0, -1)]
+    payload: dict[str, Any] = Job.fetch(jid.decode(), connection=admin, serializer=JSONSerializer).args[0]
+    return payload
+
+
+@pytest.mark.parametrize("signature", [None, "made with a token of its own"])
+def test_a_worker_cannot_post_an_outcome_for_a_job_it_did_not_take(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None, signature: str | None) -> None:  # noqa: F811
+    """Issue 31's second attack: with no worker running, the worker login read a queued model
+    job and posted its outcome. Now an outcome is applied only signed with the job's token,
+    which only the take that claims the job reads: refused `unauthorized`, counted, kept in the
+    rejected stream; the job still runs, and its taker's outcome is applied."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-5", {"type": "message.create", "content": "hello"})
+    tick(d)
+    job = queued_job(acl.admin)
+    before = refused_unauthorized()
+    raw = forged("cw-5", job)
+    fields: dict[str, Any] = {"outcome": raw}
+    if signature is not None:
+        fields[JOB_SIG_FIELD] = job_outcome_signature("a token of the worker's own", raw)
+    worker.xadd(KEYS.results(), fields)
+    tick(d, 4)
+    assert refused_unauthorized() == before + 1
+    [(_id, kept)] = acl.admin.xrange("parley:inputs:rejected")
+    assert b"not signed by the worker that took its job" in kept[b"error"]
+    assert types(client, "cw-5") == ["session.created", "message.created"]
+    seen = drive(d, worker, client, "cw-5", "turn.completed")  # the real job runs, and counts
+    assert seen.count("llm.completed") == 1
+    view = Client(acl.admin).show("cw-5")
+    assert view is not None
+    assert "forged" not in [m["content"] for m in view["messages"] if m["role"] == "assistant"]
+    assert acl.denials() == []
+
+
+def test_a_worker_cannot_read_a_jobs_token_and_a_token_it_takes_stops_the_job_not_another(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None) -> None:  # noqa: F811
+    """A token can only be taken (GETDEL), never read: taking one is taking the job (its real
+    taker finds none, does not run it and counts `no_token`; the job's in-flight record stays,
+    for a dispatcher to hand it back), and once taken by its worker, it is gone for anyone else."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-6", {"type": "message.create", "content": "hello"})
+    tick(d)
+    job = queued_job(acl.admin)
+    token_key = KEYS.job_token(job_id("cw-6", job["work"], job["attempt"]))
+    refused(lambda: worker.get(token_key))
+    refused(lambda: worker.execute_command("STRLEN", token_key))
+    acl.reset_denials()
+    assert worker.getdel(token_key)  # what a take does: the job is now this login's
+    before = metrics.JOBS_REFUSED.labels("no_token")._value.get()
+    run_worker(worker)
+    assert metrics.JOBS_REFUSED.labels("no_token")._value.get() == before + 1
+    assert acl.admin.xlen(KEYS.results()) == 0
+    assert acl.admin.hexists(KEYS.inflight, job_id("cw-6", job["work"], job["attempt"]))
+    assert worker.getdel(token_key) is None  # read once
     assert acl.denials() == []

@@ -25,7 +25,7 @@ from parley.schemas.moves import MoveStep, copied_field, plan_move
 from parley.schemas.producers import new_producer
 from parley.schemas.results import WorkOutcome
 from parley.schemas.shards import Placement, PlacementError
-from tests.integration.conftest import tick
+from tests.integration.conftest import taker_signed, tick
 from tests.integration.sessions import APP, core_of
 
 K = Keys()
@@ -72,7 +72,7 @@ def post(r: redis.Redis, **fields: Any) -> None:
     job = job_id(fields["session"], fields["work"], fields["attempt"])
     r.lrem(f"rq:queue:{fields['kind']}", 0, job)
     r.hdel(K.inflight, job)
-    r.xadd(K.results_of(fields["session"], N), {"outcome": WorkOutcome(**fields).model_dump_json()})
+    r.xadd(K.results_of(fields["session"], N), taker_signed(r, WorkOutcome(**fields)))
 
 
 def llm_work(r: redis.Redis, session: str) -> str:

@@ -138,3 +138,30 @@ def test_an_engine_outcome_is_signed_by_its_key_alone() -> None:
 ])
 def test_deadlines_and_sub_agent_reports_are_the_engines_own(outcome: WorkOutcome, engine_made: bool) -> None:
     assert outcome.engine_made is engine_made
+
+
+def test_a_job_outcome_is_signed_under_the_token_its_job_id_and_the_engines_key_derive():
+    import hashlib
+    import hmac
+
+    from parley.schemas.signing import job_outcome_signature, job_signed, job_token
+
+    token = job_token("engine-key", "parley-abc")
+    assert token == hmac.new(b"engine-key", b"parley-job-token\nparley-abc", hashlib.sha256).hexdigest()
+    assert token != job_token("engine-key", "parley-abd") != job_token("other-key", "parley-abc")
+    sig = job_outcome_signature(token, b'{"ok":true}')
+    assert job_signed("engine-key", "parley-abc", b'{"ok":true}', sig)
+    assert not job_signed("engine-key", "parley-abc", b'{"ok":false}', sig)  # another outcome
+    assert not job_signed("engine-key", "parley-abd", b'{"ok":true}', sig)  # another job
+    assert not job_signed("other-key", "parley-abc", b'{"ok":true}', sig)
+    assert not job_signed(None, "parley-abc", b'{"ok":true}', sig) and not job_signed("k", "j", b"", None)
+
+
+def test_the_lua_scripts_keep_a_jobs_token_as_long_as_the_dispatcher_says():
+    from pathlib import Path
+
+    from parley.dispatcher.enqueue import JOB_TOKEN_TTL_MS
+
+    root = Path(__file__).resolve().parents[2]
+    for script in ("dispatcher/lua/commit.lua", "workers/lua/give_back.lua"):
+        assert str(JOB_TOKEN_TTL_MS) in (root / script).read_text(), script

@@ -18,7 +18,10 @@
 -- ARGV[1] the job id, ARGV[2] the running hash, ARGV[3] the in-flight hash, ARGV[4] this
 -- worker's last-take key, ARGV[5] the take's token ('' = a worker with no id, which records
 -- no take: given back unchecked), ARGV[6] '1' = the take claimed the job (recorded it as
--- running), '0' = not: read only when ARGV[5] is '' (the last-take record says it otherwise)
+-- running), '0' = not: read only when ARGV[5] is '' (the last-take record says it otherwise),
+-- ARGV[7] the job's token key, ARGV[8] its token as the take read it ('' = none): put back
+-- with the job, for its next taker (workers/lua/take_job.lua; the dispatcher checks an
+-- outcome against the token it derives itself, so a token a worker writes proves nothing)
 -- Only rq:* keys are KEYS, so that the worker's ACL admits the call (as take_job.lua).
 -- Returns 1 given back, 0 settled meanwhile (nothing pushed back), -1 this server does not hold
 -- the take (nothing done).
@@ -32,11 +35,17 @@ if ARGV[5] ~= '' then
   claimed = was_claimed
   redis.call('SET', ARGV[4], 'given-back', 'PX', 600000)
 end
+local function token_back()
+  if (ARGV[8] or '') ~= '' then
+    redis.call('SET', ARGV[7], ARGV[8], 'PX', 604800000)  -- dispatcher/enqueue.py JOB_TOKEN_TTL_MS
+  end
+end
 if claimed ~= '1' then
   if redis.call('EXISTS', KEYS[2]) == 0 then
     return 0
   end
   redis.call('LPUSH', KEYS[1], ARGV[1])
+  token_back()
   return 1
 end
 redis.call('HDEL', ARGV[2], ARGV[1])
@@ -45,4 +54,5 @@ if not redis.call('HGET', ARGV[3], ARGV[1]) then
   return 0
 end
 redis.call('LPUSH', KEYS[1], ARGV[1])
+token_back()
 return 1

@@ -15,10 +15,13 @@
 -- optional, to finish a job first: ARGV[10] its id ('' = none), ARGV[11] the results stream to
 -- post its outcome to ('' = post nothing), ARGV[12] the outcome (JSON), ARGV[13] the job's
 -- in-flight order key (its queue's numbering), ARGV[14] '0' = finish only, take nothing,
--- ARGV[15] its in-flight record as its take read it ('' = none; finish_lib.lua)
+-- ARGV[15] its in-flight record as its take read it ('' = none; finish_lib.lua),
+-- ARGV[16] the job token keys' prefix ('parley:jobtoken:'), ARGV[17] the finished job's
+-- outcome signed by its token ('' = none)
 -- Returns nil when nothing is taken (every queue empty, or ARGV[14] '0'), else
 -- {job id, queue key, claimed, job hash fields, its in-flight record ('' = none), this
--- server's run_id, its master_replid ('' and '' unless ARGV[8] is '1')}. claimed: 1 recorded
+-- server's run_id, its master_replid ('' and '' unless ARGV[8] is '1'), the job's token ('' =
+-- none: the outcome of the job could not be proven, so it is not run)}. claimed: 1 recorded
 -- as running on this worker, 0 not (no worker id, or cancelled: no fields), -1 the popped job
 -- ARGV[3] is held by another worker (nothing done; no fields), -2 not issued by a dispatcher
 -- (no in-flight record) and -3 changed since it was issued: dropped unrun (no fields).
@@ -83,7 +86,7 @@ end
 -- in-flight record stays, so the unclaimed-work sweep hands it back as lost.
 local function dropped(id, queue, code)
   redis.call('DEL', ARGV[2] .. id)
-  return {id, queue, code, {}, '', '', ''}
+  return {id, queue, code, {}, '', '', '', ''}
 end
 if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
@@ -99,7 +102,7 @@ if ARGV[1] ~= '' then
       if was_claimed ~= '1' then
         -- nothing claimed (cancelled, or dropped as not issued): nothing to run, whatever a
         -- job hash of that id may hold now
-        return {job, '', 0, {}, '', run_id, replid}
+        return {job, '', 0, {}, '', run_id, replid, ''}
       end
       -- what that call claimed, checked again: its hash may have been changed since
       local record = redis.call('HGET', ARGV[5], job)
@@ -111,7 +114,9 @@ if ARGV[1] ~= '' then
           return dropped(job, '', refused)
         end
       end
-      return {job, '', 1, fields, record or '', run_id, replid}
+      -- its token went with the first call (read once: no other worker can learn it): the
+      -- job is not run, and its in-flight record lets a dispatcher hand it back as lost
+      return {job, '', 1, fields, record or '', run_id, replid, ''}
     end
   end
 end
@@ -120,7 +125,11 @@ if finished ~= '' then
   -- the outcome, then every record of the job and its hash (RQ would delete a finished job
   -- with result_ttl 0 too), unless they belong to a job enqueued again under its id
   if ARGV[11] ~= '' then
-    redis.call('XADD', ARGV[11], '*', 'outcome', ARGV[12])
+    if (ARGV[17] or '') ~= '' then
+      redis.call('XADD', ARGV[11], '*', 'outcome', ARGV[12], 'job_sig', ARGV[17])
+    else
+      redis.call('XADD', ARGV[11], '*', 'outcome', ARGV[12])
+    end
   end
   finish_records(ARGV[4], ARGV[5], ARGV[13], ARGV[2] .. finished, finished, ARGV[15] or '')
 end
@@ -138,7 +147,7 @@ if id ~= '' then
   local held = redis.call('HGET', ARGV[4], id)
   local mine = '{"worker":' .. cjson.encode(ARGV[1]) .. ','
   if held and (ARGV[1] == '' or string.sub(held, 1, #mine) ~= mine) then
-    return {id, queue, -1, {}, '', '', ''}
+    return {id, queue, -1, {}, '', '', '', ''}
   end
   if queue ~= '' then
     redis.call('LREM', queue, 1, id)  -- 1: the pop was lost here, and this is it
@@ -167,7 +176,7 @@ if #fields == 0 then
   if finished ~= '' then
     took(0, id)
   end
-  return {id, queue, 0, fields, '', '', ''}
+  return {id, queue, 0, fields, '', '', '', ''}
 end
 -- A job no dispatcher issued as it is now (not_issued above) is not run.
 local record = redis.call('HGET', ARGV[5], id)
@@ -190,4 +199,9 @@ if ARGV[1] ~= '' then
 end
 took(claimed, id)
 local run_id, replid = server()
-return {id, queue, claimed, fields, taken, run_id, replid}
+-- The job's token, read and deleted in the take itself: the outcome signed with it is the
+-- only one a dispatcher applies, so only the worker that took the job can answer it (and a
+-- worker that reads tokens of queued jobs takes them: their real takers find none, and do
+-- not run them). Workers may GETDEL token keys, never GET them (deploy/redis/users.acl).
+local token = redis.call('GETDEL', ARGV[16] .. id) or ''
+return {id, queue, claimed, fields, taken, run_id, replid, token}

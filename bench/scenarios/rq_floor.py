@@ -19,8 +19,10 @@ from rq.serializers import JSONSerializer
 from bench.common import ROOT, Usage, log
 from bench.fleet import Fleet
 from bench.noop import GO_KEY, NOOP, NOOP_LEAN, READY_KEY
-from parley.dispatcher.enqueue import RECORD_INFLIGHT, job_digest
+from parley.dispatcher.engine_key import EngineKey
+from parley.dispatcher.enqueue import JOB_TOKEN_TTL_MS, RECORD_INFLIGHT, job_digest
 from parley.schemas.keys import Keys
+from parley.schemas.signing import job_token
 
 FLOOR_QUEUE = "bench-floor"
 
@@ -44,10 +46,12 @@ def add_floors(fleet: Fleet, row: dict[str, Any], args: argparse.Namespace) -> N
 def enqueue_noops(r: redis.Redis, q: Queue, jobs: int, lean: bool) -> list[str]:
     """`jobs` no-op jobs, 500 per MULTI, with the options Parley's outbox gives its jobs
     (dispatcher/enqueue.py), each with its in-flight record as the outbox writes it (a worker
-    runs no job a dispatcher did not issue, with the digest of its function and arguments).
+    runs no job a dispatcher did not issue, with the digest of its function and arguments, and
+    none without its token).
     The `lean` floor's workers have an id and take the lean path; the other floor's have none,
     claim nothing and run each job on RQ's own path. Returns the jobs' ids."""
     keys = Keys()
+    engine_key = EngineKey(r, keys).load()  # each job's token, as the outbox writes it
     ids: list[str] = []
     for i in range(0, jobs, 500):
         pipe = r.pipeline()
@@ -63,6 +67,7 @@ def enqueue_noops(r: redis.Redis, q: Queue, jobs: int, lean: bool) -> list[str]:
                           "session": f"floor-{j}", "work": f"noop-{j}", "attempt": 1, "kind": "tool",
                           "queue": q.key, "reply_to": keys.results(), "at": int(time.time() * 1000),
                           "digest": job_digest(job.to_dict()["data"])}))
+            pipe.set(keys.job_token(job.id), job_token(engine_key, job.id), px=JOB_TOKEN_TTL_MS)
         pipe.execute()
     return ids
 

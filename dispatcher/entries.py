@@ -215,10 +215,12 @@ class EntryDecoder:
                                       "only a dispatcher makes one", "outcome", {"work": outcome.work}),
                            code=RefusalCode.UNAUTHORIZED)
         job_sig = fields.get(JOB_SIG_FIELD.encode(), fields.get(JOB_SIG_FIELD))
-        if not outcome.engine_made and not outcome.lost and not self._taker_signed(outcome, raw, job_sig):
+        if not outcome.engine_made and (outcome.unrun or not outcome.lost) \
+                and not self._taker_signed(outcome, raw, job_sig):
             # Workers share one login and may write every results stream: only the signature
             # under the job's token, which its take alone read, says the poster took the job.
-            # (`lost` needs none: it only makes the engine run the job again when that is safe.)
+            # (A plain `lost` needs none: it only makes the engine run the job again when that
+            # is safe. `unrun` does: it makes the engine run any job again.)
             return Refused(InputError("unauthorized: an outcome not signed by the worker that took its "
                                       "job", "outcome", {"work": outcome.work}),
                            code=RefusalCode.UNAUTHORIZED)

@@ -255,10 +255,11 @@ class Sweeps:
         lost = [(job, raw, rec) for job, raw, rec in lost
                 if rec.get("reply_to") == self.results_of(rec["session"])]
         # the script also deletes the RQ job hash, so RQ's own cleanup cannot run it later
+        ids = [job.decode() if isinstance(job, bytes) else job for job, _raw, _rec in lost]
         calls = [([self.keys.inflight, self.keys.running, rec["reply_to"],
-                   Job.key_for(job.decode() if isinstance(job, bytes) else job), order, self.keys.config],
+                   Job.key_for(jid), order, self.keys.config, self.keys.job_token(jid)],
                   [job, raw, lost_outcome(rec).model_dump_json(), self.partition(rec["session"])])
-                 for job, raw, rec in lost]
+                 for jid, (job, raw, rec) in zip(ids, lost, strict=True)]
         for (_job, _raw, rec), posted in zip(lost, evalsha_many(self.redis, self._settle_unclaimed, calls),
                                              strict=True):
             if posted == 1:

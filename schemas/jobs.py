@@ -39,6 +39,9 @@ JOBS: dict[JobKind, JobSpec] = {
 #: The only functions a Parley worker runs.
 ALLOWED_FUNCS: frozenset[str] = frozenset(spec.func for spec in JOBS.values())
 
+#: A job kind by the function its job hash names.
+KIND_OF_FUNC: dict[str, JobKind] = {spec.func: kind for kind, spec in JOBS.items()}
+
 #: A job kind by its queue's name (outbox records written before the kind was stored).
 KIND_OF_QUEUE: dict[str, JobKind] = {spec.queue: kind for kind, spec in JOBS.items()}
 

@@ -2,7 +2,7 @@
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class WorkOutcome(BaseModel):
@@ -20,9 +20,20 @@ class WorkOutcome(BaseModel):
     error: str | None = None
     # posted by a dispatcher for a job whose worker died holding it (error: worker_lost)
     lost: bool = False
+    # posted (with `lost`) by the worker that took the job and gives it back without running it
+    # (a take its replicas never confirmed, a worker stopping with a job taken): signed with the
+    # job's token, it is the taker's word that nothing ran, so the job is issued again whatever
+    # the tool (docs/protocol.md, "Giving a job back")
+    unrun: bool = False
     # a sub-agent's report: the child session it comes from, and the work the child used
     source: str | None = None
     usage: dict[str, int] | None = None
+
+    @model_validator(mode="after")
+    def _unrun_is_lost(self) -> "WorkOutcome":
+        if self.unrun and (self.ok or not self.lost):
+            raise ValueError("an unrun outcome is a lost one: ok false, lost true")
+        return self
 
     @property
     def engine_made(self) -> bool:

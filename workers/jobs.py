@@ -27,6 +27,7 @@ from parley.runtime.retry import backoff
 from parley.schemas.actions import Decision, decision_from_app
 from parley.schemas.approvals import call_digest
 from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's allowlist: the one job table
+from parley.schemas.jobs import KIND_OF_FUNC
 from parley.schemas.keys import Keys
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import WorkOutcome
@@ -200,6 +201,24 @@ def outcome_sig(job: Any, outcome: str) -> str:
     refuses it, docs/protocol.md, "Who may post an outcome")."""
     token = getattr(job, "parley_job_token", "")
     return job_outcome_signature(token, outcome.encode()) if token else ""
+
+
+def unrun_outcome(job: Any) -> Finish:
+    """What a worker that gives back a job it took and did not run posts (give_back.lua): the
+    job's `unrun` outcome, signed with its token, so that a dispatcher issues it again. A job
+    whose payload names no results stream of ours (the floor's no-op) posts nothing."""
+    kind = KIND_OF_FUNC.get(getattr(job, "func_name", "") or "")
+    payload = job.args[0] if kind is not None and job.args and isinstance(job.args[0], dict) else {}
+    reply_to = payload.get("reply_to")
+    if kind is None or not isinstance(reply_to, str) or not _keys.is_results_stream(reply_to):
+        return Finish("", "")
+    try:
+        outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
+                              kind=kind, ok=False, error="given_back", lost=True, unrun=True)
+    except (KeyError, ValidationError):
+        return Finish("", "")
+    posted = outcome.model_dump_json()
+    return Finish(reply_to, posted, None, outcome_sig(job, posted))
 
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,

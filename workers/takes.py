@@ -3,7 +3,8 @@
 A take is one call of take_job.lua: it posts the outcome of the job just run (when there is
 one), pops the next job, records it as running on this worker and returns its hash. With
 `--replica-acks K` a job is run only once K replicas hold its take (`confirm_take`); one not
-confirmed, or taken by a worker that stops before it runs it, is given back (give_back.lua).
+confirmed, or taken by a worker that stops before it runs it, is given back (give_back.lua:
+its unrun outcome, signed with its token, makes a dispatcher issue it again).
 The worker itself (what runs a job, and RQ's bookkeeping it skips) is workers/worker.py.
 """
 
@@ -57,8 +58,9 @@ class TakingWorker(SimpleWorker):
         With `finish`, the same call first posts that job's outcome and deletes its hash and
         records. `popped`: a job id the blocking wait popped from the queue `popped_from` (its
         key): the script pops it there again if that server never saw the pop (take_job.lua).
-        Call again with the same `token` after a call that got no reply: it returns the job that
-        call took, if it took one, and posts nothing again."""
+        `token` is the take's secret (`new_take_secret`). Call again with the same one after a
+        call that got no reply: it returns the job that call took (its job token included), if
+        it took one, and posts nothing again."""
         worker = jobs.worker_id() or ""
         args: list[Any] = [worker, self.job_class.redis_job_namespace_prefix, popped,
                 self.parley_keys.running, self.parley_keys.inflight,
@@ -67,10 +69,10 @@ class TakingWorker(SimpleWorker):
         if finish is not None:
             done, post = finish
             args += [done.id, post.reply_to, post.outcome, self.parley_keys.inflight_order(done.origin),
-                     "1" if take_next else "0", getattr(done, "parley_record", None) or ""]
+                     "1" if take_next else "0", getattr(done, "parley_record", None) or "",
+                     self.parley_keys.job_token(""), post.sig]
         else:
-            args += ["", "", "", "", "1", ""]
-        args += [self.parley_keys.job_token(""), post.sig if finish is not None else ""]
+            args += ["", "", "", "", "1", "", self.parley_keys.job_token(""), ""]
         reply: Any = self._call_take(self.queue_keys(), args)
         if reply is None:
             return None
@@ -95,13 +97,13 @@ class TakingWorker(SimpleWorker):
                 self.release_running(job_id)
             return False
         if not job_token:
-            # No token: its take was a call that got no reply (the token went with it), or a
-            # token's wait expired, or no dispatcher wrote one. Its outcome could not be proven
-            # to be ours, so it is not run; its in-flight record lets a dispatcher hand it back
-            # as lost (retried when that is safe).
+            # No token: another worker's take read it first (one that took the job off a queue
+            # by hand), or the token's wait expired, or no dispatcher wrote one. Its outcome
+            # could not be proven to be ours, so it is not run; its in-flight record lets a
+            # dispatcher hand it back as lost (retried when that is safe).
             metrics.JOBS_REFUSED.labels("no_token").inc()
-            self.log.warning("not running job %s: its take holds no token (taken by a call that got "
-                             "no reply, or waited past the token's time); a dispatcher hands it back", job_id)
+            self.log.warning("not running job %s: its take found no token (read by another take, or "
+                             "waited past the token's time); a dispatcher hands it back", job_id)
             if claimed:
                 self.release_running(job_id)
             return False
@@ -161,7 +163,7 @@ class TakingWorker(SimpleWorker):
         idle_since = time.monotonic()
         # Kept until a call gets its answer: the retry of a call that got no reply passes the
         # same token (and the same popped id) and gets what that call took.
-        token = secrets.token_hex(8)
+        token = new_take_secret()
         popped = ""  # a job id BLPOP handed us, until take_job.lua has recorded it
         popped_from = ""  # the queue BLPOP popped it from
         while True:
@@ -177,7 +179,7 @@ class TakingWorker(SimpleWorker):
                     taken = self.take(token, popped, popped_from=popped_from)
                 popped = popped_from = ""
                 if taken is False:
-                    token = secrets.token_hex(8)
+                    token = new_take_secret()
                     continue
                 if taken is None:
                     wait = timeout
@@ -192,11 +194,11 @@ class TakingWorker(SimpleWorker):
                     if reply is None:
                         self.heartbeat()
                         continue
-                    popped_from, popped, token = reply[0].decode(), reply[1].decode(), secrets.token_hex(8)
+                    popped_from, popped, token = reply[0].decode(), reply[1].decode(), new_take_secret()
                     continue
                 job, queue = taken  # type: ignore[misc]
                 if not self.confirm_take(job, queue):
-                    token = secrets.token_hex(8)
+                    token = new_take_secret()
                     outages = self._unconfirmed(outages)
                     continue
                 if self.log.isEnabledFor(logging.DEBUG):
@@ -228,9 +230,9 @@ class TakingWorker(SimpleWorker):
         rather than keeping one connection object holds whatever the pool does: redis-py's
         retries reconnect inside a call, a Sentinel-managed pool hands a connection to the new
         primary, and neither is visible to the caller. Any error (an outage, replicas behind,
-        another server) is not retried: the job is given back (give_back.lua, which pushes it
-        back only if the server now reached holds the take) and False returned; the dequeue
-        loop backs off and takes again."""
+        another server) is not retried: the job is given back (give_back.lua, which posts its
+        unrun outcome only if the server now reached holds the take) and False returned; the
+        dequeue loop backs off and takes again."""
         try:
             jobs.confirm_take(self.connection, getattr(job, "parley_server", ServerId()))
             return True
@@ -248,11 +250,12 @@ class TakingWorker(SimpleWorker):
 
     def give_back(self) -> None:
         """The worker stops (a stop request during its last finish, `--max-jobs`, an error) with
-        a job taken and not run: put it back at the head of its queue and delete its running
-        record, in one script (give_back.lua), so that another worker runs it; unless a
-        dispatcher settled it meanwhile (its in-flight record is gone: its loss posted while this
-        worker's heartbeat had lapsed, or cancelled), when it is dropped, or unless the server
-        does not hold the take (lost in a failover), when nothing is done. Should the call fail,
+        a job taken and not run: post its unrun outcome, signed with its token, and delete its
+        records, in one script (give_back.lua), so that a dispatcher issues it again for
+        another worker; unless a dispatcher settled it meanwhile (its in-flight record is gone:
+        its loss posted while this worker's heartbeat had lapsed, or cancelled), when it is
+        dropped, or unless the server does not hold the take (lost in a failover), when
+        nothing is done. Should the call fail,
         the job stays recorded on this worker, and its loss is posted once the heartbeat lapses."""
         held, self._next = self._next, None
         if held is not None:
@@ -264,15 +267,18 @@ class TakingWorker(SimpleWorker):
         `stopping` anyway, it exits, and the loss is posted once its heartbeat lapses."""
         worker = jobs.worker_id() or ""
         token = getattr(job, "parley_token", "") if worker else ""
+        unrun = jobs.unrun_outcome(job)
 
         def back() -> None:
-            given = self._give_back(keys=[queue.key, job.key],
+            given = self._give_back(keys=[job.key],
                                     args=[job.id, self.parley_keys.running, self.parley_keys.inflight,
                                           self.parley_keys.last_take(worker), token,
                                           "1" if getattr(job, "parley_claimed", False) else "0",
-                                          # its token back for its next taker (the take read it)
-                                          self.parley_keys.job_token(job.id),
-                                          getattr(job, "parley_job_token", "")])
+                                          # its unrun outcome, signed with its token: the
+                                          # dispatcher issues it again (give_back.lua)
+                                          unrun.reply_to, unrun.outcome, unrun.sig,
+                                          self.parley_keys.inflight_order(job.origin),
+                                          getattr(job, "parley_record", None) or ""])
             if given == 0:
                 self.log.warning("job %s was settled while this worker held it; not given back", job.id)
             elif given == -1:
@@ -300,6 +306,12 @@ class TakingWorker(SimpleWorker):
             self.log.critical("could not clear the running record of job %s; exiting so that a "
                               "dispatcher sees this worker gone and posts the loss", job_id)
             os._exit(75)
+
+
+def new_take_secret() -> str:
+    """A take's secret: the last-take record keeps only its hash and masks the job's token with
+    it, so it must not be guessable (128 random bits; take_job.lua)."""
+    return secrets.token_hex(16)
 
 
 def _text(value: bytes | str) -> str:

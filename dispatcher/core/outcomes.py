@@ -94,9 +94,9 @@ def _decide(tx: Tx, outcome: WorkOutcome) -> None:
     deciding = c.deciding
     if deciding is None or deciding.work != outcome.work or deciding.attempt != outcome.attempt:
         raise DropOutcome(DropReason.STALE_DECISION)
-    if outcome.lost and deciding.attempt < work.MAX_ATTEMPTS:
+    if outcome.unrun or (outcome.lost and deciding.attempt < work.MAX_ATTEMPTS):
         # decide has no side effects: run it again
-        tx.count("work_retried", "decide")
+        tx.count("work_given_back" if outcome.unrun else "work_retried", "decide")
         deciding.attempt += 1
         decisions.enqueue_decide(tx, deciding)
         return
@@ -128,10 +128,22 @@ def _running(tx: Tx, outcome: WorkOutcome) -> Work:
 
 def _retried(tx: Tx, w: Work, outcome: WorkOutcome) -> bool:
     """Work lost with its worker runs again when that is safe: model calls and idempotent
-    tools without `needs_approval`, up to MAX_ATTEMPTS (other tools settle as `worker_lost`)."""
+    tools without `needs_approval`, up to MAX_ATTEMPTS (other tools settle as `worker_lost`).
+    Work its taker gave back unrun (signed: entries.py checked) is issued again, whatever it
+    is: nothing ran, so a run now is still its first (and a gated call's approval, used up by
+    the issue, is still unspent by any run)."""
+    tool = tx.app.tools.get(w.name or "") if w.kind == "tool" else None
+    if outcome.unrun:
+        tx.count("work_given_back", w.kind)
+        if w.kind == "llm":
+            work.enqueue_llm(tx, w)
+        elif tool is not None:
+            work.enqueue_tool(tx, w, tool)
+        else:
+            return False  # its tool is gone from the app: settled as the outcome says
+        return True
     if not outcome.lost or w.attempt >= work.MAX_ATTEMPTS:
         return False
-    tool = tx.app.tools.get(w.name or "") if w.kind == "tool" else None
     if w.kind == "llm":
         tx.count("work_retried", w.kind)
         work.enqueue_llm(tx, w)

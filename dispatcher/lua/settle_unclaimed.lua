@@ -2,7 +2,8 @@
 -- died between RQ's dequeue and the job's first line), exactly once.
 -- KEYS[1] the in-flight hash, KEYS[2] the running hash, KEYS[3] the session's results stream,
 -- KEYS[4] the RQ job hash (deleted, so RQ's own cleanup can never run the job after all),
--- KEYS[5] the queue's in-flight order, KEYS[6] the config hash
+-- KEYS[5] the queue's in-flight order, KEYS[6] the config hash, KEYS[7] the job's token key
+-- (deleted: a take that never happened leaves it, and no take will read it now)
 -- ARGV[1] RQ job id, ARGV[2] the in-flight record as read, ARGV[3] the 'lost' outcome JSON,
 -- ARGV[4] the session's partition
 -- Returns 1 when posted, 0 when the job was answered, claimed or changed meanwhile.
@@ -20,5 +21,8 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('DEL', KEYS[4])
+if KEYS[7] then
+  redis.call('DEL', KEYS[7])
+end
 redis.call('XADD', KEYS[3], '*', 'outcome', ARGV[3])
 return 1

@@ -65,6 +65,7 @@ def record_lost(src: redis.Redis, keys: Keys, jobs: dict[str, dict[str, Any]], p
             pipe.lrem(q, 0, job)
         if job not in running_ids:
             pipe.delete(Job.key_for(job))  # queued or never started: RQ may not run it later
+        pipe.delete(keys.job_token(job))  # a queued job's, which no take will read now
         pipe.hdel(keys.inflight, job)
         pipe.hdel(keys.running, job)
         for order in orders:

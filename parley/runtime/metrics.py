@@ -52,6 +52,9 @@ APPROVALS = Counter("parley_approvals_total", "Approvals of tools with needs_app
 APPROVAL_OUTCOMES = ("asked", "granted", "denied", "timed_out", "withdrawn")
 WORK_RETRIED = Counter("parley_work_retried_total", "Jobs retried after their worker was lost", ["kind"],
                        registry=REGISTRY)
+WORK_GIVEN_BACK = Counter("parley_work_given_back_total", "Jobs issued again because the worker that "
+                          "took them gave them back unrun (signed with the job's token)", ["kind"],
+                          registry=REGISTRY)
 WORK_LOST = Counter("parley_work_lost_total", "Jobs found held by a dead worker", ["kind"],
                     registry=REGISTRY)
 TRANSITIONS = Counter("parley_transitions_total", "Transitions committed (replays excluded)",
@@ -156,6 +159,7 @@ def start_dispatcher_series() -> None:
         APPROVALS.labels(approval)
     for kind in JobKind:
         WORK_RETRIED.labels(kind)
+        WORK_GIVEN_BACK.labels(kind)
         WORK_LOST.labels(kind)
     for sweep in SWEEP_NAMES:
         SWEEP_ERRORS.labels(sweep)
@@ -215,6 +219,8 @@ def record_transition(tr: Any, seconds: float) -> None:
             RESULTS_DROPPED.labels(label).inc(n)
         elif kind == "work_retried":
             WORK_RETRIED.labels(label).inc(n)
+        elif kind == "work_given_back":
+            WORK_GIVEN_BACK.labels(label).inc(n)
         elif kind == "approval":
             APPROVALS.labels(label).inc(n)
     for wait in tr.waits:

@@ -122,17 +122,17 @@ def queue_ids(r: redis.Redis, kind: str) -> list[str]:
 
 def enqueue_tool_job(conn: redis.Redis, session: str, work: str, name: str, arguments: dict[str, Any], *,
                      reply_to: str = RESULTS, queue: str = "tools", timeout: int = 30, seq: int = 1,
-                     approval: str | None = None) -> str:
+                     approval: str | None = None, attempt: int = 1) -> str:
     """A tool job enqueued exactly as the dispatcher's outbox flush does it (in-flight record
     included, so ParleyWorker takes it on its lean path); its RQ job id. `approval`: the digest
     an approved call of a gated tool carries."""
     args: dict[str, Any] = {"name": name, "arguments": arguments}
     if approval is not None:
         args["approval"] = approval
-    job = Enqueue(seq=seq, job=JobKind.TOOL, work=work, attempt=1, timeout=timeout, reply_to=reply_to,
+    job = Enqueue(seq=seq, job=JobKind.TOOL, work=work, attempt=attempt, timeout=timeout, reply_to=reply_to,
                   app=None, args=args)
     _OnQueue(conn, KEYS, queue).flush_many([(session, [job])])
-    return job_id(session, work, 1)
+    return job_id(session, work, attempt)
 
 
 class _OnQueue(Outbox):

@@ -456,7 +456,7 @@ def test_worker_takes_a_popped_job_and_names_its_server_under_its_login(
     """take_job.lua's paths of the review of issue 29, under the worker's login: the claim of a
     job BLPOP popped reads parley:running (held by another worker?) and pops the job again from
     its queue (LREM) when the server never saw the pop; with --replica-acks it names the server
-    (INFO server and replication); give_back.lua of a job it took. No refusal."""
+    (INFO server and replication); give_back.lua of a job it took (its unrun outcome posted). No refusal."""
     monkeypatch.setattr(jobs, "_replicas", ReplicaPolicy(acks=1, timeout_ms=100))
     jid = enqueue_tool(dispatcher, "acl-t", "call-1", {"a": 1, "b": 1})
     w = make_worker(["tools"], worker, name="acl-worker")
@@ -472,7 +472,10 @@ def test_worker_takes_a_popped_job_and_names_its_server_under_its_login(
         "token-2", reply[1].decode(), popped_from=reply[0].decode()) is False
     monkeypatch.setattr(jobs, "_worker_id", "acl-worker")
     w.give_back_take(*taken)
-    assert acl.admin.lrange("rq:queue:tools", 0, -1) == [jid.encode()]
+    assert acl.admin.lrange("rq:queue:tools", 0, -1) == []
+    [(_id, fields)] = acl.admin.xrange("parley:results")
+    assert WorkOutcome.model_validate_json(fields[b"outcome"]).unrun and fields[b"job_sig"]
+    assert not acl.admin.hexists("parley:inflight", jid) and not acl.admin.exists(f"rq:job:{jid}")
     assert acl.denials() == []
 
 
@@ -487,10 +490,13 @@ def test_the_unclaimed_work_sweep_posts_a_lost_job_under_the_dispatchers_login(
                                                args={"request": {}})])])
     monkeypatch.undo()
     assert acl.admin.lpop("rq:queue:llm") == job_id("acl-lost", "llm-1", 1).encode()  # its worker died
+    token_key = KEYS.job_token(job_id("acl-lost", "llm-1", 1))
+    assert acl.admin.exists(token_key)  # (its take never ran)
     d.sweeps.unclaimed_checked = 0.0
     d.sweeps.find_unclaimed_work()
     posted = [orjson.loads(f[b"outcome"]) for _i, f in acl.admin.xrange("parley:results")]
     assert [(o["session"], o["error"]) for o in posted] == [("acl-lost", "worker_lost")]
+    assert not acl.admin.exists(token_key)  # no token waits out its 7 days for a take that won't come
     assert acl.denials() == []
 
 

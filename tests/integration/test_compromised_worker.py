@@ -11,7 +11,6 @@ from typing import Any
 import orjson
 import pytest
 import redis
-from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -135,14 +134,20 @@ def test_a_worker_cannot_answer_a_sub_agent_call_as_its_child(
 def test_a_job_a_worker_makes_up_is_never_run_by_another(
         acl: AclRedis, worker: redis.Redis, worker_app: None) -> None:  # noqa: F811
     """Issue 31's first attack, under the worker login: a made-up `run_tool` job (`add`, for a
-    session that does not exist) pushed onto the tools queue. Another worker (the same login)
-    takes it and drops it unrun: no in-flight record, which a worker cannot write."""
+    session that does not exist). The login may write its hash (rq:* keys) but push no id onto
+    a queue (no LPUSH or RPUSH: workers only pop); and a job that got onto one all the same
+    (pushed here by the admin: a queue holds what a dispatcher or RQ put there) is taken by
+    another worker (the same login) and dropped unrun: no in-flight record, which a worker
+    cannot write."""
     before = metrics.JOBS_REFUSED.labels("not_issued")._value.get()
     payload = {"session": "EVIL-JOB", "work": "call-1", "attempt": 1, "reply_to": KEYS.results(),
                "name": "add", "arguments": {"a": 1, "b": 2}}
-    made_up = Queue("tools", connection=worker, serializer=JSONSerializer).enqueue_job(Job.create(
-        "parley.workers.jobs.run_tool", args=[payload], id=job_id("EVIL-JOB", "call-1", 1), connection=worker,
-        serializer=JSONSerializer, result_ttl=0), at_front=True)  # LPUSH: the login has no RPUSH
+    made_up = Job.create("parley.workers.jobs.run_tool", args=[payload], id=job_id("EVIL-JOB", "call-1", 1),
+                         connection=worker, serializer=JSONSerializer, result_ttl=0)
+    made_up.save()
+    for push in (worker.lpush, worker.rpush):
+        refused(lambda push=push: push("rq:queue:tools", made_up.id))  # type: ignore[misc]
+    acl.admin.lpush("rq:queue:tools", made_up.id)
     refused(lambda: worker.hset(KEYS.inflight, made_up.id, orjson.dumps({**payload, "digest": "0" * 40})))
     acl.reset_denials()
     run_worker(worker, "tools")
@@ -169,6 +174,7 @@ def test_a_worker_cannot_change_what_a_queued_job_runs(
     assert metrics.JOBS_REFUSED.labels("changed")._value.get() == before + 1
     assert acl.admin.xlen(KEYS.results()) == 0
     assert acl.admin.hexists(KEYS.inflight, jid)  # for the unclaimed-work sweep to hand it back
+    assert not acl.admin.exists(KEYS.job_token(jid))  # dropped with its hash
     assert acl.denials() == []
 
 
@@ -244,4 +250,68 @@ def test_a_worker_cannot_read_a_jobs_token_and_a_token_it_takes_stops_the_job_no
     assert acl.admin.xlen(KEYS.results()) == 0
     assert acl.admin.hexists(KEYS.inflight, job_id("cw-6", job["work"], job["attempt"]))
     assert worker.getdel(token_key) is None  # read once
+    assert acl.denials() == []
+
+
+def test_a_worker_cannot_put_a_token_back_so_a_token_it_reads_is_no_job_of_anyone_else(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None) -> None:  # noqa: F811
+    """Found in review: with SET on token keys, a worker could GETDEL a queued job's token and SET
+    it back (or do both in one script of its own, which runs with its rights): its real taker
+    would run the job unaware while the reader posts its outcome first. Or SET a token of its
+    own making, so that the real taker's outcome is refused and the call hangs. No worker may
+    write a token key, by command or by script."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-7", {"type": "message.create", "content": "hello"})
+    tick(d)
+    job = queued_job(acl.admin)
+    jid = job_id("cw-7", job["work"], job["attempt"])
+    token_key = KEYS.job_token(jid)
+    # (the key an argument, not one of KEYS, as the worker's own scripts do: its login may name
+    # only rq:* keys in KEYS, and Redis checks each command a script runs against the caller)
+    peek_and_restore = worker.script_load(
+        "local t = redis.call('GETDEL', ARGV[1]); redis.call('SET', ARGV[1], t); return t")
+    with pytest.raises(redis.exceptions.ResponseError, match="can't access at least one of the keys"):
+        worker.evalsha(peek_and_restore, 0, token_key)
+    # the script's GETDEL ran (Redis undoes no write of a script that fails): the token is gone,
+    # so the job's taker runs nothing, and the reader holds a token nobody else can answer with
+    assert not acl.admin.exists(token_key)
+    for write in (lambda: worker.set(token_key, b"a token of its own"),
+                  lambda: worker.set(KEYS.job_token("parley-not-yet-enqueued"), b"planted"),
+                  lambda: worker.execute_command("SETEX", token_key, 60, b"x"),
+                  lambda: worker.execute_command("APPEND", token_key, b"x"),
+                  lambda: worker.execute_command("COPY", "rq:queue:llm", token_key)):
+        refused(write)
+    acl.reset_denials()
+    assert not acl.admin.exists(token_key)
+    run_worker(worker)  # its taker finds no token: not run, left to a dispatcher (lost, retried)
+    assert acl.admin.xlen(KEYS.results()) == 0 and acl.admin.hexists(KEYS.inflight, jid)
+    assert acl.denials() == []
+
+
+def test_a_worker_cannot_give_back_a_job_it_did_not_take(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        worker_app: None) -> None:  # noqa: F811
+    """An `unrun` outcome makes the engine issue a job again whatever its tool (its taker's word
+    that nothing ran): one not signed with the job's token is refused `unauthorized`, where a
+    plain `lost` (which only retries what is safe to run again) needs no signature."""
+    client = as_producer(producer)
+    d = make_dispatcher(dispatcher)
+    client.send("cw-8", {"type": "message.create", "content": "hello"})
+    tick(d)
+    job = queued_job(acl.admin)
+    kind = "decide" if "trigger" in job else "llm"
+    before = refused_unauthorized()
+    unrun = WorkOutcome(session="cw-8", work=job["work"], attempt=job["attempt"], kind=kind, ok=False,
+                        error="given_back", lost=True, unrun=True).model_dump_json().encode()
+    worker.xadd(KEYS.results(), {"outcome": unrun})
+    worker.xadd(KEYS.results(), {"outcome": unrun, JOB_SIG_FIELD: job_outcome_signature("its own", unrun)})
+    tick(d, 4)
+    assert refused_unauthorized() == before + 2
+    assert [b"not signed by the worker that took its job" in kept[b"error"]
+            for _id, kept in acl.admin.xrange("parley:inputs:rejected")] == [True, True]
+    assert acl.admin.hexists(KEYS.inflight, job_id("cw-8", job["work"], job["attempt"]))  # not re-issued
+    seen = drive(d, worker, client, "cw-8", "turn.completed")
+    assert seen.count("llm.completed") == 1
     assert acl.denials() == []

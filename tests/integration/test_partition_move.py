@@ -158,6 +158,7 @@ def test_a_move_copies_every_key_and_member_of_the_partition_and_cleans_the_sour
     assert {K.interrupt_index, K.deadlines, K.interrupts_by_time, K.sessions_of_status("parked"),
             K.sessions_of_metadata("team", "red"), K.interrupt_anchors} <= a_members
     [b_job] = [j.decode() for j, rec in r.hgetall(K.inflight).items() if orjson.loads(rec)["session"] == B]
+    assert r.exists(K.job_token(b_job))
     assert stat(r, "parked") == 2
     inputs_group = r.xinfo_groups(K.inputs(P, N))
 
@@ -179,6 +180,7 @@ def test_a_move_copies_every_key_and_member_of_the_partition_and_cleans_the_sour
     assert r1.xinfo_groups(K.inputs(P, N)) == inputs_group and not r.exists(K.inputs(P, N))
     # B's queued model call, still there at the drain's timeout: off the source's queue, and lost
     assert b_job.encode() not in r.lrange("rq:queue:llm", 0, -1) and not r.hexists(K.inflight, b_job)
+    assert not r.exists(K.job_token(b_job))  # and its token, which no take will read now
     [lost] = [orjson.loads(f[b"outcome"]) for _i, f in r1.xrange(K.results(P, N))
               if orjson.loads(f[b"outcome"]).get("lost")]
     assert (lost["session"], lost["error"]) == (B, "worker_lost")

@@ -434,19 +434,36 @@ def test_lean_path_loads_its_script_again_after_redis_forgot_it(
 def test_lean_path_a_finish_retried_after_a_lost_reply_posts_once_and_gets_the_job_it_took(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
     """The finish's reply is lost (Redis went away after running it): the retry with the same
-    token does not post the outcome a second time. The job that call took is not run: its token
-    went with the lost reply (a token is read once), so its running record goes and its
-    in-flight record stays, for a dispatcher to hand it back as lost work."""
+    secret does not post the outcome a second time, and gets the job that call took, with the
+    job's token (kept masked in the worker's last-take record), so it runs."""
     worker, taken, second = two_jobs_first_taken(r, monkeypatch)
     first = taken[0].id
     done = taken[0]
     lost = worker.take("token-2", finish=(done, _finish_of(r, done, 2)))
     assert lost and lost[0].id == second and r.hexists("parley:running", second)
-    assert worker.take("token-2", finish=(done, _finish_of(r, done, 2))) is False
-    assert not r.hexists("parley:running", second) and r.hexists("parley:inflight", second)
+    again = worker.take("token-2", finish=(done, _finish_of(r, done, 2)))
+    assert again and again[0].id == second and r.hexists("parley:running", second)
+    assert again[0].parley_job_token == lost[0].parley_job_token != ""
     assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2)]
     assert not r.hexists("parley:running", first) and not r.hexists("parley:inflight", first)
     assert r.exists(f"rq:job:{first}") == 0 and r.zscore("parley:inflight:rq:queue:tools", first) is None
+
+
+def test_the_last_take_record_holds_neither_the_secret_nor_the_token(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """Every worker may read every last-take record (one login): it must not tell the token of
+    the job taken, nor the secret that unmasks it. A retry with another secret gets nothing."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    token = r.get(KEYS.job_token(jid))
+    assert token
+    taken = make_worker(["tools"], r).take("secret-of-the-take")
+    assert taken and taken[0].parley_job_token == token.decode()
+    record = r.get(KEYS.last_take("w-9"))
+    assert record and token not in record and b"secret-of-the-take" not in record
+    assert r.get(KEYS.job_token(jid)) is None  # read once
+    other = make_worker(["tools"], r)
+    assert other.take("a-guessed-secret") is None  # not the retry: a new take, nothing queued
 
 
 @pytest.mark.parametrize("take_next", [True, False])
@@ -484,21 +501,40 @@ def test_lean_path_a_finish_that_popped_a_cancelled_job_retried_posts_once(
     assert r.hlen("parley:running") == 0
 
 
+def given_back(r: redis.Redis, stream: str = RESULTS) -> list[tuple[str, bool]]:
+    """(work, signed by its job's token) of each unrun outcome posted to `stream`."""
+    from parley.dispatcher.engine_key import EngineKey
+    from parley.schemas.signing import job_signed
+
+    engine_key = EngineKey(r, KEYS).load()
+    out = []
+    for _id, f in r.xrange(stream):
+        o = WorkOutcome.model_validate_json(f[b"outcome"])
+        if o.unrun:
+            jid, sig = job_id(o.session, o.work, o.attempt), f.get(b"job_sig", b"").decode()
+            out.append((o.work, job_signed(engine_key, jid, f[b"outcome"], sig)))
+    return out
+
+
 def test_lean_path_a_worker_stopping_with_a_job_taken_gives_it_back(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
     """The finish of the last job took the next one, and the worker stops before running it
-    (here `max_jobs`; a stop request during the finish is the same): the job goes back to the
-    head of its queue and its running record goes, so that another worker runs it."""
+    (here `max_jobs`; a stop request during the finish is the same): it posts the job's unrun
+    outcome, signed with the job's token, and deletes its records, so that a dispatcher issues
+    it again. It is not pushed back: its token went with the take, and nobody but a dispatcher
+    may write one."""
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
     outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
     second = outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
     third = outbox_tool_job(r, "add", {"a": 3, "b": 3}, work="call-3")
     make_worker(["tools"], r).work(burst=True, max_jobs=1)
-    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2)]
-    assert r.lrange("rq:queue:tools", 0, -1) == [second.encode(), third.encode()]
-    assert r.hlen("parley:running") == 0 and r.hexists("parley:inflight", second)
-    run_burst(r, "tools")  # and another worker runs them, in their order
-    assert [(o.work, o.value) for o in outcomes(r)] == [("call-1", 2), ("call-2", 4), ("call-3", 6)]
+    assert [(o.work, o.value) for o in outcomes(r) if not o.unrun] == [("call-1", 2)]
+    assert given_back(r) == [("call-2", True)]
+    assert r.lrange("rq:queue:tools", 0, -1) == [third.encode()]
+    assert r.hlen("parley:running") == 0 and not r.hexists("parley:inflight", second)
+    assert not r.exists(f"rq:job:{second}") and r.zscore(KEYS.inflight_order("tools"), second) is None
+    run_burst(r, "tools")  # and another worker runs the third
+    assert [(o.work, o.value) for o in outcomes(r) if not o.unrun] == [("call-1", 2), ("call-3", 6)]
     assert r.hlen("parley:running") == 0 and r.hlen("parley:inflight") == 0
 
 
@@ -615,24 +651,36 @@ def test_lean_path_a_job_that_raises_goes_to_rqs_failed_registry_and_its_loss_ca
 def test_lean_path_a_take_retried_after_a_lost_reply_gets_the_job_it_took(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
     """Redis answers nothing (it went away after running the script): the worker calls again with
-    the same token, and the job that call popped and recorded as running on it is not left
-    recorded on a live worker that does not know it has it (no one would post its loss). It is
-    not run either: its token went with the lost reply, so its outcome could not be proven. Its
-    running record goes and its in-flight record stays: a dispatcher hands it back as lost."""
+    the same secret and gets the job that call popped and recorded as running on it, token
+    included, so a live worker is never left recorded with a job it does not know it has, and
+    the job runs (a Redis restart mid-take loses nothing). Nothing else is popped."""
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
     first = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
     second = outbox_tool_job(r, "add", {"a": 2, "b": 2}, work="call-2")
     worker = make_worker(["tools"], r)
     lost = worker.take("token-1")  # its reply "lost": the job is popped and recorded as running
     assert lost and lost[0].id == first and r.hexists("parley:running", first)
-    before = metrics.JOBS_REFUSED.labels("no_token")._value.get()
-    assert worker.take("token-1") is False
-    assert metrics.JOBS_REFUSED.labels("no_token")._value.get() == before + 1
-    assert not r.hexists("parley:running", first) and r.hexists("parley:inflight", first)
+    again = worker.take("token-1")
+    assert again and again[0].id == first and again[0].parley_job_token == lost[0].parley_job_token != ""
+    assert r.hexists("parley:running", first) and r.hexists("parley:inflight", first)
     assert r.lrange("rq:queue:tools", 0, -1) == [second.encode()]  # nothing else was popped
     nxt = worker.take("token-2")
     assert nxt and nxt[0].id == second
     assert worker.take("token-3") is None
+
+
+def test_a_take_that_finds_no_token_runs_nothing_and_leaves_the_job_to_a_dispatcher(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
+    """Its token read by another take first (or expired): the job is not run, its running
+    record goes and its in-flight record stays, for the unclaimed-work sweep."""
+    monkeypatch.setattr(jobs, "_worker_id", "w-9")
+    jid = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
+    r.delete(KEYS.job_token(jid))
+    before = metrics.JOBS_REFUSED.labels("no_token")._value.get()
+    assert make_worker(["tools"], r).take("token-1") is False
+    assert metrics.JOBS_REFUSED.labels("no_token")._value.get() == before + 1
+    assert not r.hexists("parley:running", jid) and r.hexists("parley:inflight", jid)
+    assert outcomes(r) == []
 
 
 def test_lean_path_a_retried_take_of_a_job_cancelled_since_clears_its_record(
@@ -809,12 +857,13 @@ def test_a_take_this_server_does_not_hold_is_not_given_back(
     worker.give_back_take(job, queue)
     assert queue_ids(r, "tools") == [jid]
     assert r.hget("parley:inflight", jid) == record and r.exists(f"rq:job:{jid}")
+    assert outcomes(r) == []  # nothing posted
 
 
-def test_a_take_given_back_twice_is_queued_once(
+def test_a_take_given_back_twice_is_posted_once(
         r: redis.Redis, monkeypatch: pytest.MonkeyPatch, scenarios: None) -> None:
-    """The server holds the take: it is given back (running record gone, at the head of its
-    queue); a retry of that call after a lost reply pushes nothing a second time."""
+    """The server holds the take: it is given back (its unrun outcome posted, its records gone);
+    a retry of that call after a lost reply posts nothing a second time."""
     monkeypatch.setattr(jobs, "_worker_id", "w-9")
     jid = outbox_tool_job(r, "add", {"a": 1, "b": 1}, work="call-1")
     worker = make_worker(["tools"], r)
@@ -822,7 +871,9 @@ def test_a_take_given_back_twice_is_queued_once(
     assert taken
     worker.give_back_take(*taken)
     worker.give_back_take(*taken)
-    assert queue_ids(r, "tools") == [jid] and not r.hexists("parley:running", jid)
+    assert given_back(r) == [("call-1", True)]
+    assert queue_ids(r, "tools") == [] and not r.hexists("parley:running", jid)
+    assert not r.hexists("parley:inflight", jid) and not r.exists(f"rq:job:{jid}")
 
 
 # ---- a job popped by BLPOP, claimed by a separate call (review of issue 29) ---------------------

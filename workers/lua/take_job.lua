@@ -8,7 +8,7 @@
 -- ARGV[1] worker id ('' = record nothing), ARGV[2] the RQ job key prefix ('rq:job:'),
 -- ARGV[3] a job id already popped by a blocking wait ('' = pop one here),
 -- ARGV[4] the running hash, ARGV[5] the in-flight hash,
--- ARGV[6] this worker's last-take key, ARGV[7] this take's token,
+-- ARGV[6] this worker's last-take key, ARGV[7] this take's secret (random, 128 bits),
 -- ARGV[8] '1' = name this server in the reply (--replica-acks: the take is confirmed by a WAIT
 -- on the same server only; workers/takes.py, confirm_take),
 -- ARGV[9] the queue the blocking wait popped ARGV[3] from (one of KEYS; '' with ARGV[3] ''),
@@ -29,11 +29,15 @@
 -- Only the queues are KEYS so that the worker's ACL (rq:* keys) admits the call; the job hash's
 -- name is only known after the pop, and the other keys are checked by ACL command by command.
 --
--- A worker whose call got no reply (Redis went away) calls again with the same token and gets
+-- A worker whose call got no reply (Redis went away) calls again with the same secret and gets
 -- the job the first call took, if it ran: a job is never recorded as running on a live worker
 -- that does not know it has it (no dispatcher would ever post its loss). A call that finished a
--- job always leaves its token, so that its retry returns what it took (nothing included) and
+-- job always leaves its record, so that its retry returns what it took (nothing included) and
 -- never posts the outcome a second time.
+-- The record (ARGV[6], `took`) holds the secret's SHA-1, never the secret, and the job's token
+-- masked by a pad derived from the secret: every worker may read every record (one login), and
+-- the retry must get back the token the lost reply carried, which no other worker may learn.
+-- Only the call's own arguments carried the secret, so only the worker that made it can unmask.
 --
 -- A job popped by the blocking wait (ARGV[3]) was popped by a separate BLPOP, perhaps on another
 -- server: after a failover that lost that pop, the server reached now (the promoted replica)
@@ -45,6 +49,22 @@
 -- ways to make a blocking pop provable (this one, or BLMOVE into a per-worker list and claim
 -- only what an LREM from that list finds), BLMOVE watches one source list, and a worker blocks
 -- on all its queues at once, in priority order: BLPOP it stays.
+-- The job's token masked (sign 1) or unmasked (-1) by the pad of the take's secret: hex digit
+-- by hex digit, plus or minus the pad's digit mod 16 (a one-time pad; a token is 64 hex digits,
+-- the pad 80: two SHA-1s, each of the secret under its own label).
+local function masked(token, sign)
+  if token == '' then
+    return ''
+  end
+  local pad = redis.sha1hex('parley-take-pad-1\n' .. ARGV[7]) .. redis.sha1hex('parley-take-pad-2\n' .. ARGV[7])
+  local out = {}
+  for i = 1, #token do
+    local t = tonumber(string.sub(token, i, i), 16) or 0
+    local m = tonumber(string.sub(pad, i, i), 16)
+    out[i] = string.format('%x', (t + sign * m) % 16)
+  end
+  return table.concat(out)
+end
 local function server()
   if ARGV[8] ~= '1' then
     return '', ''
@@ -84,15 +104,18 @@ local function not_issued(record, fields)
 end
 -- A job refused so (`code`, -2 or -3) is dropped: its hash deleted, never run. A real job's
 -- in-flight record stays, so the unclaimed-work sweep hands it back as lost.
+-- Its token goes with it (GETDEL: the only way a worker may delete one), so no key of a job
+-- that will never be taken waits out the token's time.
 local function dropped(id, queue, code)
   redis.call('DEL', ARGV[2] .. id)
+  redis.call('GETDEL', ARGV[16] .. id)
   return {id, queue, code, {}, '', '', '', ''}
 end
 if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
   if last then
-    local token, was_claimed, job = string.match(last, '^(%S+) (%d) (.*)$')
-    if token == ARGV[7] then
+    local secret, was_claimed, job, hidden = string.match(last, '^(%x+) (%d) (%S*) (%x*)$')
+    if secret == redis.sha1hex(ARGV[7]) then
       if job == '' then
         return nil  -- that call finished a job and took nothing
       end
@@ -114,9 +137,8 @@ if ARGV[1] ~= '' then
           return dropped(job, '', refused)
         end
       end
-      -- its token went with the first call (read once: no other worker can learn it): the
-      -- job is not run, and its in-flight record lets a dispatcher hand it back as lost
-      return {job, '', 1, fields, record or '', run_id, replid, ''}
+      -- its token, read by the first call and kept masked in the record for this retry
+      return {job, '', 1, fields, record or '', run_id, replid, masked(hidden, -1)}
     end
   end
 end
@@ -133,9 +155,10 @@ if finished ~= '' then
   end
   finish_records(ARGV[4], ARGV[5], ARGV[13], ARGV[2] .. finished, finished, ARGV[15] or '')
 end
-local function took(claimed, id)
+local function took(claimed, id, token)
   if ARGV[1] ~= '' then
-    redis.call('SET', ARGV[6], ARGV[7] .. ' ' .. claimed .. ' ' .. id, 'PX', 600000)
+    redis.call('SET', ARGV[6], redis.sha1hex(ARGV[7]) .. ' ' .. claimed .. ' ' .. id .. ' ' .. masked(token or '', 1),
+               'PX', 600000)
   end
 end
 local id = ARGV[3]
@@ -197,11 +220,12 @@ if ARGV[1] ~= '' then
   claimed = 1
   taken = record
 end
-took(claimed, id)
-local run_id, replid = server()
 -- The job's token, read and deleted in the take itself: the outcome signed with it is the
 -- only one a dispatcher applies, so only the worker that took the job can answer it (and a
 -- worker that reads tokens of queued jobs takes them: their real takers find none, and do
--- not run them). Workers may GETDEL token keys, never GET them (deploy/redis/users.acl).
+-- not run them). Workers may GETDEL token keys, never GET or SET them (deploy/redis/users.acl):
+-- a token read is gone, and nobody but a dispatcher can put one back.
 local token = redis.call('GETDEL', ARGV[16] .. id) or ''
+took(claimed, id, token)
+local run_id, replid = server()
 return {id, queue, claimed, fields, taken, run_id, replid, token}

@@ -234,3 +234,41 @@ def test_a_worker_whose_app_gates_the_tool_refuses_a_job_without_its_approval(
     enqueue_tool_job(acl.admin, "ap-4", "call-2", "pay", PAY, approval=call_digest("pay", PAY), seq=2)
     run_worker(worker, "tools")
     assert payments(paid) == [PAY]
+
+
+def test_an_approved_call_given_back_by_its_worker_runs_once_on_its_approval(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, dispatcher: redis.Redis,  # noqa: F811
+        paid: Path) -> None:
+    """The worker that took the approved `pay` gives it back unrun (as one stopping with it
+    taken does): its signed `unrun` outcome makes the dispatcher issue the call again, as a new
+    attempt with a new token, on the same approval; the next worker pays once. A `lost` in its
+    place would have settled it `worker_lost` (a gated tool is never retried on a lost)."""
+    from parley.workers.worker import make_worker
+
+    client, d = as_producer(producer), make_dispatcher(dispatcher)
+    to_the_decide_of_the_call(d, worker, client, "ap-9", f"call pay {orjson.dumps(PAY).decode()}")
+    run_worker(worker, "decide")
+    tick(d, 4)
+    [raised] = of(client, "ap-9", "interrupt.raised")
+    resume(client, "ap-9", raised["interrupt_id"], {"approved": True})
+    tick(d, 4)
+    run_worker(worker, "decide")
+    tick(d, 4)
+    [first] = queued(acl.admin, "tools")
+    taker = make_worker(["tools"], worker, name="acl-worker")
+    taken = taker.take("the-takes-secret")
+    assert isinstance(taken, tuple) and taken[0].args[0]["attempt"] == first["attempt"]
+    given_before = metrics.WORK_GIVEN_BACK.labels("tool")._value.get()
+    taker.give_back_take(*taken)
+    tick(d, 4)
+    assert metrics.WORK_GIVEN_BACK.labels("tool")._value.get() == given_before + 1
+    [again] = queued(acl.admin, "tools")
+    assert again["attempt"] == first["attempt"] + 1 and again["approval"] == call_digest("pay", PAY)
+    assert acl.admin.exists(KEYS.job_token(job_id("ap-9", again["work"], again["attempt"])))
+    for _ in range(3):
+        run_worker(worker)
+        tick(d, 4)
+    assert payments(paid) == [PAY]
+    [completed] = of(client, "ap-9", "tool.completed")
+    assert "error" not in completed
+    assert acl.denials() == []

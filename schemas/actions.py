@@ -2,7 +2,9 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from parley.schemas.decision_errors import explain, returned
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 
@@ -79,6 +81,16 @@ class Decision(BaseModel):
 
 DECISION_ADAPTER: TypeAdapter[Decision] = TypeAdapter(Decision)
 
+#: each action type's model, in the order the docs list them
+ACTION_MODELS: dict[str, type[BaseModel]] = {
+    m.model_fields["type"].default: m
+    for m in (LlmCall, ToolExecute, ToolResult, ToolError, MessageAction, InterruptAction)}
+
+
+class InvalidDecision(ValueError):
+    """A decision the engine cannot read; its message says what is wrong in one line (with a
+    "did you mean" for a misspelt type or field)."""
+
 
 def decision_from_app(value: Any) -> Decision:
     """Accepts what an app may return: a `Decision`, a dict `{"actions": [...]}`, or a list."""
@@ -87,11 +99,16 @@ def decision_from_app(value: Any) -> Decision:
     if isinstance(value, list):
         value = {"actions": value}
     if value is None:
-        raise ValueError("decide returned None; return `proposed` to carry on")
-    if isinstance(value, dict):
-        value = {"actions": [_plain(a) for a in value.get("actions", [])], **{
-            k: v for k, v in value.items() if k != "actions"}}
-    return Decision.model_validate(value)
+        raise InvalidDecision("decide returned None; return `proposed` to carry on")
+    if not isinstance(value, dict):
+        raise InvalidDecision(returned(value))
+    listed = value.get("actions", [])
+    value = {"actions": [_plain(a) for a in listed] if isinstance(listed, list) else listed,
+             **{k: v for k, v in value.items() if k != "actions"}}
+    try:
+        return Decision.model_validate(value)
+    except ValidationError as exc:
+        raise InvalidDecision(explain(exc, ACTION_MODELS)) from None
 
 
 def _plain(action: Any) -> Any:

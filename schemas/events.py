@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from parley.schemas.codes import IgnoreCode, RefusalCode
+from parley.schemas.results import AppException
 
 
 class _Event(BaseModel):
@@ -82,6 +83,8 @@ class LlmFailed(_Event):
     call_id: str
     head: str
     error: str
+    #: what the app's code raised, when that is the error
+    exception: AppException | None = None
 
 
 class LlmVoided(_Event):
@@ -116,6 +119,8 @@ class ToolCompleted(_Event):
     name: str
     message_id: str
     error: str | None = None
+    #: what the app's code raised, when that is the error
+    exception: AppException | None = None
 
 
 class ToolDeferred(_Event):
@@ -171,6 +176,8 @@ class DecisionFailed(_Event):
     type: Literal["decision.failed"]
     trigger: TriggerRef
     error: str
+    #: what the app's code raised, when that is the error
+    exception: AppException | None = None
 
 
 class InterruptCancelled(_Event):

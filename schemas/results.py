@@ -5,6 +5,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 
+class AppException(BaseModel):
+    """What the app's code raised, for the person who wrote it: the exception's type and message
+    and the last frames of the app's own code (`path:line in function`), innermost last."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    message: str
+    frames: list[str] = []
+
+
 class WorkOutcome(BaseModel):
     """One finished job. `work` and `attempt` let the dispatcher drop late or stale results."""
 
@@ -25,6 +36,9 @@ class WorkOutcome(BaseModel):
     # job's token, it is the taker's word that nothing ran, so the job is issued again whatever
     # the tool (docs/protocol.md, "Giving a job back")
     unrun: bool = False
+    # what the app's code raised, when that is why `ok` is false (a decide, tool or model call
+    # of the app's that failed with an exception of its own)
+    exception: AppException | None = None
     # a sub-agent's report: the child session it comes from, and the work the child used
     source: str | None = None
     usage: dict[str, int] | None = None

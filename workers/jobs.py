@@ -30,10 +30,11 @@ from parley.schemas.jobs import ALLOWED_FUNCS as ALLOWED_FUNCS  # the worker's a
 from parley.schemas.jobs import KIND_OF_FUNC
 from parley.schemas.keys import Keys
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
-from parley.schemas.results import WorkOutcome
+from parley.schemas.results import AppException, WorkOutcome
 from parley.schemas.signing import job_outcome_signature
 from parley.schemas.triggers import Trigger
 from parley.schemas.view import public_message
+from parley.workers import app_errors
 from parley.workers.app import App
 from parley.workers.llm.limits import TimeLimit, time_limit
 
@@ -222,10 +223,10 @@ def unrun_outcome(job: Any) -> Finish:
 
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
-          started: float | None = None, lost: bool = False) -> None:
+          started: float | None = None, lost: bool = False, exception: AppException | None = None) -> None:
     reply_to = payload["reply_to"]
     outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
-                          kind=kind, ok=ok, value=value, error=error, lost=lost)
+                          kind=kind, ok=ok, value=value, error=error, lost=lost, exception=exception)
     job = get_current_job()
     assert job is not None
 
@@ -287,8 +288,15 @@ def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None
         _post(payload, kind, False, error=str(exc), started=started, lost=True)
     except JobFailure as exc:
         _post(payload, kind, False, error=str(exc), started=started)
+    except JobTimeoutException:
+        _post(payload, kind, False, error="timeout", started=started)
     except Exception as exc:
-        _post(payload, kind, False, error=_describe(exc), started=started)
+        # the app's own code raised: its author needs the traceback (ERROR, in the worker's
+        # log) and the app's frames with the outcome (the event, `parley show`)
+        failure = app_errors.describe(exc)
+        log.error("app code raised", exc_info=exc, extra=kv(
+            kind=kind, session=payload["session"], work=payload["work"], error=app_errors.one_line(failure)))
+        _post(payload, kind, False, error=_describe(exc), started=started, exception=failure)
     else:
         _post(payload, kind, True, value=value, started=started)
 

@@ -33,6 +33,7 @@ from parley.schemas.actions import (
 )
 from parley.schemas.approvals import APPROVAL_REASON
 from parley.schemas.jobs import JobKind
+from parley.schemas.results import AppException
 from parley.schemas.state import Deciding, QueuedTrigger, Turn
 
 #: actions that start work: a parked branch starts none (I12)
@@ -253,11 +254,14 @@ def after_decision(tx: Tx, item: QueuedTrigger) -> None:
         release(tx, tx.turn_of(tx.c.head))
 
 
-def decision_failed(tx: Tx, item: QueuedTrigger, error: str) -> None:
-    tx.emit("decision.failed", trigger=trigger_ref(item), error=error)
+def decision_failed(tx: Tx, item: QueuedTrigger, error: str, exception: AppException | None = None) -> None:
+    """`exception`: what the app's decide raised, when it raised (in the event and on the
+    settled call's tool message, for the app's author)."""
+    tx.emit("decision.failed", trigger=trigger_ref(item), error=error,
+            exception=exception.model_dump() if exception is not None else None)
     if item.trigger["type"] in CALL_TRIGGERS:
         # The call is settled as `decision_failed`, so a turn never waits forever.
         w = work.open_tool(tx, default_call(item))
         if w is not None and w.status == "new":
-            work.settle(tx, w, error="decision_failed")
+            work.settle(tx, w, error="decision_failed", exception=exception)
     after_decision(tx, item)

@@ -102,7 +102,7 @@ def _decide(tx: Tx, outcome: WorkOutcome) -> None:
         return
     c.deciding = None
     if not outcome.ok:
-        decisions.decision_failed(tx, deciding.item, outcome.error or "decide failed")
+        decisions.decision_failed(tx, deciding.item, outcome.error or "decide failed", outcome.exception)
         return
     try:
         decision = decision_from_app(outcome.value)
@@ -168,7 +168,7 @@ def _tool(tx: Tx, outcome: WorkOutcome) -> None:
     if outcome.ok:
         work.settle(tx, w, result=outcome.value, close=None)
     else:
-        work.settle(tx, w, error=outcome.error or "tool failed", close=None)
+        work.settle(tx, w, error=outcome.error or "tool failed", close=None, exception=outcome.exception)
 
 
 def _llm(tx: Tx, outcome: WorkOutcome) -> None:
@@ -176,7 +176,7 @@ def _llm(tx: Tx, outcome: WorkOutcome) -> None:
     if _retried(tx, w, outcome):
         return
     if not outcome.ok:
-        work.fail_llm(tx, w, outcome.error or "llm failed")
+        work.fail_llm(tx, w, outcome.error or "llm failed", outcome.exception)
         return
     try:
         reply = parse_llm_reply(outcome.value)

@@ -24,7 +24,7 @@ from parley.schemas.ids import subagent_deadline
 from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import JobKind
 from parley.schemas.llm import LlmReply
-from parley.schemas.results import WorkOutcome
+from parley.schemas.results import AppException, WorkOutcome
 from parley.schemas.state import QueuedTrigger, Turn, Work
 from parley.schemas.view import public_message
 
@@ -105,9 +105,10 @@ def record_llm(tx: Tx, w: Work, reply: LlmReply) -> None:
     turn.replied = not calls
 
 
-def fail_llm(tx: Tx, w: Work, error: str) -> None:
+def fail_llm(tx: Tx, w: Work, error: str, exception: AppException | None = None) -> None:
     del tx.c.work[w.id]
-    tx.emit("llm.failed", call_id=w.id, head=w.head, error=error)
+    tx.emit("llm.failed", call_id=w.id, head=w.head, error=error,
+            exception=exception.model_dump() if exception is not None else None)
     fire(tx, "llm.failed", tx.c.turns[w.turn], [], call_id=w.id, error=error)
 
 
@@ -155,8 +156,10 @@ def enqueue_tool(tx: Tx, w: Work, tool: ToolInfo) -> None:
 
 
 def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
-           close: CloseReason | None = CloseReason.ABANDONED) -> None:
-    """Record a tool call's outcome as a tool message and fire `tool.completed`.
+           close: CloseReason | None = CloseReason.ABANDONED, exception: AppException | None = None) -> None:
+    """Record a tool call's outcome as a tool message and fire `tool.completed`. `exception`:
+    what the app's code raised, when that is the error (on the message and the event; never
+    sent to a model by Parley's adapters, which send a tool message's content alone).
 
     A sub-agent call settled by anything but its child's own report (`close=None`) leaves a
     child nobody waits for: it is closed, for `close`."""
@@ -175,11 +178,15 @@ def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
     message: dict[str, Any] = {"role": "tool", "content": content, "tool_call_id": w.id}
     if error is not None:
         message["error"] = True
+    if exception is not None:
+        message["exception"] = exception.model_dump()
     m = tx.append(turn, message)
     turn.replied = False
     completed: dict[str, Any] = {"call_id": w.id, "name": w.name, "message_id": m["id"]}
     if error is not None:
         completed["error"] = error
+    if exception is not None:
+        completed["exception"] = exception.model_dump()
     tx.emit("tool.completed", **completed)
     still = pending(tx, turn.id)
     outcome = {"error": error} if error is not None else {"result": result}

@@ -18,6 +18,12 @@ def _text(m: dict[str, Any]) -> tuple[str, str, str]:
     that the content itself is copied once, by the final join."""
     before = f"[{m['tool_call_id']}{' error' if m.get('error') else ''}] " if m.get("tool_call_id") else ""
     after = ""
+    failure = m.get("exception")
+    if isinstance(failure, dict):
+        # what the app's code raised: its type, message and where (the innermost app frame)
+        frames = failure.get("frames") or []
+        where = f" at {frames[-1]}" if frames else ""
+        after = f"  ({failure.get('type')}: {failure.get('message')}{where})"
     if m.get("tool_calls"):
         after = (" " if m["content"] else "") + ", ".join(
             f"{c['name']}({orjson.dumps(c['arguments']).decode()}) [{c['id']}]"

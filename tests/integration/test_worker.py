@@ -157,6 +157,24 @@ def test_tool_errors_and_unknown_tools_are_outcomes(r: redis.Redis, scenarios: N
     assert all(o.kind == "tool" and o.value is None for o in got.values())
 
 
+def test_a_tool_that_raises_is_logged_at_error_with_its_traceback_and_its_outcome_names_the_apps_frame(
+        r: redis.Redis, scenarios: None, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 32: a failing app function used to leave one INFO line (`job done ... ok=False`)."""
+    import logging
+
+    tool_job(r, "boom", {}, work="call-1")
+    with caplog.at_level(logging.ERROR, logger="parley.worker"):
+        run_burst(r, "tools")
+    [outcome] = outcomes(r)
+    assert outcome.exception is not None
+    assert (outcome.exception.type, outcome.exception.message) == ("RuntimeError", "boom")
+    assert [f.split(":")[0] for f in outcome.exception.frames] == ["tests/apps/scenarios.py"]
+    assert outcome.exception.frames[-1].endswith(" in boom")
+    [record] = [rec for rec in caplog.records if rec.getMessage() == "app code raised"]
+    assert record.levelno == logging.ERROR and record.exc_info and record.exc_info[0] is RuntimeError
+    assert "tests/apps/scenarios.py" in caplog.text and "raise RuntimeError(\"boom\")" in caplog.text
+
+
 def test_a_job_cannot_post_outside_a_results_stream(r: redis.Redis, scenarios: None) -> None:
     events_key = "parley:{s-w}:events"
     job = tool_job(r, "add", {"a": 1, "b": 1}, reply_to=events_key)

@@ -895,3 +895,27 @@ def test_show_puts_parents_first_for_messages_stored_without_their_creation_orde
     for m in s.state.messages.values():
         m.pop("order", None)
     assert [m["id"] for m in s.show()["messages"]] == ["zz-root", "msg-1"]
+
+
+def test_a_decide_that_raised_is_told_with_the_apps_exception_on_the_event_and_the_call():
+    """Issue 32: `parley show` used to say only `[call-1 error] decision_failed`."""
+    from parley.cli.transcript import format_transcript
+    from parley.schemas.results import AppException
+    from parley.schemas.view import show
+
+    s = _to_tool_execute()
+    d = s.deciding
+    assert d is not None
+    raised = AppException(type="KeyError", message="'amount'", frames=["myapp.py:12 in decide"])
+    s.outcome("decide", d.work, d.attempt, ok=False, error="KeyError: 'amount'", exception=raised)
+    assert s.ev("decision.failed")["exception"] == raised.model_dump()
+    completed = s.ev("tool.completed")
+    assert completed["error"] == "decision_failed" and completed["exception"] == raised.model_dump()
+    [message] = [m for m in s.state.messages.values() if m.get("role") == "tool"]
+    assert message["content"] == "decision_failed" and message["exception"] == raised.model_dump()
+    shown = format_transcript(show(s.state))
+    assert "decision_failed  (KeyError: 'amount' at myapp.py:12 in decide)" in shown
+    # without one (a timeout, an invalid decision) the fields are absent, not null
+    s2 = _to_tool_execute()
+    s2.decide(value="done")
+    assert "exception" not in s2.ev("decision.failed") and "exception" not in s2.ev("tool.completed")

@@ -7,6 +7,7 @@ which the engine puts in the event (and `parley show` prints). Parley's own fram
 runner that called the app) are left out: they are the same for every failure.
 """
 
+import asyncio
 import os
 import traceback
 from pathlib import Path
@@ -18,14 +19,17 @@ from parley.schemas.results import AppException
 MAX_FRAMES = 5
 MAX_MESSAGE = 500
 
-_OURS = (str(Path(parley.__file__).resolve().parent.parent),)
+_ROOT = str(Path(parley.__file__).resolve().parent.parent)
+#: asyncio's own frames, which an `async def` of the app's is run through
+_ASYNCIO = os.path.dirname(os.path.realpath(asyncio.__file__)) + os.sep
 
 
 def _ours(filename: str) -> bool:
-    """A frame of Parley's job runner (the package, wherever its folders are linked from)."""
+    """A frame of Parley's job runner (the package, wherever its folders are linked from), or of
+    the event loop that ran an `async def` of the app's."""
     real = os.path.realpath(filename)
-    return any(real.startswith(os.path.join(root, folder) + os.sep)
-               for root in _OURS for folder in ("parley", "workers", "schemas", "dispatcher"))
+    return real.startswith(_ASYNCIO) or any(real.startswith(os.path.join(_ROOT, folder) + os.sep)
+                                            for folder in ("parley", "workers", "schemas", "dispatcher"))
 
 
 def _shown(filename: str) -> str:

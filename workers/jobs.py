@@ -34,7 +34,7 @@ from parley.schemas.results import AppException, WorkOutcome
 from parley.schemas.signing import job_outcome_signature
 from parley.schemas.triggers import Trigger
 from parley.schemas.view import public_message
-from parley.workers import app_errors
+from parley.workers import app_errors, awaiting
 from parley.workers.app import App
 from parley.workers.llm.limits import TimeLimit, time_limit
 
@@ -305,7 +305,7 @@ def run_decide(payload: dict[str, Any]) -> None:
     def decide(app: App) -> Any:
         trigger = Trigger.model_validate(payload["trigger"])
         proposed = Decision.model_validate(payload["proposed"])
-        returned = app.decide(trigger, proposed) if app.decide else proposed
+        returned = awaiting.resolved(app.decide(trigger, proposed)) if app.decide else proposed
         try:
             return decision_from_app(returned).to_wire()
         except (ValidationError, ValueError) as exc:
@@ -343,7 +343,7 @@ def run_llm(payload: dict[str, Any]) -> None:
             raise JobFailure("the app has no `llm`")
         request = llm_request(payload)
         with time_limit(_model_time_limit(started)), _stopped_if_voided():
-            response = app.llm({**request, "tools": app.tool_schemas()})
+            response = awaiting.resolved(app.llm({**request, "tools": app.tool_schemas()}))
         return check_response(response)
 
     try:
@@ -418,7 +418,7 @@ def run_tool(payload: dict[str, Any]) -> None:
             # without it came from a dispatcher whose app does not gate this tool (an older
             # app, another module). The workers' app says it needs approval: it does not run.
             raise JobFailure("not_approved")
-        result = fn(**payload["arguments"])
+        result = awaiting.resolved(fn(**payload["arguments"]))
         orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
         return result
 

@@ -175,6 +175,43 @@ def test_a_tool_that_raises_is_logged_at_error_with_its_traceback_and_its_outcom
     assert "tests/apps/scenarios.py" in caplog.text and "raise RuntimeError(\"boom\")" in caplog.text
 
 
+def test_async_tools_run_on_the_workers_event_loop(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32: an `async def` tool failed with `Type is not JSON serializable: coroutine`. It
+    runs on one event loop kept for the worker's life; a time limit cancels it; its failure is
+    the app's exception like any other."""
+    from tests.apps import async_app
+
+    monkeypatch.setattr(jobs, "_app", None)
+    jobs.set_app(load_app("tests.apps.async_app"))
+    async_app.LOOPS.clear()
+    tool_job(r, "add", {"a": 2, "b": 3}, work="call-1")
+    tool_job(r, "add", {"a": 4, "b": 5}, work="call-2")
+    tool_job(r, "fail", {}, work="call-3")
+    tool_job(r, "nap", {"seconds": 30}, work="call-4", timeout=1)
+    tool_job(r, "add", {"a": 1, "b": 1}, work="call-5")  # the loop still serves after a timeout
+    run_burst(r, "tools")
+    got = {o.work: o for o in outcomes(r)}
+    assert [(got[w].ok, got[w].value) for w in ("call-1", "call-2", "call-5")] == [
+        (True, 5), (True, 9), (True, 2)]
+    assert (got["call-3"].ok, got["call-3"].error) == (False, "LookupError: no such invoice")
+    assert got["call-3"].exception is not None and got["call-3"].exception.frames[-1].endswith(" in fail")
+    assert (got["call-4"].ok, got["call-4"].error) == (False, "timeout")
+    assert len(async_app.LOOPS) == 3 and len(set(async_app.LOOPS)) == 1
+
+
+def test_an_async_decide_and_an_async_llm_run_too(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs, "_app", None)
+    jobs.set_app(load_app("tests.apps.async_app"))
+    app = jobs.current_app()
+    from parley.schemas.actions import Decision
+    from parley.workers import awaiting
+
+    assert app.decide is not None and app.llm is not None
+    assert awaiting.resolved(app.decide(None, Decision())) == Decision()
+    reply = awaiting.resolved(app.llm({"messages": [{"role": "user", "content": "hi"}], "tools": []}))
+    assert isinstance(reply, dict) and "content" in reply
+
+
 def test_a_job_cannot_post_outside_a_results_stream(r: redis.Redis, scenarios: None) -> None:
     events_key = "parley:{s-w}:events"
     job = tool_job(r, "add", {"a": 1, "b": 1}, reply_to=events_key)

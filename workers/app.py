@@ -61,7 +61,14 @@ def load_app(spec: str | None) -> App:
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AppError(f"cannot import app module {module_name!r}: {exc}") from exc
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name is not None \
+                and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # the app itself is not found (not a module it imports): say where it was looked for
+            hint = (f" (looked in the working directory {os.getcwd()} and on the Python path: run "
+                    f"from the folder that holds {exc.name.replace('.', '/')}.py or its package, or "
+                    "add that folder to PYTHONPATH)")
+        raise AppError(f"cannot import app module {module_name!r}: {exc}{hint}") from exc
     for part in filter(None, attr.split(".")):
         try:
             target = getattr(target, part)

@@ -97,9 +97,12 @@ def sign(secret: bytes, timestamp: int, body: bytes) -> str:
     return f"t={timestamp},v1={mac}"
 
 
-def verify(secret: bytes, header: str, body: bytes, now: float,
+def verify(secret: bytes, header: str, body: bytes, now: float | None = None,
            tolerance_s: float = SIGNATURE_TOLERANCE_S) -> bool:
-    """What a receiver runs: the header is well formed, recent, and its MAC matches `body`."""
+    """What a receiver runs: the header is well formed, recent, and its MAC matches `body`.
+    `now`: the receiver's clock, in seconds (`time.time()` when not given)."""
+    if now is None:
+        now = time.time()
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
     try:
         timestamp = int(parts["t"])

@@ -4,6 +4,7 @@
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +82,22 @@ def test_load_errors_are_app_errors_with_clear_messages(spec: str, message: str)
     with pytest.raises(AppError) as info:
         load_app(spec)
     assert message in str(info.value)
+
+
+def test_an_app_not_found_says_where_it_was_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32: a wrong --app from another folder said only `No module named 'myapp'`. A module
+    the app itself imports that is missing is reported as it is, without the hint."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AppError) as info:
+        load_app("myapp_not_here")
+    said = str(info.value)
+    assert f"looked in the working directory {tmp_path}" in said and "myapp_not_here.py" in said
+    (tmp_path / "app_with_a_missing_import.py").write_text("import no_such_dependency_for_parley\n")
+    with pytest.raises(AppError) as info:
+        load_app("app_with_a_missing_import")
+    assert "No module named 'no_such_dependency_for_parley'" in str(info.value)
+    assert "looked in the working directory" not in str(info.value)
 
 
 def test_tool_schema_from_signature_and_docstring() -> None:

@@ -122,3 +122,13 @@ def test_the_feeds_of_several_shards_are_posted_in_time_order_ties_by_shard() ->
         (1, "z"), (0, "a"), (0, "b"), (1, "c"), (1, "d"), (0, "e")]
     assert time_order([[], []]) == []
     assert stream_ms("1764558000123-7") == 1764558000123
+
+
+def test_verify_called_as_the_docs_show_it_uses_the_receivers_clock() -> None:
+    """Issue 32: a receiver written from the docs, `verify(secret, header, body)`, crashed: `now`
+    was required."""
+    import time
+
+    body = b'{"x":1}'
+    assert verify(SECRET, sign(SECRET, int(time.time()), body), body)
+    assert not verify(SECRET, sign(SECRET, int(time.time()) - 600, body), body)  # ten minutes old

@@ -5,9 +5,10 @@ The names a producer or an app needs: `Client` writes inputs and reads sessions 
 sending, for an input a dispatcher would refuse; `SubmitRefused` and `SubmitUnavailable`
 what the submit function answers when a client names its producer);
 `OpenAICompatible` and `ScriptedModel` are ready-made `llm`s for an app; `Trigger` and
-`Decision` type what an app's `decide(trigger, proposed)` receives and returns (an app
-needs no import from Parley: plain dicts do); `needs_approval` marks a tool whose calls run
-only once a person approved them.
+`Decision` type what an app's `decide(trigger, proposed)` receives and returns, and the
+actions it may return are models too (`Interrupt`, `Message`, `ToolExecute`, `ToolResult`,
+`ToolError`, `LlmCall`; an app needs no import from Parley: plain dicts do); `needs_approval`
+marks a tool whose calls run only once a person approved them.
 
 They are imported when first used (PEP 562), so that importing one part of the package
 (`parley.client` in a producer, `parley.dispatcher.core`) loads no other: a producer never
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
     from parley.client import Client
     from parley.client.aio import AsyncClient
     from parley.client.producer import InvalidInput, SubmitRefused, SubmitUnavailable
-    from parley.schemas.actions import Decision
+    from parley.schemas.actions import Decision, InvalidDecision, LlmCall, ToolError, ToolExecute, ToolResult
+    from parley.schemas.actions import InterruptAction as Interrupt
+    from parley.schemas.actions import MessageAction as Message
     from parley.schemas.approvals import needs_approval
     from parley.schemas.triggers import Trigger
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
@@ -35,6 +38,13 @@ _HOMES = {
     "SubmitRefused": "parley.client.producer",
     "SubmitUnavailable": "parley.client.producer",
     "Decision": "parley.schemas.actions",
+    "InvalidDecision": "parley.schemas.actions",
+    "Interrupt": "parley.schemas.actions:InterruptAction",
+    "LlmCall": "parley.schemas.actions",
+    "Message": "parley.schemas.actions:MessageAction",
+    "ToolError": "parley.schemas.actions",
+    "ToolExecute": "parley.schemas.actions",
+    "ToolResult": "parley.schemas.actions",
     "needs_approval": "parley.schemas.approvals",
     "Trigger": "parley.schemas.triggers",
     "LLMError": "parley.workers.llm",
@@ -43,9 +53,9 @@ _HOMES = {
     "ScriptedModel": "parley.workers.llm",
 }
 
-__all__ = ["AsyncClient", "Client", "Decision", "InvalidInput", "LLMError", "LLMTimeoutError",
-           "OpenAICompatible", "ScriptedModel", "SubmitRefused", "SubmitUnavailable", "Trigger",
-           "needs_approval"]
+__all__ = ["AsyncClient", "Client", "Decision", "Interrupt", "InvalidDecision", "InvalidInput", "LLMError",
+           "LLMTimeoutError", "LlmCall", "Message", "OpenAICompatible", "ScriptedModel", "SubmitRefused",
+           "SubmitUnavailable", "ToolError", "ToolExecute", "ToolResult", "Trigger", "needs_approval"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

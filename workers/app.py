@@ -33,6 +33,8 @@ class App:
     decide_on: frozenset[str] | None = None
     tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
     llm: Callable[[dict[str, Any]], Any] | None = None
+    #: the system prompt: each model request carries it as `instructions`
+    instructions: str | None = None
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """Built once per app: pydantic's schema generation cost more than a whole scripted
@@ -80,8 +82,12 @@ def load_app(spec: str | None) -> App:
     llm = getattr(target, "llm", None)
     if llm is not None and not callable(llm):
         raise AppError(f"app {spec!r}: `llm` is not callable")
+    instructions = getattr(target, "instructions", None)
+    if instructions is not None and not isinstance(instructions, str):
+        raise AppError(f"app {spec!r}: `instructions` must be a string (the system prompt), "
+                       f"not {type(instructions).__name__}")
     return App(spec=spec, decide=decide, decide_on=_decide_on(spec, getattr(target, "decide_on", None)),
-               tools=_tools(spec, getattr(target, "tools", None)), llm=llm)
+               tools=_tools(spec, getattr(target, "tools", None)), llm=llm, instructions=instructions or None)
 
 
 def _decide_on(spec: str, decide_on: Any) -> frozenset[str] | None:

@@ -343,7 +343,8 @@ def run_llm(payload: dict[str, Any]) -> None:
             raise JobFailure("the app has no `llm`")
         request = llm_request(payload)
         with time_limit(_model_time_limit(started)), _stopped_if_voided():
-            response = awaiting.resolved(app.llm({**request, "tools": app.tool_schemas()}))
+            extra = {"instructions": app.instructions} if app.instructions else {}
+            response = awaiting.resolved(app.llm({**request, "tools": app.tool_schemas(), **extra}))
         return check_response(response)
 
     try:

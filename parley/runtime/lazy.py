@@ -13,12 +13,14 @@ from typing import Any
 def lazy_exports(package: str, homes: Mapping[str, str], namespace: dict[str, Any]
                  ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level `__getattr__` and `__dir__` of `package`, whose `namespace` is its
-    `globals()`: `homes` maps each exported name to the module that defines it."""
+    `globals()`: `homes` maps each exported name to the module that defines it (or to
+    `module:attr`, a name exported under another than its own)."""
 
     def getattr_(name: str) -> Any:
         if name not in homes:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(import_module(homes[name]), name)
+        module, _, attr = homes[name].partition(":")
+        value = getattr(import_module(module), attr or name)
         namespace[name] = value  # once: later lookups do not come here
         return value
 

@@ -55,6 +55,7 @@ bad_tool_value = SimpleNamespace(tools={"double": 42})
 bad_tool_name = SimpleNamespace(tools={"no spaces allowed": double})
 bad_decide = SimpleNamespace(decide="not a function")
 bad_llm = SimpleNamespace(llm={"model": "x"})
+bad_instructions = SimpleNamespace(instructions=["be terse"])
 
 # this module, used as an app, exposes these:
 tools = [double, shout, describe]

@@ -77,6 +77,7 @@ def test_app_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     (f"{MOD}:bad_tool_name", "tool name 'no spaces allowed' is not a valid identifier"),
     (f"{MOD}:bad_decide", f"app '{MOD}:bad_decide': `decide` is not callable"),
     (f"{MOD}:bad_llm", "`llm` is not callable"),
+    (f"{MOD}:bad_instructions", "`instructions` must be a string (the system prompt), not list"),
 ])
 def test_load_errors_are_app_errors_with_clear_messages(spec: str, message: str) -> None:
     with pytest.raises(AppError) as info:

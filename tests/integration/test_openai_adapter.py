@@ -221,6 +221,34 @@ def test_defaults_no_tools_key_and_model_from_constructor(server: FakeServer) ->
     assert body == {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
 
 
+def test_instructions_are_the_system_message_the_requests_own_first(server: FakeServer) -> None:
+    """Issue 32: no system prompt anywhere. The constructor's `instructions`, or the request's
+    (an app's `instructions`, which a worker adds to each request), go first as `system`."""
+    hi = [{"id": "msg-1", "parent_id": None, "role": "user", "content": "hi"}]
+    for _ in range(3):
+        server.reply(Reply(body=completion()))
+    model(server, instructions="Be terse.")({"messages": hi, "tools": []})
+    model(server, instructions="Be terse.")({"messages": hi, "tools": [], "instructions": "Be kind."})
+    model(server)({"messages": hi, "tools": []})
+    assert [r.body["messages"] for r in server.received] == [
+        [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hi"}],
+        [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hi"}],
+        [{"role": "user", "content": "hi"}]]
+
+
+def test_an_apps_instructions_come_with_each_model_request_in_a_worker(llm_worker: "LlmWorker") -> None:
+    seen: list[dict[str, Any]] = []
+
+    def llm(request: dict[str, Any]) -> dict[str, Any]:
+        seen.append(request)
+        return {"content": "ok"}
+
+    llm_worker.enqueue()
+    llm_worker.run(llm, instructions="You approve expenses.")
+    assert [r.get("instructions") for r in seen] == ["You approve expenses."]
+    assert llm_worker.outcomes()[0].ok
+
+
 def test_config_from_environment(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARLEY_LLM_BASE_URL", server.base_url + "/")
     monkeypatch.setenv("PARLEY_LLM_MODEL", "env-model")
@@ -415,8 +443,8 @@ class LlmWorker:
         Outbox(self.r, Keys()).flush_many([("s-llm", [job])])
         return job_id("s-llm", work, 1)
 
-    def run(self, llm: Any) -> None:
-        self.monkeypatch.setattr(jobs, "_app", App(spec="adapter", llm=llm))
+    def run(self, llm: Any, instructions: str | None = None) -> None:
+        self.monkeypatch.setattr(jobs, "_app", App(spec="adapter", llm=llm, instructions=instructions))
         make_worker(["llm"], self.r).work(burst=True)
 
     def outcomes(self) -> list[WorkOutcome]:

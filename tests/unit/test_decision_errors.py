@@ -42,3 +42,29 @@ def test_every_error_of_a_decision_is_named_once() -> None:
         "actions[0] (interrupt): `reason` is required; actions[1]: unknown action type 'mesage' "
         "(did you mean 'message'?); the types are llm.call, tool.execute, tool.result, tool.error, "
         "message, interrupt")
+
+
+def test_the_typed_actions_are_exported_and_read_as_the_dicts_they_stand_for() -> None:
+    """Issue 32: action models with editor completion, beside the plain dicts."""
+    import parley
+
+    typed = decision_from_app([
+        parley.Message(content="Checking."),
+        parley.ToolExecute(),
+        parley.ToolResult(call_id="call-2", result={"ok": True}),
+        parley.ToolError(call_id="call-3", error="over the limit"),
+        parley.LlmCall(model="small"),
+        parley.Interrupt(reason="confirm", payload={"amount": 120}, timeout_s=60, default={"ok": False}),
+    ])
+    plain = decision_from_app([
+        {"type": "message", "content": "Checking."}, {"type": "tool.execute"},
+        {"type": "tool.result", "call_id": "call-2", "result": {"ok": True}},
+        {"type": "tool.error", "call_id": "call-3", "error": "over the limit"},
+        {"type": "llm.call", "model": "small"},
+        {"type": "interrupt", "reason": "confirm", "payload": {"amount": 120}, "timeout_s": 60,
+         "default": {"ok": False}}])
+    assert typed.to_wire() == plain.to_wire()
+    assert parley.Decision(actions=[parley.Message(content="x")]).to_wire() == {
+        "actions": [{"type": "message", "content": "x"}]}
+    with pytest.raises(parley.InvalidDecision, match="did you mean 'message'"):
+        decision_from_app([{"type": "mesage", "content": "x"}])

@@ -80,12 +80,14 @@ class OpenAICompatible:
         backoff_base: seconds; attempt n waits uniform(0, min(max_backoff, backoff_base * 2**n)).
         max_backoff: seconds; also caps a server's `Retry-After`.
         headers: extra headers for every request (e.g. an org or project header).
+        instructions: the system prompt, sent as the first message, when the request has none
+            of its own (an app's `instructions` come with each request as `instructions`).
     """
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None,
                  api_key: str | None = None, timeout: float = 60.0, max_retries: int = 4,
                  total_timeout: float | None = None, backoff_base: float = 0.5, max_backoff: float = 10.0,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, instructions: str | None = None) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         if total_timeout is not None and total_timeout <= 0:
@@ -101,6 +103,7 @@ class OpenAICompatible:
         self.backoff_base = backoff_base
         self.max_backoff = max_backoff
         self.headers = dict(headers or {})
+        self.instructions = instructions
         self._client: httpx.Client | None = None
         self._client_pid: int | None = None
         self._lock = threading.Lock()
@@ -130,8 +133,11 @@ class OpenAICompatible:
             raise LLMError(f"llm.call `params` must be an object, got {type(params).__name__}")
         if params.get("stream"):
             raise LLMError("llm.call `params`: streaming is not supported")
-        body: dict[str, Any] = {**params, "model": model,
-                                "messages": to_chat_messages(request.get("messages") or [])}
+        messages = to_chat_messages(request.get("messages") or [])
+        system = request.get("instructions") or self.instructions
+        if system:
+            messages = [{"role": "system", "content": str(system)}, *messages]
+        body: dict[str, Any] = {**params, "model": model, "messages": messages}
         tools = to_chat_tools(request.get("tools") or [])
         if tools:
             body["tools"] = tools

@@ -162,7 +162,7 @@ class TakingWorker(SimpleWorker):
             outages = self._unconfirmed(outages)
         idle_since = time.monotonic()
         # Kept until a call gets its answer: the retry of a call that got no reply passes the
-        # same token (and the same popped id) and gets what that call took.
+        # same secret (and the same popped id) and gets what that call took.
         token = new_take_secret()
         popped = ""  # a job id BLPOP handed us, until take_job.lua has recorded it
         popped_from = ""  # the queue BLPOP popped it from
@@ -255,8 +255,8 @@ class TakingWorker(SimpleWorker):
         another worker; unless a dispatcher settled it meanwhile (its in-flight record is gone:
         its loss posted while this worker's heartbeat had lapsed, or cancelled), when it is
         dropped, or unless the server does not hold the take (lost in a failover), when
-        nothing is done. Should the call fail,
-        the job stays recorded on this worker, and its loss is posted once the heartbeat lapses."""
+        nothing is done. Should the call fail, the job stays recorded on this worker, and its
+        loss is posted once the heartbeat lapses."""
         held, self._next = self._next, None
         if held is not None:
             self.give_back_take(*held, stopping=True)

@@ -21,8 +21,6 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('DEL', KEYS[4])
-if KEYS[7] then
-  redis.call('DEL', KEYS[7])
-end
+redis.call('DEL', KEYS[7])
 redis.call('XADD', KEYS[3], '*', 'outcome', ARGV[3])
 return 1

@@ -65,6 +65,8 @@ local function masked(token, sign)
   end
   return table.concat(out)
 end
+-- the take's secret as the last-take record holds it (a worker with no id records nothing)
+local secret_hash = ARGV[1] ~= '' and redis.sha1hex(ARGV[7]) or ''
 local function server()
   if ARGV[8] ~= '1' then
     return '', ''
@@ -115,7 +117,7 @@ if ARGV[1] ~= '' then
   local last = redis.call('GET', ARGV[6])
   if last then
     local secret, was_claimed, job, hidden = string.match(last, '^(%x+) (%d) (%S*) (%x*)$')
-    if secret == redis.sha1hex(ARGV[7]) then
+    if secret == secret_hash then
       if job == '' then
         return nil  -- that call finished a job and took nothing
       end
@@ -157,7 +159,7 @@ if finished ~= '' then
 end
 local function took(claimed, id, token)
   if ARGV[1] ~= '' then
-    redis.call('SET', ARGV[6], redis.sha1hex(ARGV[7]) .. ' ' .. claimed .. ' ' .. id .. ' ' .. masked(token or '', 1),
+    redis.call('SET', ARGV[6], secret_hash .. ' ' .. claimed .. ' ' .. id .. ' ' .. masked(token or '', 1),
                'PX', 600000)
   end
 end

@@ -8,7 +8,8 @@ what the submit function answers when a client names its producer);
 `Decision` type what an app's `decide(trigger, proposed)` receives and returns, and the
 actions it may return are models too (`Interrupt`, `Message`, `ToolExecute`, `ToolResult`,
 `ToolError`, `LlmCall`; an app needs no import from Parley: plain dicts do); `needs_approval`
-marks a tool whose calls run only once a person approved them.
+marks a tool whose calls run only once a person approved them; `interrupt()`, called in a
+tool's code, asks a person and returns their answer (the tool runs again from its start).
 
 They are imported when first used (PEP 562), so that importing one part of the package
 (`parley.client` in a producer, `parley.dispatcher.core`) loads no other: a producer never
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from parley.schemas.actions import MessageAction as Message
     from parley.schemas.approvals import needs_approval
     from parley.schemas.triggers import Trigger
+    from parley.workers.asking import interrupt
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
 
 #: public name -> the module that defines it
@@ -51,11 +53,13 @@ _HOMES = {
     "LLMTimeoutError": "parley.workers.llm",
     "OpenAICompatible": "parley.workers.llm",
     "ScriptedModel": "parley.workers.llm",
+    "interrupt": "parley.workers.asking",
 }
 
 __all__ = ["AsyncClient", "Client", "Decision", "Interrupt", "InvalidDecision", "InvalidInput", "LLMError",
            "LLMTimeoutError", "LlmCall", "Message", "OpenAICompatible", "ScriptedModel", "SubmitRefused",
-           "SubmitUnavailable", "ToolError", "ToolExecute", "ToolResult", "Trigger", "needs_approval"]
+           "SubmitUnavailable", "ToolError", "ToolExecute", "ToolResult", "Trigger", "interrupt",
+           "needs_approval"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

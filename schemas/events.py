@@ -143,6 +143,8 @@ class InterruptRaised(_Event):
     payload: Any
     #: absent (None) for a global interrupt
     anchor: str | None = None
+    #: the tool call that asked, from inside its code (`parley.interrupt()`); absent otherwise
+    call_id: str | None = None
 
 
 class InterruptResumed(_Event):
@@ -158,6 +160,8 @@ class InterruptResumed(_Event):
     principal: str | None = None
     #: the resume's entry (absent when a deadline resumed it)
     input: InputRef | None = None
+    #: the tool call that asked (`parley.interrupt()`), which runs again with this answer
+    call_id: str | None = None
 
 
 class DecisionHeld(_Event):

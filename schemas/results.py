@@ -39,6 +39,10 @@ class WorkOutcome(BaseModel):
     # what the app's code raised, when that is why `ok` is false (a decide, tool or model call
     # of the app's that failed with an exception of its own)
     exception: AppException | None = None
+    # a tool's question (`parley.interrupt()` in its code, with no answer yet at that place):
+    # the interrupt's fields (reason, payload, response_schema, timeout_s, default,
+    # resumable_by); the call waits for the answer and runs again with it
+    interrupt: dict[str, Any] | None = None
     # a sub-agent's report: the child session it comes from, and the work the child used
     source: str | None = None
     usage: dict[str, int] | None = None
@@ -47,6 +51,8 @@ class WorkOutcome(BaseModel):
     def _unrun_is_lost(self) -> "WorkOutcome":
         if self.unrun and (self.ok or not self.lost):
             raise ValueError("an unrun outcome is a lost one: ok false, lost true")
+        if self.interrupt is not None and (self.kind != "tool" or self.ok or self.lost):
+            raise ValueError("an interrupt outcome is a tool's, neither ok nor lost")
         return self
 
     @property

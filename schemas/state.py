@@ -49,8 +49,9 @@ class Work(BaseModel):
     turn: str
     name: str | None = None
     arguments: dict[str, Any] | None = None
-    # tool: new (waiting for its tool.execute decision), running, deferred; llm: running
-    status: Literal["new", "running", "deferred"] = "new"
+    # tool: new (waiting for its tool.execute decision), running, deferred, asking (its code
+    # called `parley.interrupt()`: it waits for the answer, then runs again); llm: running
+    status: Literal["new", "running", "deferred", "asking"] = "new"
     attempt: int = 0
     head: str | None = None
     # a sub-agent call: the child session running it, and when the parent stops waiting (Unix ms)
@@ -61,6 +62,9 @@ class Work(BaseModel):
     origin: "QueuedTrigger | None" = None
     # tool with `needs_approval`: its approval, once the engine has asked
     approval: CallApproval | None = None
+    #: the answers to the questions its code asked (`parley.interrupt()`), in order: each run
+    #: starts from the beginning, and its N-th question returns the N-th answer
+    answers: list[Any] = Field(default_factory=list)
 
 
 class Deciding(BaseModel):
@@ -100,6 +104,8 @@ class Interrupt(BaseModel):
     response_schema: dict[str, Any] | None = None
     #: an approval interrupt the engine raised for this call (schemas/approvals.py)
     approves: str | None = None
+    #: the tool call whose code asked this (`parley.interrupt()`): the answer goes to it
+    call: str | None = None
 
 
 class Core(BaseModel):

@@ -34,7 +34,7 @@ from parley.schemas.results import AppException, WorkOutcome
 from parley.schemas.signing import job_outcome_signature
 from parley.schemas.triggers import Trigger
 from parley.schemas.view import public_message
-from parley.workers import app_errors, awaiting
+from parley.workers import app_errors, asking, awaiting
 from parley.workers.app import App
 from parley.workers.llm.limits import TimeLimit, time_limit
 
@@ -223,19 +223,22 @@ def unrun_outcome(job: Any) -> Finish:
 
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
-          started: float | None = None, lost: bool = False, exception: AppException | None = None) -> None:
+          started: float | None = None, lost: bool = False, exception: AppException | None = None,
+          interrupt: dict[str, Any] | None = None) -> None:
     reply_to = payload["reply_to"]
     outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
-                          kind=kind, ok=ok, value=value, error=error, lost=lost, exception=exception)
+                          kind=kind, ok=ok, value=value, error=error, lost=lost, exception=exception,
+                          interrupt=interrupt)
     job = get_current_job()
     assert job is not None
 
     def done() -> None:
         seconds = time.monotonic() - (started or time.monotonic())
-        metrics.timed(kind)(seconds, ok)
+        metrics.timed(kind)(seconds, "asked" if interrupt is not None else "ok" if ok else "error")
         if log.isEnabledFor(logging.INFO):
             log.info("job done", extra=kv(kind=kind, session=payload["session"], work=payload["work"],
-                                          attempt=payload["attempt"], ok=ok, ms=round(seconds * 1000, 1)))
+                                          attempt=payload["attempt"], ok=ok, asked=interrupt is not None,
+                                          ms=round(seconds * 1000, 1)))
 
     if _defers(job):
         posted = outcome.model_dump_json()
@@ -290,6 +293,9 @@ def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None
         _post(payload, kind, False, error=str(exc), started=started)
     except JobTimeoutException:
         _post(payload, kind, False, error="timeout", started=started)
+    except asking.ToolAsked as asked:
+        # the tool's question, in place of its result: the branch parks until it is answered
+        _post(payload, kind, False, error="asked", started=started, interrupt=asked.question)
     except Exception as exc:
         # the app's own code raised: its author needs the traceback (ERROR, in the worker's
         # log) and the app's frames with the outcome (the event, `parley show`)
@@ -419,7 +425,9 @@ def run_tool(payload: dict[str, Any]) -> None:
             # without it came from a dispatcher whose app does not gate this tool (an older
             # app, another module). The workers' app says it needs approval: it does not run.
             raise JobFailure("not_approved")
-        result = awaiting.resolved(fn(**payload["arguments"]))
+        # the answers to the questions this call asked before (parley.interrupt(), workers/asking.py)
+        with asking.answering(payload.get("answers") or []):
+            result = awaiting.resolved(fn(**payload["arguments"]))
         orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
         return result
 

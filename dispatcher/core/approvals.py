@@ -14,9 +14,7 @@ deadline). No action of a decision can say "approved": only a resume of that int
 from typing import Any
 
 from parley.dispatcher.core import interrupts
-from parley.dispatcher.core.effects import IndexRemove
 from parley.dispatcher.core.transition import Tx
-from parley.dispatcher.core.triggers import release
 from parley.schemas.actions import InterruptAction
 from parley.schemas.approvals import (
     APPROVAL_REASON,
@@ -92,13 +90,8 @@ def withdraw(tx: Tx, w: Work) -> None:
     (`interrupt.cancelled`, why `call_settled`), so it parks nothing any more; a late answer to
     it is ignored `already_resumed`."""
     assert w.approval is not None
-    rec = tx.c.interrupts.pop(w.approval.interrupt_id)
-    tx.c.resumed.append(rec.id)
-    tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
-    tx.emit("interrupt.cancelled", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
-            why=WITHDRAWN)
+    interrupts.withdraw(tx, tx.c.interrupts[w.approval.interrupt_id], WITHDRAWN)
     tx.count("approval", "withdrawn")
-    release(tx, tx.c.turns.get(w.turn))  # I10: its turn may be unparked now
 
 
 def answered(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str | None

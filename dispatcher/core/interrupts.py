@@ -11,15 +11,16 @@ from typing import Any
 from parley.dispatcher.core import budgets
 from parley.dispatcher.core.effects import IndexAdd, IndexRemove
 from parley.dispatcher.core.transition import Tx
-from parley.dispatcher.core.triggers import fire, hold, one_model_call, proposes_llm
+from parley.dispatcher.core.triggers import fire, hold, one_model_call, proposes_llm, release
 from parley.schemas.actions import InterruptAction
 from parley.schemas.jobs import JobKind
 from parley.schemas.state import Interrupt, QueuedTrigger, Turn
 
 
 def raise_interrupt(tx: Tx, origin: QueuedTrigger | None, turn: Turn | None, action: InterruptAction,
-                    anchored: bool = True, system: bool = False) -> Interrupt:
-    """Open an interrupt at the turn's tip (I2; global when not anchored, I3) and park."""
+                    anchored: bool = True, system: bool = False, call: str | None = None) -> Interrupt:
+    """Open an interrupt at the turn's tip (I2; global when not anchored, I3) and park. `call`:
+    the tool call whose code asked it (core/asks.py), which its answer goes to."""
     c = tx.c
     iid = action.interrupt_id or tx.mint("int")  # I1
     anchor = turn.tip if turn is not None and anchored else None
@@ -29,10 +30,11 @@ def raise_interrupt(tx: Tx, origin: QueuedTrigger | None, turn: Turn | None, act
                     timeout_s=action.timeout_s,
                     deadline=now + int(action.timeout_s * 1000) if action.timeout_s else None,
                     default=action.default, resumable_by=action.resumable_by, system=system,
-                    response_schema=action.response_schema)
+                    response_schema=action.response_schema, call=call)
     c.interrupts[iid] = rec
     tx.count("interrupt_raised", "global" if anchor is None else "anchored")
-    tx.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload, anchor=anchor)
+    tx.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload, anchor=anchor,
+            **({"call_id": call} if call is not None else {}))
     tx.effect(IndexAdd(seq=tx.next_seq(), interrupt_id=iid, reason=rec.reason, anchor=anchor,
                        raised_at=rec.raised_at, deadline=rec.deadline,
                        parent=c.parent["session"] if c.parent else None, payload=rec.payload,
@@ -117,14 +119,25 @@ def resume(tx: Tx, rec: Interrupt, payload: Any, timed_out: bool, principal: str
     c.resumed.append(rec.id)
     tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
     turn = c.turns.get(rec.turn) if rec.turn else None
+    if rec.call is not None:
+        from parley.dispatcher.core import asks  # it raises its questions through this module
+
+        asks.answered(tx, rec, payload)  # the answer goes to the call, which runs again
     proposed = _resume_proposed(tx, rec, turn, payload, timed_out, principal)
     if rec.system:
         budgets.apply_new_limits(tx, payload)
         if _still_spent(tx, rec, turn, proposed, payload, timed_out, principal, source):
             return
     delivered = rec.anchor is None or (turn is not None and tx.is_active(turn))
-    _emit_resumed(tx, rec, payload, delivered, timed_out, principal, source)
+    # (a tool's question is answered to its call, whatever parks the branch now)
+    _emit_resumed(tx, rec, payload, delivered or rec.call is not None, timed_out, principal, source)
     origin = rec.origin
+    if rec.call is not None and not proposed:
+        # A tool's question: its answer went to the call. No trigger, unless the pause voided a
+        # model call to propose again (below); what the park held goes on now (I10).
+        release(tx, turn)
+        release(tx, tx.turn_of(c.head))
+        return
     if delivered:
         # `reason` and `request` say which question this answers: an app that asks one
         # question still sees the engine's own (a budget stop), and must tell them apart.
@@ -177,10 +190,21 @@ def _still_spent(tx: Tx, rec: Interrupt, turn: Turn | None, proposed: list[dict[
     return True
 
 
+def withdraw(tx: Tx, rec: Interrupt, why: str) -> None:
+    """Take back the open interrupt `rec`, unanswered: it parks nothing any more and whoever
+    was told of it is told so (`interrupt.cancelled`, `why`); a late answer to it is ignored
+    `already_resumed`. Its turn may go on now (I10)."""
+    del tx.c.interrupts[rec.id]
+    tx.c.resumed.append(rec.id)
+    tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
+    tx.emit("interrupt.cancelled", interrupt_id=rec.id, reason=rec.reason, request=rec.payload, why=why)
+    release(tx, tx.c.turns.get(rec.turn) if rec.turn else None)
+
+
 def _emit_resumed(tx: Tx, rec: Interrupt, payload: Any, delivered: bool, timed_out: bool,
                   principal: str | None, source: dict[str, Any] | None) -> None:
     tx.count("interrupt_resumed", "delivered" if delivered else "not_delivered")
-    optional = {"principal": principal, "input": source}
+    optional = {"principal": principal, "input": source, "call_id": rec.call}
     tx.emit("interrupt.resumed", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
             payload=payload, delivered=delivered, timed_out=timed_out,
             **{k: v for k, v in optional.items() if v is not None})

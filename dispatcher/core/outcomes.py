@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from parley.dispatcher.core import budgets, decisions, work
+from parley.dispatcher.core import asks, budgets, decisions, work
 from parley.dispatcher.core.closing import is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
@@ -142,7 +142,7 @@ def _retried(tx: Tx, w: Work, outcome: WorkOutcome) -> bool:
         else:
             return False  # its tool is gone from the app: settled as the outcome says
         return True
-    if not outcome.lost or w.attempt >= work.MAX_ATTEMPTS:
+    if not outcome.lost or work.lost_attempts(w) >= work.MAX_ATTEMPTS:
         return False
     if w.kind == "llm":
         tx.count("work_retried", w.kind)
@@ -159,6 +159,9 @@ def _retried(tx: Tx, w: Work, outcome: WorkOutcome) -> bool:
 
 def _tool(tx: Tx, outcome: WorkOutcome) -> None:
     w = _running(tx, outcome)
+    if outcome.interrupt is not None and w.child is None:
+        asks.ask(tx, w, outcome.interrupt)  # its code asked a question: it waits for the answer
+        return
     if _retried(tx, w, outcome):
         return
     if w.child is not None and outcome.usage:

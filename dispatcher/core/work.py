@@ -25,7 +25,7 @@ from parley.schemas.inputs import ParentLink
 from parley.schemas.jobs import JobKind
 from parley.schemas.llm import LlmReply
 from parley.schemas.results import AppException, WorkOutcome
-from parley.schemas.state import QueuedTrigger, Turn, Work
+from parley.schemas.state import Interrupt, QueuedTrigger, Turn, Work
 from parley.schemas.view import public_message
 
 #: attempts of one job lost with its worker before it counts as failed
@@ -152,6 +152,10 @@ def enqueue_tool(tx: Tx, w: Work, tool: ToolInfo) -> None:
         # The worker checks it too (workers/jobs.py): a dispatcher whose app lacks the tool's
         # `needs_approval` would otherwise run it unasked, where the workers' app has it.
         args["approval"] = w.approval.digest
+    if w.answers:
+        # the answers to its questions so far (core/asks.py): the run starts from the beginning
+        # and its N-th `parley.interrupt()` returns the N-th
+        args["answers"] = w.answers
     tx.enqueue(JobKind.TOOL, w.id, w.attempt, args, tool.timeout_s or tx.ctx.limits.tool_timeout_s)
 
 
@@ -168,6 +172,9 @@ def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
         end_child(tx, w, close)
     if approvals.asking(tx, w):
         approvals.withdraw(tx, w)  # settled otherwise: nobody need approve it any more
+    question = _question_of(tx, w) if w.status == "asking" else None
+    if question is not None:  # settled while its code waits for an answer: nobody need give one
+        interrupts.withdraw(tx, question, approvals.WITHDRAWN)
     turn = tx.c.turns[w.turn]
     if error is not None:
         content = error
@@ -192,6 +199,17 @@ def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,
     outcome = {"error": error} if error is not None else {"result": result}
     fire(tx, "tool.completed", turn, [] if still else [{"type": "llm.call"}],
          call_id=w.id, name=w.name, pending=still, **outcome)
+
+
+def _question_of(tx: Tx, w: Work) -> Interrupt | None:
+    """The open question the asking call `w` waits on (core/asks.py)."""
+    return next((rec for rec in tx.c.interrupts.values() if rec.call == w.id), None)
+
+
+def lost_attempts(w: Work) -> int:
+    """How many of the call's runs could have been lost with their worker: its attempts, less the
+    re-runs its answered questions started (each a new attempt that retries nothing)."""
+    return w.attempt - len(w.answers)
 
 
 # ---- sub-agents ----------------------------------------------------------------------------------

@@ -83,7 +83,8 @@ RESUME_WAIT = Histogram("parley_interrupt_wait_seconds", "Time from raise to res
 JOB_SECONDS = Histogram("parley_job_seconds", "Duration of decide, LLM and tool jobs on a worker",
                         ["kind"], buckets=(.001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 600),
                         registry=REGISTRY)
-JOBS = Counter("parley_jobs_total", "Jobs a worker ran, by kind and outcome (ok, error)",
+JOBS = Counter("parley_jobs_total", "Jobs a worker ran, by kind and outcome (ok, error, stopped; asked: "
+               "a tool that asked a question from its code)",
                ["kind", "outcome"], registry=REGISTRY)
 JOBS_REFUSED = Counter("parley_jobs_refused_total", "Jobs a worker dropped unrun, by reason: not_issued (no "
                        "dispatcher issued it: no in-flight record), changed (not the function and arguments "
@@ -397,9 +398,9 @@ def serve(port: int, redis: Redis, keys: Keys, health: Health,
     return server
 
 
-def timed(kind: str) -> Callable[[float, bool], None]:
-    """For job functions: record one job's duration and outcome."""
-    def done(seconds: float, ok: bool) -> None:
+def timed(kind: str) -> Callable[[float, str], None]:
+    """For job functions: record one job's duration and outcome (ok, error, asked)."""
+    def done(seconds: float, outcome: str) -> None:
         JOB_SECONDS.labels(kind).observe(seconds)
-        JOBS.labels(kind, "ok" if ok else "error").inc()
+        JOBS.labels(kind, outcome).inc()
     return done

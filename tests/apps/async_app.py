@@ -4,7 +4,7 @@
 import asyncio
 from typing import Any
 
-from parley import ScriptedModel
+from parley import ScriptedModel, interrupt
 
 #: the event loops the coroutines ran on, one entry per call: one loop for the worker's life
 LOOPS: list[int] = []
@@ -32,6 +32,14 @@ async def fail() -> str:
     raise LookupError("no such invoice")
 
 
+async def pick(options: list[str]) -> str:
+    """Ask which option, from inside an async tool."""
+    await asyncio.sleep(0)
+    picked = interrupt("pick", {"options": options})
+    await asyncio.sleep(0)
+    return f"picked {picked}"
+
+
 async def decide(trigger: Any, proposed: Any) -> Any:
     await asyncio.sleep(0)
     return proposed
@@ -45,4 +53,4 @@ async def llm(request: dict[str, Any]) -> dict[str, Any]:
     return _model(request)
 
 
-tools = [add, nap, fail]
+tools = [add, nap, fail, pick]

@@ -14,6 +14,7 @@
 import time
 from typing import Any
 
+from parley import interrupt
 from parley.workers.llm import ScriptedModel
 
 _model = ScriptedModel().when(r"email (?P<to>\S+?):?\s+(?P<body>.+)", "send_email")
@@ -112,4 +113,25 @@ def later(what: str) -> str:
 
 later.deferred = True  # type: ignore[attr-defined]
 
-tools = [send_email, lookup, slow, slow_idem, slow_limited, add, boom, later]
+
+def transfer(amount: int, log: str = "") -> str:
+    """Move money, asking from inside the tool which account, then for a confirmation.
+
+    Args:
+        amount: how much
+        log: a file each run appends a line to (a test counts the runs: each answer runs the
+            tool again from its start)
+    """
+    if log:
+        with open(log, "a") as f:
+            f.write("run\n")
+    account = interrupt("which_account", {"amount": amount},
+                        response_schema={"type": "string", "enum": ["checking", "savings"]})
+    try:
+        confirmed = interrupt("confirm", {"account": account, "amount": amount})
+    except Exception:  # a tool's broad except must not swallow its question
+        return "the question was swallowed"
+    return f"moved {amount} from {account}" if confirmed is True else "not confirmed"
+
+
+tools = [send_email, lookup, slow, slow_idem, slow_limited, add, boom, later, transfer]

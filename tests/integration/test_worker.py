@@ -66,9 +66,12 @@ def outcomes(r: redis.Redis, stream: str = RESULTS) -> list[WorkOutcome]:
 
 
 def tool_job(r: redis.Redis, name: str, arguments: dict[str, Any], *, work: str = "call-1",
-             timeout: int = 30, reply_to: str = RESULTS, queue: str = "tools") -> Job:
-    payload = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to, "name": name,
-               "arguments": arguments}
+             timeout: int = 30, reply_to: str = RESULTS, queue: str = "tools",
+             answers: list[Any] | None = None) -> Job:
+    payload: dict[str, Any] = {"session": "s-w", "work": work, "attempt": 1, "reply_to": reply_to,
+                               "name": name, "arguments": arguments}
+    if answers is not None:
+        payload["answers"] = answers
     job = Job.create("parley.workers.jobs.run_tool", args=[payload], id=job_id("s-w", work, 1), connection=r,
                      serializer=JSONSerializer, timeout=timeout, result_ttl=0)
     return issue(r, Queue(queue, connection=r, serializer=JSONSerializer).enqueue_job(job))
@@ -197,6 +200,43 @@ def test_async_tools_run_on_the_workers_event_loop(r: redis.Redis, monkeypatch: 
     assert got["call-3"].exception is not None and got["call-3"].exception.frames[-1].endswith(" in fail")
     assert (got["call-4"].ok, got["call-4"].error) == (False, "timeout")
     assert len(async_app.LOOPS) == 3 and len(set(async_app.LOOPS)) == 1
+
+
+def test_a_tool_that_asks_posts_its_question_and_runs_on_with_its_answers(
+        r: redis.Redis, scenarios: None, tmp_path: Path) -> None:
+    """Issue 32: `parley.interrupt()` inside a tool. Each run starts from the beginning; the
+    answers its job carries return in order; the first question past them is the outcome."""
+    log = tmp_path / "runs"
+    tool_job(r, "transfer", {"amount": 5, "log": str(log)}, work="call-1")
+    tool_job(r, "transfer", {"amount": 5, "log": str(log)}, work="call-2", answers=["checking"])
+    tool_job(r, "transfer", {"amount": 5, "log": str(log)}, work="call-3", answers=["checking", True])
+    run_burst(r, "tools")
+    got = {o.work: o for o in outcomes(r)}
+    first, second, done = got["call-1"], got["call-2"], got["call-3"]
+    assert (first.ok, first.error, first.value) == (False, "asked", None)
+    assert first.interrupt == {"reason": "which_account", "payload": {"amount": 5},
+                               "response_schema": {"type": "string", "enum": ["checking", "savings"]}}
+    assert first.exception is None
+    # its `except Exception` around the second question did not swallow it
+    assert second.interrupt == {"reason": "confirm", "payload": {"account": "checking", "amount": 5}}
+    assert (done.ok, done.value, done.interrupt) == (True, "moved 5 from checking", None)
+    assert log.read_text() == "run\n" * 3
+
+
+def test_an_async_tool_asks_too_and_interrupt_outside_a_tool_is_an_app_error(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs, "_app", None)
+    jobs.set_app(load_app("tests.apps.async_app"))
+    tool_job(r, "pick", {"options": ["a", "b"]}, work="call-1")
+    tool_job(r, "pick", {"options": ["a", "b"]}, work="call-2", answers=["b"])
+    run_burst(r, "tools")
+    got = {o.work: o for o in outcomes(r)}
+    assert got["call-1"].interrupt == {"reason": "pick", "payload": {"options": ["a", "b"]}}
+    assert (got["call-2"].ok, got["call-2"].value) == (True, "picked b")
+    from parley import interrupt
+
+    with pytest.raises(RuntimeError, match="inside a tool"):
+        interrupt("outside")
 
 
 def test_an_async_decide_and_an_async_llm_run_too(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -214,13 +214,13 @@ class Sim:
     def outcome(self, kind: str, work: str, attempt: int, ok: bool = True, value: Any = None,
                 error: str | None = None, source: str | None = None,
                 usage: dict[str, int] | None = None, lost: bool = False, unrun: bool = False,
-                exception: Any = None) -> Transition:
+                exception: Any = None, interrupt: dict[str, Any] | None = None) -> Transition:
         """A work outcome; `lost`: what a dispatcher posts for a job whose worker died;
         `unrun` (with `lost`): what the worker that took a job posts when it gives it back."""
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
                           ok=ok, value=value, error=error, source=source, usage=usage, lost=lost, unrun=unrun,
-                          exception=exception)
+                          exception=exception, interrupt=interrupt)
         return self.commit(checked(apply_outcome, loaded(self.state), out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------

@@ -280,44 +280,66 @@ class InputsLost(JobFailure):
     writes them again, or the session is gone, when nobody applies the outcome anyway."""
 
 
-def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None:
-    """Claim the job, run `body` with the session's app, post exactly one outcome."""
-    started = time.monotonic()
-    _check_reply_to(payload)
-    _claim(payload, kind)
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What running a job's body came to: the fields of its outcome, before it is posted."""
+
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    lost: bool = False
+    exception: AppException | None = None
+    #: a tool's question (parley.interrupt(), workers/asking.py), posted instead of a result
+    interrupt: dict[str, Any] | None = None
+
+
+def ran(payload: dict[str, Any], kind: str, body: Callable[[], Any]) -> Ran:
+    """Run a job's body and say what it came to. Redis-free: `parley.testing` runs an app's
+    jobs in-process through here, as a worker does."""
     try:
-        value = body(current_app(payload.get("app")))
+        value = body()
     except InputsLost as exc:
-        _post(payload, kind, False, error=str(exc), started=started, lost=True)
+        return Ran(False, error=str(exc), lost=True)
     except JobFailure as exc:
-        _post(payload, kind, False, error=str(exc), started=started)
+        return Ran(False, error=str(exc))
     except JobTimeoutException:
-        _post(payload, kind, False, error="timeout", started=started)
+        return Ran(False, error="timeout")
     except asking.ToolAsked as asked:
         # the tool's question, in place of its result: the branch parks until it is answered
-        _post(payload, kind, False, error="asked", started=started, interrupt=asked.question)
+        return Ran(False, error="asked", interrupt=asked.question)
     except Exception as exc:
         # the app's own code raised: its author needs the traceback (ERROR, in the worker's
         # log) and the app's frames with the outcome (the event, `parley show`)
         failure = app_errors.describe(exc)
         log.error("app code raised", exc_info=exc, extra=kv(
             kind=kind, session=payload["session"], work=payload["work"], error=app_errors.one_line(failure)))
-        _post(payload, kind, False, error=_describe(exc), started=started, exception=failure)
-    else:
-        _post(payload, kind, True, value=value, started=started)
+        return Ran(False, error=_describe(exc), exception=failure)
+    return Ran(True, value=value)
+
+
+def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None:
+    """Claim the job, run `body` with the session's app, post exactly one outcome."""
+    started = time.monotonic()
+    _check_reply_to(payload)
+    _claim(payload, kind)
+    result = ran(payload, kind, lambda: body(current_app(payload.get("app"))))
+    _post(payload, kind, result.ok, value=result.value, error=result.error, started=started, lost=result.lost,
+          exception=result.exception, interrupt=result.interrupt)
+
+
+def decision_of(app: App, payload: dict[str, Any]) -> dict[str, Any]:
+    """A decide job's body: the app's decision about the payload's trigger, as the wire holds it."""
+    trigger = Trigger.model_validate(payload["trigger"])
+    proposed = Decision.model_validate(payload["proposed"])
+    returned = awaiting.resolved(app.decide(trigger, proposed)) if app.decide else proposed
+    try:
+        return decision_from_app(returned).to_wire()
+    except (ValidationError, ValueError) as exc:
+        raise JobFailure(f"invalid decision: {exc}") from None
 
 
 def run_decide(payload: dict[str, Any]) -> None:
-    def decide(app: App) -> Any:
-        trigger = Trigger.model_validate(payload["trigger"])
-        proposed = Decision.model_validate(payload["proposed"])
-        returned = awaiting.resolved(app.decide(trigger, proposed)) if app.decide else proposed
-        try:
-            return decision_from_app(returned).to_wire()
-        except (ValidationError, ValueError) as exc:
-            raise JobFailure(f"invalid decision: {exc}") from None
-
-    _run(payload, "decide", decide)
+    _run(payload, "decide", lambda app: decision_of(app, payload))
 
 
 def check_response(response: Any) -> dict[str, Any]:
@@ -345,18 +367,23 @@ def run_llm(payload: dict[str, Any]) -> None:
     started = time.monotonic()
 
     def call(app: App) -> Any:
-        if app.llm is None:
-            raise JobFailure("the app has no `llm`")
         request = llm_request(payload)
         with time_limit(_model_time_limit(started)), _stopped_if_voided():
-            extra = {"instructions": app.instructions} if app.instructions else {}
-            response = awaiting.resolved(app.llm({**request, "tools": app.tool_schemas(), **extra}))
-        return check_response(response)
+            return reply_of(app, request)
 
     try:
         _run(payload, "llm", call)
     except CallVoided:
         _stopped(payload, "llm", started)
+
+
+def reply_of(app: App, request: dict[str, Any]) -> dict[str, Any]:
+    """A model job's body: the app's `llm` asked `request` (the branch's messages, the call's
+    `model` and `params`), with the app's tools and instructions, its reply checked."""
+    if app.llm is None:
+        raise JobFailure("the app has no `llm`")
+    extra = {"instructions": app.instructions} if app.instructions else {}
+    return check_response(awaiting.resolved(app.llm({**request, "tools": app.tool_schemas(), **extra})))
 
 
 def llm_request(payload: dict[str, Any]) -> dict[str, Any]:
@@ -414,21 +441,24 @@ def _stopped(payload: dict[str, Any], kind: str, started: float) -> None:
         ms=round(seconds * 1000, 1)))
 
 
-def run_tool(payload: dict[str, Any]) -> None:
-    def run(app: App) -> Any:
-        fn = app.tools.get(payload["name"])
-        if fn is None:
-            raise JobFailure("unknown_tool")
-        if getattr(fn, "needs_approval", None) not in (None, False) \
-                and payload.get("approval") != call_digest(payload["name"], payload["arguments"]):
-            # The dispatcher sends a gated call only once approved, with its digest: a job
-            # without it came from a dispatcher whose app does not gate this tool (an older
-            # app, another module). The workers' app says it needs approval: it does not run.
-            raise JobFailure("not_approved")
-        # the answers to the questions this call asked before (parley.interrupt(), workers/asking.py)
-        with asking.answering(payload.get("answers") or []):
-            result = awaiting.resolved(fn(**payload["arguments"]))
-        orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
-        return result
+def tool_result_of(app: App, payload: dict[str, Any]) -> Any:
+    """A tool job's body: the tool run with the call's arguments (and the answers to its own
+    questions so far), its result checked to be JSON."""
+    fn = app.tools.get(payload["name"])
+    if fn is None:
+        raise JobFailure("unknown_tool")
+    if getattr(fn, "needs_approval", None) not in (None, False) \
+            and payload.get("approval") != call_digest(payload["name"], payload["arguments"]):
+        # The dispatcher sends a gated call only once approved, with its digest: a job
+        # without it came from a dispatcher whose app does not gate this tool (an older
+        # app, another module). The workers' app says it needs approval: it does not run.
+        raise JobFailure("not_approved")
+    # the answers to the questions this call asked before (parley.interrupt(), workers/asking.py)
+    with asking.answering(payload.get("answers") or []):
+        result = awaiting.resolved(fn(**payload["arguments"]))
+    orjson.dumps(result)  # a result the transcript cannot hold is a tool error, here
+    return result
 
-    _run(payload, "tool", run)
+
+def run_tool(payload: dict[str, Any]) -> None:
+    _run(payload, "tool", lambda app: tool_result_of(app, payload))

@@ -9,7 +9,8 @@ what the submit function answers when a client names its producer);
 actions it may return are models too (`Interrupt`, `Message`, `ToolExecute`, `ToolResult`,
 `ToolError`, `LlmCall`; an app needs no import from Parley: plain dicts do); `needs_approval`
 marks a tool whose calls run only once a person approved them; `interrupt()`, called in a
-tool's code, asks a person and returns their answer (the tool runs again from its start).
+tool's code, asks a person and returns their answer (the tool runs again from its start);
+`@tool(...)` declares a tool's name, description and kind where it is defined.
 
 They are imported when first used (PEP 562), so that importing one part of the package
 (`parley.client` in a producer, `parley.dispatcher.core`) loads no other: a producer never
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from parley.schemas.triggers import Trigger
     from parley.workers.asking import interrupt
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
+    from parley.workers.tool_marks import tool
 
 #: public name -> the module that defines it
 _HOMES = {
@@ -54,12 +56,13 @@ _HOMES = {
     "OpenAICompatible": "parley.workers.llm",
     "ScriptedModel": "parley.workers.llm",
     "interrupt": "parley.workers.asking",
+    "tool": "parley.workers.tool_marks",
 }
 
 __all__ = ["AsyncClient", "Client", "Decision", "Interrupt", "InvalidDecision", "InvalidInput", "LLMError",
            "LLMTimeoutError", "LlmCall", "Message", "OpenAICompatible", "ScriptedModel", "SubmitRefused",
            "SubmitUnavailable", "ToolError", "ToolExecute", "ToolResult", "Trigger", "interrupt",
-           "needs_approval"]
+           "needs_approval", "tool"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

@@ -168,14 +168,30 @@ def load_agents(app: App) -> dict[str, App]:
     return found
 
 
+#: the attribute holding `@tool(name=...)`: the tool's name when `tools` is a list
+TOOL_NAME = "tool_name"
+#: the attribute holding `@tool(description=...)`: what the model is told instead of the
+#: docstring's summary
+TOOL_DESCRIPTION = "tool_description"
+
+
+def check_tool_name(name: Any) -> str | None:
+    """What is wrong with a tool name (None: nothing): 1-64 characters of [A-Za-z0-9_.:-]."""
+    if not isinstance(name, str):
+        return f"must be a string, got {name!r}"
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
+        return f"{name!r} is not a valid identifier (1-64 characters of A-Z a-z 0-9 _ . : -)"
+    return None
+
+
 def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
     if tools is None:
         return {}
-    items: Iterable[tuple[str, Any]]
+    items: Iterable[tuple[Any, Any]]
     if isinstance(tools, dict):
         items = tools.items()
     elif isinstance(tools, list | tuple):
-        items = ((getattr(fn, "__name__", repr(fn)), fn) for fn in tools)
+        items = ((getattr(fn, TOOL_NAME, None) or getattr(fn, "__name__", repr(fn)), fn) for fn in tools)
     else:
         raise AppError(f"app {spec!r}: `tools` must be a dict or a list of functions")
     out: dict[str, Callable[..., Any]] = {}
@@ -186,6 +202,14 @@ def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
             raise AppError(f"app {spec!r}: tool {name!r} is not callable")
         if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
             raise AppError(f"app {spec!r}: tool name {name!r} is not a valid identifier")
+        declared = getattr(fn, TOOL_NAME, None)
+        if declared is not None and declared != name:
+            # a dict's key and @tool(name=...) disagree: the model would be told one name and
+            # the engine run another
+            raise AppError(f"app {spec!r}: tool {name!r} is named {declared!r} by @tool(name=...): "
+                           "use one name (or give `tools` as a list)")
+        if name in out:
+            raise AppError(f"app {spec!r}: two tools are named {name!r}")
         _check_marks(spec, name, fn)
         out[name] = fn
     return out
@@ -214,6 +238,7 @@ def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     """`{name, description, parameters}` from the signature and docstring."""
     summary, arg_docs = _doc_parts(fn)
+    summary = getattr(fn, TOOL_DESCRIPTION, None) or summary
     properties: dict[str, Any] = {}
     required: list[str] = []
     try:

@@ -9,6 +9,7 @@ import orjson
 from pydantic import ValidationError
 
 from parley.schemas.codes import RefusalCode
+from parley.schemas.decision_errors import did_you_mean
 from parley.schemas.ids import is_session_id
 from parley.schemas.inputs import INPUT_ADAPTER, INPUT_TYPES, Input
 
@@ -229,7 +230,9 @@ def _decode(fields: dict[Any, Any], limit: int, idem: str | None) -> InputEntry:
         raise InputError(f"`input` has an integer beyond 64 bits at {path} (it would lose digits); "
                          "send it as a string", type_name, ids)
     if not isinstance(input_type, str) or input_type not in INPUT_TYPES:
-        raise InputError(f"unknown input type {input_type!r}", type_name, ids)
+        hint = did_you_mean(input_type, sorted(INPUT_TYPES)) if isinstance(input_type, str) else ""
+        raise InputError(f"unknown input type {input_type!r}{hint}; the types are "
+                         f"{', '.join(sorted(INPUT_TYPES))}", type_name, ids)
     try:
         parsed = INPUT_ADAPTER.validate_python(value)
     except ValidationError as exc:

@@ -4,7 +4,6 @@ An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (README, "An a
 no import from Parley; tool kinds are plain function attributes (`fn.deferred = True`).
 """
 
-import difflib
 import importlib
 import inspect
 import math
@@ -19,6 +18,7 @@ import orjson
 from pydantic import TypeAdapter
 
 from parley.schemas.approvals import PolicyError, parse_policy
+from parley.schemas.decision_errors import did_you_mean
 from parley.schemas.triggers import TRIGGER_TYPES
 
 
@@ -109,8 +109,7 @@ def _decide_on(spec: str, decide_on: Any) -> frozenset[str] | None:
 
 
 def _with_hint(name: str, valid: frozenset[str]) -> str:
-    close = difflib.get_close_matches(name, sorted(valid), n=1)
-    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+    return repr(name) + did_you_mean(name, sorted(valid))
 
 
 def _is_flag(value: Any) -> bool:

@@ -164,6 +164,14 @@ def test_unknown_type_is_refused_with_its_type_and_ids():
     assert err.ids == {"message_id": "msg-1"}  # only string ids are reported
 
 
+def test_a_misspelt_type_is_refused_with_a_did_you_mean_and_the_types():
+    err = refused(entry({"type": "interrupt.resumed", "interrupt_id": "int-1"}))
+    assert "unknown input type 'interrupt.resumed' (did you mean 'interrupt.resume'?)" in str(err)
+    assert "; the types are branch.switch, interrupt.resume, message.create" in str(err)
+    far = refused(entry({"type": "zzz"}))
+    assert "did you mean" not in str(far)
+
+
 def test_missing_type_is_refused():
     err = refused(entry({"content": "hi"}))
     assert "unknown input type None" in str(err) and err.input_type is None

@@ -53,9 +53,15 @@ _SCHEMAS: dict[int, tuple[App, bytes]] = {}
 
 
 def load_app(spec: str | None) -> App:
+    """The app `spec` names (or $PARLEY_APP), checked: AppError at its first problem."""
     spec = spec or os.environ.get("PARLEY_APP")
     if not spec:
         raise AppError("no app given: pass --app module[:attr] or set PARLEY_APP")
+    return app_of(spec, import_target(spec))
+
+
+def import_target(spec: str) -> Any:
+    """What `module[:attr]` names: the module, or the attribute of it."""
     # Like `python -m`, let an app in the working directory be found.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -76,18 +82,45 @@ def load_app(spec: str | None) -> App:
             target = getattr(target, part)
         except AttributeError:
             raise AppError(f"app {spec!r}: {module_name} has no attribute {attr!r}") from None
-    decide = getattr(target, "decide", None)
-    if decide is not None and not callable(decide):
-        raise AppError(f"app {spec!r}: `decide` is not callable")
-    llm = getattr(target, "llm", None)
-    if llm is not None and not callable(llm):
-        raise AppError(f"app {spec!r}: `llm` is not callable")
+    return target
+
+
+def app_of(spec: str, target: Any, errors: list[str] | None = None) -> App:
+    """The app made of `target`'s attributes, each checked. Without `errors`, the first problem
+    raises AppError (a process must not start); with it, each problem is added there, the
+    attribute (or the one tool) it concerns is left out, and the rest is still checked, so
+    `parley app check` lists every problem in one run."""
+    def checked(check: Callable[[], Any]) -> Any:
+        try:
+            return check()
+        except AppError as exc:
+            if errors is None:
+                raise
+            errors.append(str(exc))
+            return None
+
+    decide = checked(lambda: _callable(spec, target, "decide"))
+    llm = checked(lambda: _callable(spec, target, "llm"))
+    instructions = checked(lambda: _instructions(spec, target))
+    decide_on = checked(lambda: _decide_on(spec, getattr(target, "decide_on", None)))
+    tools = checked(lambda: _tools(spec, getattr(target, "tools", None), errors)) or {}
+    return App(spec=spec, decide=decide, decide_on=decide_on, tools=tools, llm=llm,
+               instructions=instructions or None)
+
+
+def _callable(spec: str, target: Any, attr: str) -> Any:
+    value = getattr(target, attr, None)
+    if value is not None and not callable(value):
+        raise AppError(f"app {spec!r}: `{attr}` is not callable")
+    return value
+
+
+def _instructions(spec: str, target: Any) -> str | None:
     instructions = getattr(target, "instructions", None)
     if instructions is not None and not isinstance(instructions, str):
         raise AppError(f"app {spec!r}: `instructions` must be a string (the system prompt), "
                        f"not {type(instructions).__name__}")
-    return App(spec=spec, decide=decide, decide_on=_decide_on(spec, getattr(target, "decide_on", None)),
-               tools=_tools(spec, getattr(target, "tools", None)), llm=llm, instructions=instructions or None)
+    return instructions
 
 
 def _decide_on(spec: str, decide_on: Any) -> frozenset[str] | None:
@@ -183,7 +216,8 @@ def check_tool_name(name: Any) -> str | None:
     return None
 
 
-def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
+def _tools(spec: str, tools: Any, errors: list[str] | None = None) -> dict[str, Callable[..., Any]]:
+    """The app's tools by name. With `errors` (see `app_of`), a bad tool is left out."""
     if tools is None:
         return {}
     items: Iterable[tuple[Any, Any]]
@@ -195,23 +229,33 @@ def _tools(spec: str, tools: Any) -> dict[str, Callable[..., Any]]:
         raise AppError(f"app {spec!r}: `tools` must be a dict or a list of functions")
     out: dict[str, Callable[..., Any]] = {}
     for name, fn in items:
-        if not isinstance(name, str):
-            raise AppError(f"app {spec!r}: tool names must be strings, got {name!r}")
-        if not callable(fn):
-            raise AppError(f"app {spec!r}: tool {name!r} is not callable")
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
-            raise AppError(f"app {spec!r}: tool name {name!r} is not a valid identifier")
-        declared = getattr(fn, TOOL_NAME, None)
-        if declared is not None and declared != name:
-            # a dict's key and @tool(name=...) disagree: the model would be told one name and
-            # the engine run another
-            raise AppError(f"app {spec!r}: tool {name!r} is named {declared!r} by @tool(name=...): "
-                           "use one name (or give `tools` as a list)")
-        if name in out:
-            raise AppError(f"app {spec!r}: two tools are named {name!r}")
-        _check_marks(spec, name, fn)
+        try:
+            _check_tool(spec, name, fn, out)
+        except AppError as exc:
+            if errors is None:
+                raise
+            errors.append(str(exc))
+            continue
         out[name] = fn
     return out
+
+
+def _check_tool(spec: str, name: Any, fn: Any, seen: dict[str, Callable[..., Any]]) -> None:
+    if not isinstance(name, str):
+        raise AppError(f"app {spec!r}: tool names must be strings, got {name!r}")
+    if not callable(fn):
+        raise AppError(f"app {spec!r}: tool {name!r} is not callable")
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
+        raise AppError(f"app {spec!r}: tool name {name!r} is not a valid identifier")
+    declared = getattr(fn, TOOL_NAME, None)
+    if declared is not None and declared != name:
+        # a dict's key and @tool(name=...) disagree: the model would be told one name and
+        # the engine run another
+        raise AppError(f"app {spec!r}: tool {name!r} is named {declared!r} by @tool(name=...): "
+                       "use one name (or give `tools` as a list)")
+    if name in seen:
+        raise AppError(f"app {spec!r}: two tools are named {name!r}")
+    _check_marks(spec, name, fn)
 
 
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:

@@ -88,6 +88,7 @@ COMMANDS = {
     "watch": "parley.cli.reads:watch", "interrupts": "parley.cli.reads:interrupts",
     "sessions": "parley.cli.reads:sessions",
     "demo": "parley.cli.demo:demo", "doctor": "parley.cli.doctor:doctor",
+    "app": "parley.cli.appcheck:app",
     "producers": "parley.cli.producers:producers", "partitions": "parley.cli.partitions:partitions",
     "inbox": "parley.cli.inbox:inbox", "inbox-user": "parley.cli.inbox_users:inbox_user",
 }

@@ -44,7 +44,11 @@ def run_demo(url: str | None, prefix: str, app: str, answer: str | None, message
     workdir = Path(tempfile.mkdtemp(prefix="parley-demo-"))
     server = None
     if url is None:
-        server = RedisServer(workdir / "redis").start()
+        try:
+            server = RedisServer(workdir / "redis").start()
+        except (RuntimeError, OSError) as exc:  # not installed, or it would not start
+            raise click.ClickException(f"cannot start a private redis-server: {exc} (or set "
+                                       "PARLEY_REDIS_URL to a Redis of yours)") from None
         url = server.url
         click.echo(f"started a private redis-server on {url}")
     # checked before anything is started: not a Redis Cluster node (ClusterNotSupported)

@@ -40,3 +40,13 @@ def test_demo_outside_a_checkout_says_where_the_seed_app_is(tmp_path: Path) -> N
     assert "cannot import app module 'examples.seed_app'" in run.stderr
     assert "examples/ folder" in run.stderr and "--app" in run.stderr
     assert "started a private redis-server" not in run.stdout
+
+
+def test_demo_without_redis_server_says_so_and_fails(tmp_path: Path) -> None:
+    """Issue 32: every CLI error exits non-zero, this one included (it was a traceback)."""
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}  # no /usr/bin: no redis-server
+    run = subprocess.run(parley_command("demo", "--yes"), cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=90, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "cannot start a private redis-server: redis-server is not installed" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -14,7 +14,7 @@ def check(spec: str) -> None:
     """Load the app as a worker and a dispatcher would and print every problem found, one per
     line (`error:` stops a process from starting, `warning:` would show later). Exits 1 on any
     error, 0 otherwise. Needs no Redis."""
-    from parley.workers.app_check import check_app, summary
+    from parley.cli.app_problems import check_app, summary
 
     found = check_app(spec)
     for problem in found.problems:

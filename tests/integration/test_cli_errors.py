@@ -41,7 +41,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
               "--keys-file", str(ROOT / "deploy/secrets/keys.json")],
 }
 #: the commands that never use Redis
-NO_REDIS = {"inbox-user"}
+NO_REDIS = {"inbox-user", "app"}
 
 
 #: what a command needs in its environment besides the Redis URL

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from parley.cli.app_problems import check_app
 from parley.cli.main import cli
-from parley.workers.app_check import check_app
 
 BAD_APP = '''
 decide = 5

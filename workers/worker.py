@@ -175,6 +175,24 @@ class ParleyWorker(TakingWorker):
         super().check_for_suspension(burst)
         self._suspension_checked_at = time.monotonic()
 
+    # ---- RQ's command channel -------------------------------------------------------------------
+
+    #: how long the thread reading RQ's command channel (`rq` shutdown / kill-horse commands)
+    #: waits per read; RQ's own 60 s would hold a stop up to that long (see `subscribe`)
+    PUBSUB_WAKE_S = 1.0
+
+    def subscribe(self) -> None:
+        """RQ's subscribe, with the channel's reader waking every `PUBSUB_WAKE_S` instead of 60 s.
+        On SIGTERM, RQ stops that thread, and redis-py 8.2 waits for it to end without a
+        timeout (`PubSubWorkerThread.stop` joins it), where RQ meant to wait one second: a
+        reader asleep in a 60 s read held the worker's exit for up to a minute, past a
+        Kubernetes grace period (30 s), and the worker was then killed mid-teardown."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]  # RQ's annotation
+            sleep_time=self.PUBSUB_WAKE_S, daemon=True, exception_handler=self._pubsub_exception_handler)
+
     # ---- running a job ------------------------------------------------------------------------
 
     def _shutdown(self) -> None:

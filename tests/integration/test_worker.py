@@ -32,6 +32,7 @@ from parley.workers import jobs
 from parley.workers.app import App, load_app
 from parley.workers.jobs import Finish
 from parley.workers.worker import ParleyJob, make_worker
+from tests.conftest import eventually
 from tests.integration.conftest import (
     RESULTS,
     MakeDispatcher,
@@ -1139,3 +1140,21 @@ def test_an_idle_worker_blocks_for_its_idle_block_and_then_acts_on_a_stop(r: red
     assert worker.dequeue_job_and_maintain_ttl(timeout=10) is None
     assert blocks == [0.05, 0.05]
     assert make_worker([KEYS.queue("decide")], r, keys=KEYS).block_s == 1.0  # the default
+
+
+def test_a_stopping_worker_ends_its_command_channel_reader_at_once(r: redis.Redis) -> None:
+    """RQ's reader of the worker's command channel waits 60 s per read, and redis-py 8.2's
+    `PubSubWorkerThread.stop()` waits for it to end: a SIGTERM'd worker could take a minute to
+    exit (past a Kubernetes grace period). The reader has already seen the channel unsubscribed
+    here (its next read is a wait for a subscription), the case that held the stop."""
+    worker = make_worker(["decide"], r)
+    worker.subscribe()
+    try:
+        worker.pubsub.unsubscribe()
+        eventually(lambda: not worker.pubsub.subscribed)  # the reader took the reply
+        stopping = threading.Thread(target=worker.pubsub_thread.stop, daemon=True)
+        stopping.start()
+        stopping.join(timeout=10)
+        assert not stopping.is_alive() and not worker.pubsub_thread.is_alive()
+    finally:
+        worker.pubsub.close()

@@ -10,7 +10,9 @@ actions it may return are models too (`Interrupt`, `Message`, `ToolExecute`, `To
 `ToolError`, `LlmCall`; an app needs no import from Parley: plain dicts do); `needs_approval`
 marks a tool whose calls run only once a person approved them; `interrupt()`, called in a
 tool's code, asks a person and returns their answer (the tool runs again from its start);
-`@tool(...)` declares a tool's name, description and kind where it is defined.
+`@tool(...)` declares a tool's name, description and kind where it is defined;
+`stream_delta(text)`, called in an `llm`, streams a piece of the reply to the session's
+watchers (`OpenAICompatible(stream=True)` calls it for you).
 
 They are imported when first used (PEP 562), so that importing one part of the package
 (`parley.client` in a producer, `parley.dispatcher.core`) loads no other: a producer never
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from parley.schemas.triggers import Trigger
     from parley.workers.asking import interrupt
     from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible, ScriptedModel
+    from parley.workers.streaming import stream_delta
     from parley.workers.tool_marks import tool
 
 #: public name -> the module that defines it
@@ -56,13 +59,14 @@ _HOMES = {
     "OpenAICompatible": "parley.workers.llm",
     "ScriptedModel": "parley.workers.llm",
     "interrupt": "parley.workers.asking",
+    "stream_delta": "parley.workers.streaming",
     "tool": "parley.workers.tool_marks",
 }
 
 __all__ = ["AsyncClient", "Client", "Decision", "Interrupt", "InvalidDecision", "InvalidInput", "LLMError",
            "LLMTimeoutError", "LlmCall", "Message", "OpenAICompatible", "ScriptedModel", "SubmitRefused",
            "SubmitUnavailable", "ToolError", "ToolExecute", "ToolResult", "Trigger", "interrupt",
-           "needs_approval", "tool"]
+           "needs_approval", "stream_delta", "tool"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

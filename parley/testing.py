@@ -49,6 +49,7 @@ from parley.dispatcher.core import (
 )
 from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.codes import InputOutcome, SessionStatus
+from parley.schemas.deltas import Delta
 from parley.schemas.jobs import JobKind
 from parley.schemas.results import WorkOutcome
 from parley.schemas.signing import ENGINE_PRINCIPAL
@@ -56,6 +57,7 @@ from parley.schemas.state import SessionState
 from parley.schemas.view import creation_order, public_message
 from parley.workers import jobs
 from parley.workers.app import App, load_agents, load_app
+from parley.workers.streaming import DeltaSink, streaming
 
 #: where the still clock starts (Unix ms: 2026-01-01T00:00:00Z)
 START_MS = 1_767_225_600_000
@@ -144,6 +146,7 @@ class AppRunner:
         self._pending: deque[_Item] = deque()
         self._timers: dict[tuple[str, str], int] = {}
         self._entries = itertools.count(1)
+        self._deltas: dict[str, list[Delta]] = {}
 
     def session(self, session_id: str = "test", *, budget: dict[str, Any] | None = None,
                 metadata: dict[str, Any] | None = None) -> "SessionRun":
@@ -262,7 +265,15 @@ class AppRunner:
             messages = self._state(item.session).messages
             request = {"messages": [public_message(messages[m]) for m in job.args["chain"]],
                        **job.args["request"]}
-            body = lambda: jobs.reply_of(app, request)  # noqa: E731
+            # a clock that moves a second per look: each piece is a delta of its own, whatever
+            # the speed of the test's model, so what a test sees does not depend on timing
+            sink = DeltaSink(call_id=job.work, attempt=job.attempt,
+                             write=self._deltas.setdefault(item.session, []).extend,
+                             clock=itertools.count(0.0, 1.0).__next__)
+
+            def body() -> Any:
+                with streaming(sink):  # what the model streams (parley.stream_delta), kept per session
+                    return jobs.reply_of(app, request)
         else:
             body = lambda: jobs.tool_result_of(app, payload)  # noqa: E731
         result = jobs.ran(payload, job.job.value, body)
@@ -404,6 +415,12 @@ class SessionRun:
     def closed(self) -> bool:
         core = self.runner._state(self.id).core
         return core is not None and core.status == SessionStatus.CLOSED
+
+    @property
+    def deltas(self) -> list[Delta]:
+        """What the model streamed (`parley.stream_delta`, `OpenAICompatible(stream=True)`), in
+        order: the pieces watchers of the session would see before each reply is recorded."""
+        return list(self.runner._deltas.get(self.id, []))
 
     @property
     def failures(self) -> list[dict[str, Any]]:

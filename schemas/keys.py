@@ -268,6 +268,11 @@ class Keys:
     def events(self, session: str) -> str:
         return f"{self.prefix}:{{{session}}}:events"
 
+    def deltas(self, session: str) -> str:
+        """Stream, capped and expiring: the pieces of the session's model replies as they are
+        generated, written by workers (schemas/deltas.py; docs/protocol.md, "Token streaming")."""
+        return f"{self.prefix}:{{{session}}}:deltas"
+
     def outbox(self, session: str) -> str:
         """Hash: effect seq -> effect JSON, flushed after each commit."""
         return f"{self.prefix}:{{{session}}}:outbox"
@@ -280,7 +285,7 @@ class Keys:
     def session_keys(self, session: str) -> list[str]:
         """Every key a session owns (what expiry deletes; a test counts them)."""
         return [self.meta(session), self.messages(session), self.events(session),
-                self.outbox(session), self.idempotency_keys(session)]
+                self.outbox(session), self.idempotency_keys(session), self.deltas(session)]
 
     @staticmethod
     def index_member(session: str, interrupt_id: str) -> str:

@@ -116,4 +116,4 @@ def acl_line(name: str, tenant: str | None, prefix: str = "parley", password: st
     return (f"user {prefix}-producer-{name} on >{password} resetkeys resetchannels -@all +ping +select +wait "
             f"+hget +hmget %R~{prefix}:config %R~{sessions}:meta "
             f"(+fcall ~{own} ~{own}:* {pending}) (+xadd ~{own} ~{own}:*) (+hget +hincrby {pending}) "
-            f"(+xread +xrange +xrevrange %R~{sessions}:events)")
+            f"(+xread +xrange +xrevrange %R~{sessions}:events %R~{sessions}:deltas)")

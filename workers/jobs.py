@@ -41,6 +41,7 @@ from parley.workers.llm.limits import TimeLimit, time_limit
 # the dispatcher's replica confirmation, shared rather than copied (one rule, one probe write)
 from parley.workers.scripts import LUA
 from parley.workers.stopping import CallVoided, Watched, void_watch
+from parley.workers.streaming import DeltaSink, Write, redis_writer, streaming
 
 log = logging.getLogger("parley.worker")
 
@@ -368,13 +369,22 @@ def run_llm(payload: dict[str, Any]) -> None:
 
     def call(app: App) -> Any:
         request = llm_request(payload)
-        with time_limit(_model_time_limit(started)), _stopped_if_voided():
+        with time_limit(_model_time_limit(started)), _stopped_if_voided(), streaming(_delta_sink(payload)):
             return reply_of(app, request)
 
     try:
         _run(payload, "llm", call)
     except CallVoided:
         _stopped(payload, "llm", started)
+
+
+def _delta_sink(payload: dict[str, Any]) -> DeltaSink:
+    """Where the call's streamed pieces go: the session's deltas stream, on the connection the
+    job came from (the session's shard), capped and expiring (schemas/deltas.py)."""
+    job = get_current_job()
+    write: Write = (lambda _batch: None) if job is None else redis_writer(job.connection,
+                                                                          _keys.deltas(payload["session"]))
+    return DeltaSink(call_id=payload["work"], attempt=int(payload["attempt"]), write=write)
 
 
 def reply_of(app: App, request: dict[str, Any]) -> dict[str, Any]:

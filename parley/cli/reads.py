@@ -72,12 +72,15 @@ def export_(ctx: click.Context, session: str, output: str | None) -> None:
                    "before), to go on where a watch stopped.")
 @click.option("--until", "until_type", default=None, help="Stop after the first event of this type.")
 @click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--deltas", is_flag=True,
+              help="Also print the pieces of model replies as they are generated "
+                   "({\"type\": \"llm.delta\", ...} lines, in order among the events).")
 @click.pass_context
 def watch(ctx: click.Context, session: str, after: str, until_type: str | None,
-          timeout: float | None) -> None:
+          timeout: float | None, deltas: bool) -> None:
     """Follow SESSION's events, one JSON object a line."""
     deadline = time.monotonic() + timeout if timeout else None
-    for entry_id, event in client_of(ctx).events(session, after, until=deadline):
+    for entry_id, event in client_of(ctx).events(session, after, until=deadline, deltas=deltas):
         click.echo(f"{entry_id} {orjson.dumps(event).decode()}")
         if until_type and event.get("type") == until_type:
             return

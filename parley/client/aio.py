@@ -11,9 +11,10 @@ from redis.exceptions import ResponseError
 from parley.client.core import Command, Core, Each, Face, Op, Request, Round, T
 from parley.client.export import SessionExport
 from parley.client.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, OpenInterrupt
-from parley.client.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of
+from parley.client.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of, typed_event
 from parley.client.sessions import SessionPage
-from parley.schemas.events import EVENT_ADAPTER, Event
+from parley.schemas.deltas import Delta
+from parley.schemas.events import Event
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import CloseOutcome, ResumeOutcome
 from parley.schemas.shards import Placement
@@ -126,19 +127,22 @@ class AsyncClient(Face):
         return await self._run(op)
 
     async def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
-                     until: float | None = None) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+                     until: float | None = None, *, deltas: bool = False
+                     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Follow the session's events from `after` as (id, JSON dict); stops at `until` (a
-        monotonic deadline); a session whose partition moved is followed (see `Client.events`)."""
-        follow = await self._run(self.core.follow(session, after, block_ms, until))
+        monotonic deadline); a session whose partition moved is followed; with `deltas`, the
+        pieces of model replies being generated come too (see `Client.events`)."""
+        follow = await self._run(self.core.follow(session, after, block_ms, until, deltas))
         while follow.going():
             for entry_id, event in follow.take(await self._run(follow.read())):
                 yield entry_id, event
 
     async def watch(self, session: str, after: str = "0-0", until: float | None = None,
-                    block_ms: int = 1000) -> AsyncIterator[tuple[str, Event]]:
-        """`events`, typed: (id, event model of schemas/events.py)."""
-        async for entry_id, event in self.events(session, after, block_ms, until):
-            yield entry_id, EVENT_ADAPTER.validate_python(event)
+                    block_ms: int = 1000, *, deltas: bool = False
+                    ) -> AsyncIterator[tuple[str, Event | Delta]]:
+        """`events`, typed: (id, event model of schemas/events.py, or with `deltas` a `Delta`)."""
+        async for entry_id, event in self.events(session, after, block_ms, until, deltas=deltas):
+            yield entry_id, typed_event(event)
 
     async def show(self, session: str) -> dict[str, Any] | None:
         """The session's state, None when it has no record (see `Client.show`)."""

@@ -46,6 +46,7 @@ from parley.client.producer import (
 )
 from parley.client.sessions import SessionFilter, SessionPage
 from parley.client.shards import VIEW_FIELDS, view_of
+from parley.schemas import deltas
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
@@ -102,9 +103,13 @@ def on(shard: int, steps: Steps) -> Op[Any]:
         return done.value
 
 
+#: entries an XREAD asks for, per stream
+READ_COUNT = 100
+
+
 def xread(shard: int, stream: str, after: str, block_ms: int) -> Command:
-    """Up to 100 entries of `stream` after `after`, blocking at most `block_ms`."""
-    return Command(shard, Call("xread", ({stream: after},), {"count": 100, "block": block_ms}))
+    """Up to READ_COUNT entries of `stream` after `after`, blocking at most `block_ms`."""
+    return Command(shard, Call("xread", ({stream: after},), {"count": READ_COUNT, "block": block_ms}))
 
 
 F = TypeVar("F", contravariant=True)
@@ -300,9 +305,10 @@ class Core:
 
     # ---- reading ----
 
-    def follow(self, session: str, after: str, block_ms: int, until: float | None) -> "Op[Follow]":
+    def follow(self, session: str, after: str, block_ms: int, until: float | None,
+               deltas: bool = False) -> "Op[Follow]":
         """Following the session's events from `after` (see `Follow`), from its shard now."""
-        return Follow(self, session, (yield from self.shard_of(session)), after, block_ms, until)
+        return Follow(self, session, (yield from self.shard_of(session)), after, block_ms, until, deltas)
 
     def show(self, session: str) -> Op[dict[str, Any] | None]:
         """The session's state (what `parley show` prints), None when it has no record; a
@@ -375,13 +381,20 @@ class Follow:
     session's shard, `take(reply)` its (id, event) pairs. With several shards, a read that
     comes back empty reads the placement again (at most every second): a session whose
     partition moved is followed to its new shard, from the same event id (a move copies the
-    stream with its ids)."""
+    stream with its ids).
+
+    With `deltas`, the same XREAD reads the session's deltas stream too (schemas/deltas.py),
+    from the same point in time as `after` (both streams' ids are Redis's clock), and the two
+    come out merged in the order they were written: a reply's pieces before the durable
+    `message.created` that records it."""
 
     def __init__(self, core: Core, session: str, shard: int, after: str, block_ms: int,
-                 until: float | None):
+                 until: float | None, deltas: bool = False):
         self.core, self.session, self.shard = core, session, shard
         self.key = core.keys.events(session)
         self.last, self.block_ms, self.until = after, block_ms, until
+        self.deltas_key = core.keys.deltas(session) if deltas else None
+        self.last_delta = after
         self.reread = Reread()
 
     def going(self) -> bool:
@@ -389,15 +402,30 @@ class Follow:
 
     def read(self) -> Op[Any]:
         block = within_socket_timeout(self.block_ms, self.core.timeouts[self.shard])
-        reply = yield xread(self.shard, self.key, self.last, block)
+        if self.deltas_key is None:
+            reply = yield xread(self.shard, self.key, self.last, block)
+        else:
+            streams = {self.key: self.last, self.deltas_key: self.last_delta}
+            reply = yield Command(self.shard, Call("xread", (streams,),
+                                                   {"count": READ_COUNT, "block": block}))
         if not reply:
             self.shard = yield from self.core.followed(self.session, self.shard, self.reread)
         return reply
 
     def take(self, reply: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        for entry_id, event in xread_events(reply):
-            self.last = entry_id
-            yield entry_id, event
+        if self.deltas_key is None:
+            for entry_id, event in xread_events(reply):
+                self.last = entry_id
+                yield entry_id, event
+            return
+        taken, last = deltas.merged([(text(name), entries) for name, entries in reply or []], READ_COUNT)
+        self.last = last.get(self.key, self.last)
+        self.last_delta = last.get(self.deltas_key, self.last_delta)
+        for stream, raw_id, fields in taken:
+            if stream == self.key:
+                yield from xread_events([(stream, [(raw_id, fields)])])
+            elif (delta := deltas.delta_of(fields)) is not None:
+                yield text(raw_id), delta
 
 
 class Face:

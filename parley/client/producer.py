@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from parley.runtime.retry import backoff
 from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.codes import RefusalCode
+from parley.schemas.deltas import DELTA_TYPE, Delta
 from parley.schemas.events import EVENT_ADAPTER, Event
 from parley.schemas.inputs import Input, InterruptResume, SessionClose
 from parley.schemas.keys import Keys, partition_of
@@ -230,9 +231,16 @@ def xread_events(reply: Any) -> Iterator[tuple[str, dict[str, Any]]]:
             yield text(raw_id), orjson.loads(fields[b"event"] if b"event" in fields else fields["event"])
 
 
-def typed_events(events: Iterable[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Event]]:
+def typed_event(event: dict[str, Any]) -> Event | Delta:
+    """An event dict as its model (schemas/events.py), or a delta as a `Delta`."""
+    if event.get("type") == DELTA_TYPE:
+        return Delta.model_validate(event)
+    return EVENT_ADAPTER.validate_python(event)
+
+
+def typed_events(events: Iterable[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, Any]]:
     for entry_id, event in events:
-        yield entry_id, EVENT_ADAPTER.validate_python(event)
+        yield entry_id, typed_event(event)
 
 
 def last_id(reply: Any) -> str:

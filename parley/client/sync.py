@@ -13,6 +13,7 @@ from parley.client.inbox import DEFAULT_LIMIT, InterruptFilter, InterruptPage, O
 from parley.client.producer import DEFAULT_MOVED_TIMEOUT_S, InputValue, pipeline_of, typed_events
 from parley.client.sessions import SessionPage
 from parley.client.shards import Shards
+from parley.schemas.deltas import Delta
 from parley.schemas.events import Event
 from parley.schemas.keys import Keys
 from parley.schemas.resumes import CloseOutcome, ResumeOutcome
@@ -126,18 +127,28 @@ class Client(Face):
         return self._run(self.core.close(session, reason, idempotency_key, principal, key, wait, timeout_s))
 
     def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
-               until: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+               until: float | None = None, *, deltas: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
         """Follow the session's events from `after` as (id, JSON dict); stops at `until` (a
         monotonic deadline). With several shards, a session whose partition moved is followed
-        to its new shard, from the same event id (parley/client/core.py, `Follow`)."""
-        follow = self._run(self.core.follow(session, after, block_ms, until))
+        to its new shard, from the same event id (parley/client/core.py, `Follow`). With
+        `deltas`, the pieces of model replies being generated come too, in order among the
+        events, as `{"type": "llm.delta", ...}` (docs/protocol.md, "Token streaming")."""
+        follow = self._run(self.core.follow(session, after, block_ms, until, deltas))
         while follow.going():
             yield from follow.take(self._run(follow.read()))
 
-    def watch(self, session: str, after: str = "0-0", until: float | None = None,
-              block_ms: int = 1000) -> Iterator[tuple[str, Event]]:
-        """`events`, typed: (id, event model of schemas/events.py)."""
-        return typed_events(self.events(session, after, block_ms, until))
+    @overload
+    def watch(self, session: str, after: str = "0-0", until: float | None = None, block_ms: int = 1000,
+              *, deltas: Literal[False] = False) -> Iterator[tuple[str, Event]]: ...
+
+    @overload
+    def watch(self, session: str, after: str = "0-0", until: float | None = None, block_ms: int = 1000,
+              *, deltas: Literal[True]) -> Iterator[tuple[str, Event | Delta]]: ...
+
+    def watch(self, session: str, after: str = "0-0", until: float | None = None, block_ms: int = 1000,
+              *, deltas: bool = False) -> Iterator[tuple[str, Event | Delta]]:
+        """`events`, typed: (id, event model of schemas/events.py, or with `deltas` a `Delta`)."""
+        return typed_events(self.events(session, after, block_ms, until, deltas=deltas))
 
     def show(self, session: str) -> dict[str, Any] | None:
         """The session's state (what `parley show` prints), None when it has no record (looked

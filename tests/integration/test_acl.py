@@ -49,12 +49,15 @@ from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
 from parley.fleet.notify import Forwarder, NotifyConfig
 from parley.runtime.metrics import Health, RedisStateCollector
 from parley.runtime.procs import free_port, stop_processes
+from parley.schemas.deltas import TTL_S as DELTAS_TTL_S
+from parley.schemas.deltas import Delta
 from parley.schemas.jobs import KIND_OF_QUEUE, JobKind, job_id
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.results import WorkOutcome
 from parley.workers import jobs
 from parley.workers.app import load_app
 from parley.workers.heartbeat import Heartbeat
+from parley.workers.streaming import redis_writer
 from parley.workers.worker import make_worker
 from tests.forkserver import run_parley, start_parley
 from tests.integration.conftest import enqueue_tool_job, tick
@@ -356,6 +359,8 @@ def test_producer_writes_inputs_and_reads_events(acl: AclRedis, producer: redis.
     pytest.param(lambda r: r.delete(KEYS.meta("acl-p")), id="delete-meta"),
     pytest.param(lambda r: r.hset(KEYS.messages("acl-p"), "msg-9", "{}"), id="write-msgs"),
     pytest.param(lambda r: r.xadd(KEYS.events("acl-p"), {"event": "{}"}), id="forge-an-event"),
+    pytest.param(lambda r: r.xadd(KEYS.deltas("acl-p"), DELTA), id="forge-a-streamed-piece"),
+    pytest.param(lambda r: r.delete(KEYS.deltas("acl-p")), id="delete-the-streamed-pieces"),
     pytest.param(lambda r: r.xadd("parley:results", {"outcome": "{}"}), id="post-a-result"),
     pytest.param(lambda r: r.xadd("parley:results:0", {"outcome": "{}"}), id="post-a-result-partition"),
     pytest.param(lambda r: r.xadd("parley:inputs:rejected", {"x": "1"}), id="write-rejected"),
@@ -511,6 +516,12 @@ def test_the_unclaimed_work_sweep_posts_a_lost_job_under_the_dispatchers_login(
     pytest.param(lambda r: r.hset(KEYS.outbox("acl-w"), "1", "{}"), id="write-outbox"),
     pytest.param(lambda r: r.xadd(KEYS.events("acl-w"), {"event": "{}"}), id="forge-an-event"),
     pytest.param(lambda r: r.xread({KEYS.events("acl-w"): "0-0"}), id="read-events"),
+    # it streams a reply's pieces (XADD, EXPIRE), and does nothing else with them
+    pytest.param(lambda r: r.xread({KEYS.deltas("acl-w"): "0-0"}), id="read-streamed-pieces"),
+    pytest.param(lambda r: r.delete(KEYS.deltas("acl-w")), id="delete-streamed-pieces"),
+    pytest.param(lambda r: r.xtrim(KEYS.deltas("acl-w"), maxlen=0), id="trim-streamed-pieces"),
+    pytest.param(lambda r: r.expire(KEYS.events("acl-w"), 1), id="expire-the-events"),
+    pytest.param(lambda r: r.xadd("parley:acl-w:deltas", DELTA), id="deltas-key-outside-a-session"),
     pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
     pytest.param(lambda r: r.xadd("parley:inputs:0", {"session": "s", "input": "{}"}), id="write-partition"),
     pytest.param(lambda r: r.xadd("parley:inputs:rejected", {"x": "1"}), id="write-rejected"),
@@ -732,6 +743,7 @@ def test_reader_lists_sessions_with_every_filter(acl: AclRedis, reader: redis.Re
 @pytest.mark.parametrize("attempt", [
     pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="write-inputs"),
     pytest.param(lambda r: r.hset(KEYS.meta("acl-r"), "ver", 9), id="write-meta"),
+    pytest.param(lambda r: r.xadd(KEYS.deltas("acl-r"), DELTA), id="forge-a-streamed-piece"),
     pytest.param(lambda r: r.hgetall(KEYS.outbox("acl-r")), id="read-outbox"),
     pytest.param(lambda r: r.zrange(KEYS.idempotency_keys("acl-r"), 0, -1), id="read-idempotency-keys"),
     pytest.param(lambda r: r.get(KEYS.lease(0)), id="read-a-lease-token"),
@@ -746,6 +758,36 @@ def test_reader_is_refused_the_rest(acl: AclRedis, reader: redis.Redis,
                                     attempt: Callable[[redis.Redis], Any]) -> None:
     refused(lambda: attempt(reader))
     assert acl.denials() and {u for u, _why, _obj in acl.denials()} == {READER}
+
+
+# ---- streamed replies (parley:{S}:deltas) ---------------------------------------------------------
+
+#: a streamed piece's fields, as a worker writes them (schemas/deltas.py)
+DELTA = {"call": "llm-1", "attempt": "1", "seq": "1", "text": "forged"}
+
+
+def test_a_worker_streams_pieces_that_producers_and_readers_watch(acl: AclRedis, worker: redis.Redis,
+                                                                  producer: redis.Redis,
+                                                                  reader: redis.Redis) -> None:
+    """What a worker writes while a model streams (redis_writer: a capped XADD and EXPIRE in
+    one pipeline) goes through under its login, and `watch(..., deltas=True)` reads it under the
+    producer's and the reader's."""
+    redis_writer(worker, KEYS.deltas("acl-d"))([Delta(call_id="llm-1", attempt=1, seq=1, text="Hel"),
+                                                 Delta(call_id="llm-1", attempt=1, seq=2, text="lo")])
+    assert 0 < acl.admin.ttl(KEYS.deltas("acl-d")) <= DELTAS_TTL_S
+    for login in (producer, reader):
+        seen = [event for _id, event in Client(login).watch("acl-d", deltas=True, block_ms=10,
+                                                            until=time.monotonic() + 0.5)]
+        assert [d.text for d in seen if isinstance(d, Delta)] == ["Hel", "lo"]
+    assert acl.denials() == []
+
+
+def test_the_inbox_login_does_not_read_streamed_pieces(acl: AclRedis) -> None:
+    """The inbox page shows questions and transcripts, never a reply being generated: it was
+    not given the deltas streams."""
+    acl.admin.xadd(KEYS.deltas("acl-i"), DELTA)
+    refused(lambda: acl.connect(INBOX).xread({KEYS.deltas("acl-i"): "0-0"}))
+    assert {u for u, _why, _obj in acl.denials()} == {INBOX}
 
 
 # ---- the notifier (parley notify) and the feed -------------------------------------------------

@@ -4,6 +4,7 @@ The server (a ThreadingHTTPServer on 127.0.0.1, port 0) records every request it
 path, headers, JSON body — and answers from a script the test sets: no mocked client.
 """
 
+import itertools
 import json
 import select
 import socket
@@ -20,6 +21,8 @@ import redis
 from parley.dispatcher.core import Cancel, Enqueue
 from parley.dispatcher.enqueue import Outbox
 from parley.runtime.metrics import REGISTRY
+from parley.schemas.deltas import TTL_S as DELTAS_TTL_S
+from parley.schemas.deltas import Delta, delta_of
 from parley.schemas.jobs import JobKind, job_id
 from parley.schemas.keys import Keys
 from parley.schemas.results import WorkOutcome
@@ -28,8 +31,10 @@ from parley.workers.app import App
 from parley.workers.jobs import check_response
 from parley.workers.llm import LLMError, LLMTimeoutError, OpenAICompatible
 from parley.workers.llm.openai_compat import NO_RESULT
+from parley.workers.streaming import DeltaSink, streaming
 from parley.workers.worker import make_worker
 from tests.integration.conftest import RESULTS
+from tests.sse_server import Stream, StreamServer, stream_server
 
 API_KEY = "sk-test-secret-123"
 
@@ -547,3 +552,74 @@ def test_in_a_worker_a_call_not_voided_is_left_alone(server: FakeServer, llm_wor
     llm_worker.run(model(server, timeout=30))
     assert [(o.ok, o.value["content"]) for o in llm_worker.outcomes()] == [(True, "in time")]
     assert server.disconnects == []
+
+
+# ---- streaming (stream=True) -------------------------------------------------------------------
+
+
+@pytest.fixture
+def streamer() -> Iterator[StreamServer]:
+    with stream_server() as s:
+        yield s
+
+
+def stream_model(s: StreamServer, **kwargs: Any) -> OpenAICompatible:
+    return OpenAICompatible(base_url=s.base_url, model="stream-model", stream=True, backoff_base=0.001,
+                            max_backoff=0.01, timeout=5, **kwargs)
+
+
+def collected(llm: OpenAICompatible, request: dict[str, Any]) -> tuple[dict[str, Any], list[Delta]]:
+    writes: list[Delta] = []
+    every_piece = itertools.count(0.0, 1.0).__next__  # a clock that flushes each piece
+    with streaming(DeltaSink(call_id="llm-1", attempt=1, write=writes.extend, clock=every_piece)):
+        reply = check_response(llm(request))
+    return reply, writes
+
+
+def test_streamed_text_is_handed_on_piece_by_piece_and_the_reply_is_whole(streamer: StreamServer) -> None:
+    streamer.reply(Stream(["The launch ", "moved to ", "Friday."]))
+    reply, deltas = collected(stream_model(streamer), {"messages": BRANCH[:1], "instructions": "Be brief."})
+    assert [d.text for d in deltas] == ["The launch ", "moved to ", "Friday."]
+    assert [d.seq for d in deltas] == [1, 2, 3]
+    assert reply == {"content": "The launch moved to Friday.", "tool_calls": [], "usage": {"tokens": 12}}
+    [body] = streamer.received
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+
+
+def test_streamed_tool_calls_arrive_whole(streamer: StreamServer) -> None:
+    streamer.reply(Stream([], tool_calls=[{"id": "c1", "name": "send_email",
+                                           "arguments": {"to": "bob", "body": "hi"}}]))
+    reply, deltas = collected(stream_model(streamer), {"messages": BRANCH[:1], "tools": [SEND_EMAIL]})
+    assert deltas == []
+    assert reply["tool_calls"] == [{"id": "c1", "name": "send_email",
+                                    "arguments": {"to": "bob", "body": "hi"}}]
+
+
+def test_a_stream_cut_mid_reply_is_retried_and_watchers_are_told_to_start_again(
+        streamer: StreamServer) -> None:
+    streamer.reply(Stream(["Half ", "a reply", " never ends"], cut_after=2), Stream(["A whole ", "reply."]))
+    reply, deltas = collected(stream_model(streamer), {"messages": BRANCH[:1]})
+    assert reply["content"] == "A whole reply."
+    assert [(d.text, d.reset) for d in deltas] == [("Half ", False), ("a reply", False), ("", True),
+                                                   ("A whole ", False), ("reply.", False)]
+    assert len(streamer.received) == 2
+
+
+def test_a_stream_param_of_the_call_is_refused_with_the_way_to_stream() -> None:
+    with pytest.raises(LLMError, match=r"OpenAICompatible\(stream=True\)"):
+        OpenAICompatible(model="m").build_body({"messages": [], "params": {"stream": True}})
+
+
+def test_in_a_worker_the_pieces_go_to_the_sessions_deltas_stream_capped_and_expiring(
+        streamer: StreamServer, llm_worker: LlmWorker, r: redis.Redis) -> None:
+    streamer.reply(Stream(["one ", "two ", "three"], delay_s=0.1))
+    llm_worker.enqueue()
+    llm_worker.run(stream_model(streamer))
+    [outcome] = llm_worker.outcomes()
+    assert outcome.ok and outcome.value["content"] == "one two three"
+    key = Keys().deltas("s-llm")
+    entries = [delta_of(fields) for _id, fields in r.xrange(key)]
+    assert "".join(d["text"] for d in entries if d) == "one two three"
+    assert {(d["call_id"], d["attempt"]) for d in entries if d} == {("llm-1", 1)}
+    assert 0 < r.ttl(key) <= DELTAS_TTL_S

@@ -75,6 +75,10 @@ def test_the_scoped_reader_reads_its_tenants_sessions(acl: AclRedis, acme_reader
     assert client.show("acme/never-made") is None
     # a sub-agent's child of an acme session is acme's too: `acme/s-1:sub-1`
     assert acme_reader.xrange(KEYS.events(ACME + ":sub-1")) == []
+    # and the replies its models stream (parley watch --deltas)
+    acl.admin.xadd(KEYS.deltas(ACME), {"call": "llm-1", "attempt": "1", "seq": "1", "text": "Hi"})
+    streamed = client.events(ACME, block_ms=1, until=time.monotonic() + 0.05, deltas=True)
+    assert [e.get("text") for _id, e in streamed if e["type"] == "llm.delta"] == ["Hi"]
     assert acl.denials() == []
 
 
@@ -82,6 +86,8 @@ def test_the_scoped_reader_reads_its_tenants_sessions(acl: AclRedis, acme_reader
     pytest.param(lambda r: Client(r).show(GLOBEX), id="show"),
     pytest.param(lambda r: Client(r).export(GLOBEX), id="export-eval-ro"),
     pytest.param(lambda r: r.xrange(KEYS.events(GLOBEX)), id="events"),
+    pytest.param(lambda r: r.xread({KEYS.events(ACME): "0-0", KEYS.deltas(GLOBEX): "0-0"}),
+                 id="another-tenants-streamed-replies"),
     pytest.param(lambda r: r.xread({KEYS.events(ACME): "0-0", KEYS.events(GLOBEX): "0-0"}),
                  id="events-read-along-with-its-own"),
     pytest.param(lambda r: r.hgetall(KEYS.messages(GLOBEX)), id="messages"),
@@ -118,6 +124,7 @@ def test_the_scoped_producer_writes_its_own_streams_and_reads_its_tenant(
     assert acme_producer.hget(KEYS.pending("acme-app"), ACME) == b"1"
     acme_producer.hmget(KEYS.config, "limit_pending", "limit_messages")
     assert [f[b"event"] for _id, f in acme_producer.xrange(KEYS.events(ACME))]
+    assert acme_producer.xread({KEYS.events(ACME): "0-0", KEYS.deltas(ACME): "0-0"})  # watch --deltas
     # its tenant's records: what the submit function reads to check the limits
     assert acme_producer.hmget(KEYS.meta(ACME), "core")[0]
     assert acl.denials() == []
@@ -127,6 +134,7 @@ def test_the_scoped_producer_writes_its_own_streams_and_reads_its_tenant(
     # reading another tenant's session
     pytest.param(lambda r: r.xrange(KEYS.events(GLOBEX)), id="read-events"),
     pytest.param(lambda r: r.xread({KEYS.events(GLOBEX): "0-0"}), id="follow-events"),
+    pytest.param(lambda r: r.xread({KEYS.deltas(GLOBEX): "0-0"}), id="follow-streamed-replies"),
     pytest.param(lambda r: r.hmget(KEYS.meta(GLOBEX), "core"), id="read-meta"),
     pytest.param(lambda r: r.hgetall(KEYS.messages(GLOBEX)), id="read-messages"),
     pytest.param(lambda r: Client(r).show(GLOBEX), id="show"),

@@ -65,9 +65,10 @@ def test_the_acl_line_names_the_producers_own_streams_only() -> None:
                     "+wait +hget +hmget %R~parley:config %R~parley:{*}:meta "
                     "(+fcall ~parley:in:web ~parley:in:web:* ~parley:pending:web) "
                     "(+xadd ~parley:in:web ~parley:in:web:*) (+hget +hincrby ~parley:pending:web) "
-                    "(+xread +xrange +xrevrange %R~parley:{*}:events)")
+                    "(+xread +xrange +xrevrange %R~parley:{*}:events %R~parley:{*}:deltas)")
     scoped = acl_line("web", "acme", prefix="p")
     assert "%R~p:{acme/*}:events" in scoped and "%R~p:{acme/*}:meta" in scoped
+    assert "%R~p:{acme/*}:deltas" in scoped
     assert "{*}" not in scoped
     with pytest.raises(ProducerError):
         acl_line("web", "a*")

@@ -8,6 +8,11 @@ Parley's response shape. Configuration comes from the constructor or the environ
 - `PARLEY_LLM_MODEL` (a request's `model`, from an `llm.call` action, overrides it),
 - `PARLEY_LLM_API_KEY` (falling back to `OPENAI_API_KEY`; none: no Authorization header).
 
+With `stream=True` the reply is asked for as server-sent events, and each piece of its text is
+handed to `parley.stream_delta` as it arrives (watchers of the session see it at once; the
+transcript records the whole reply when the call ends). A request retried after some text
+was streamed first streams a reset, so watchers start that reply again.
+
 HTTP 429, 5xx, connection errors and timeouts are retried with full-jitter exponential
 backoff (a `Retry-After` in seconds is honoured, capped); other errors raise `LLMError`
 at once. Retries stop in time to end the call inside its time limit: `total_timeout`, and in
@@ -29,6 +34,8 @@ import httpx
 from parley.runtime.logs import kv
 from parley.runtime.retry import backoff
 from parley.workers.llm.limits import TimeLimit, current_time_limit, earliest
+from parley.workers.llm.sse import ChatStream, StreamError
+from parley.workers.streaming import stream_delta, stream_reset
 
 log = logging.getLogger("parley.llm")
 
@@ -82,12 +89,15 @@ class OpenAICompatible:
         headers: extra headers for every request (e.g. an org or project header).
         instructions: the system prompt, sent as the first message, when the request has none
             of its own (an app's `instructions` come with each request as `instructions`).
+        stream: ask for the reply as a stream and hand its text to `parley.stream_delta` piece
+            by piece (with `stream_options.include_usage`, so the tokens are still counted).
     """
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None,
                  api_key: str | None = None, timeout: float = 60.0, max_retries: int = 4,
                  total_timeout: float | None = None, backoff_base: float = 0.5, max_backoff: float = 10.0,
-                 headers: Mapping[str, str] | None = None, instructions: str | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, instructions: str | None = None,
+                 stream: bool = False) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         if total_timeout is not None and total_timeout <= 0:
@@ -104,13 +114,14 @@ class OpenAICompatible:
         self.max_backoff = max_backoff
         self.headers = dict(headers or {})
         self.instructions = instructions
+        self.stream = bool(stream)
         self._client: httpx.Client | None = None
         self._client_pid: int | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"OpenAICompatible(model={self.model!r}, base_url={self.base_url!r}, "
-                f"api_key={'set' if self._api_key else 'unset'})")
+                f"api_key={'set' if self._api_key else 'unset'}, stream={self.stream})")
 
     @property
     def url(self) -> str:
@@ -131,13 +142,17 @@ class OpenAICompatible:
         params = request.get("params") or {}
         if not isinstance(params, Mapping):
             raise LLMError(f"llm.call `params` must be an object, got {type(params).__name__}")
-        if params.get("stream"):
-            raise LLMError("llm.call `params`: streaming is not supported")
+        if "stream" in params or "stream_options" in params:
+            raise LLMError("llm.call `params`: `stream` is the adapter's to set: "
+                           "use OpenAICompatible(stream=True)")
         messages = to_chat_messages(request.get("messages") or [])
         system = request.get("instructions") or self.instructions
         if system:
             messages = [{"role": "system", "content": str(system)}, *messages]
         body: dict[str, Any] = {**params, "model": model, "messages": messages}
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         tools = to_chat_tools(request.get("tools") or [])
         if tools:
             body["tools"] = tools
@@ -168,7 +183,8 @@ class OpenAICompatible:
         self.close()
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json", **self.headers}
+        accept = "text/event-stream" if self.stream else "application/json"
+        headers = {"Content-Type": "application/json", "Accept": accept, **self.headers}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
@@ -197,11 +213,15 @@ class OpenAICompatible:
                 raise outcome.fail(f"{attempts} attempt(s), stopped by the time limit of {limit.seconds:g} s")
             log.warning("llm call retried", extra=kv(url=self.url, why=outcome.why, attempt=attempts,
                                                      delay_s=round(delay, 3)))
+            if self.stream:
+                stream_reset()  # the retry's reply streams from its start
             time.sleep(delay)
 
     def _attempt(self, content: bytes, timeout: float) -> "Any | _Retryable":
         """One POST: the reply's JSON, a failure worth retrying, or LLMError for one that is not."""
         try:
+            if self.stream:
+                return self._streamed(content, timeout)
             response = self._http().post(self.url, content=content, headers=self._headers(),
                                          timeout=httpx.Timeout(timeout))
         except httpx.TimeoutException as exc:
@@ -212,6 +232,31 @@ class OpenAICompatible:
             kind, text = type(exc).__name__, self._redact(str(exc))
             return _Retryable(f"connection error ({kind})", None, lambda tried: LLMError(
                 f"{self.url}: connection failed ({kind}: {text}; {tried})"))
+        return self._answer(response)
+
+    def _streamed(self, content: bytes, timeout: float) -> "Any | _Retryable":
+        """One streamed POST: its text handed to `stream_delta` as it comes, then the reply as
+        a non-streamed completion's JSON. A server that answers with an error, or with plain
+        JSON (it ignored `stream`), is read as a non-streamed answer."""
+        with self._http().stream("POST", self.url, content=content, headers=self._headers(),
+                                 timeout=httpx.Timeout(timeout)) as response:
+            events = "text/event-stream" in response.headers.get("content-type", "")
+            if response.status_code >= 400 or not events:
+                response.read()
+                return self._answer(response)
+            chat = ChatStream()
+            try:
+                for line in response.iter_lines():
+                    for piece in chat.feed(line):
+                        stream_delta(piece)
+                for piece in chat.end():
+                    stream_delta(piece)
+            except StreamError as exc:
+                raise LLMError(f"{self.url}: {self._redact(str(exc))}", status=response.status_code) from None
+            return chat.completion()
+
+    def _answer(self, response: httpx.Response) -> "Any | _Retryable":
+        """A whole answer read: its JSON, a failure worth retrying, or LLMError for one that is not."""
         status = response.status_code
         if status in RETRY_STATUSES:
             excerpt = self._excerpt(response.text)

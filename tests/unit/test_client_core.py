@@ -291,3 +291,22 @@ def test_a_merged_listing_reads_every_shard_then_the_placement_it_keeps_rows_by(
     assert page.items == []
     assert isinstance(asked[0], Each) and len(asked[0].ops) == 2
     assert names(asked)[-2:] == [(0, "hmget"), (1, "hmget")]
+
+
+def test_a_follower_with_deltas_reads_both_streams_in_one_xread_and_yields_them_in_order() -> None:
+    clock = Clock()
+    core = Core(KEYS, clients(1), clock=clock)
+    follow = run(core.follow("s-1", "4-0", 500, None, deltas=True), lambda r: None)
+    event = {"type": "message.created", "message": {"content": "Hello"}}
+    piece = {b"call": b"llm-1", b"attempt": b"1", b"seq": b"1", b"text": b"Hel"}
+    reply = [[KEYS.events("s-1").encode(), [(b"9-0", {b"event": orjson.dumps(event)})]],
+             [KEYS.deltas("s-1").encode(), [(b"5-0", piece), (b"6-0", {b"junk": b"1"})]]]
+    asked: list[Request] = []
+    taken = list(follow.take(run(follow.read(), lambda r: reply, asked)))
+    [xread] = asked
+    assert isinstance(xread, Command)
+    # both streams from the same point in time: their ids are Redis's clock
+    assert xread.call.args == ({KEYS.events("s-1"): "4-0", KEYS.deltas("s-1"): "4-0"},)
+    delta = {"type": "llm.delta", "call_id": "llm-1", "attempt": 1, "seq": 1, "text": "Hel"}
+    assert taken == [("5-0", delta), ("9-0", event)]  # the entry that is no delta is skipped
+    assert (follow.last, follow.last_delta) == ("9-0", "6-0")

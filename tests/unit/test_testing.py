@@ -129,3 +129,19 @@ def test_an_app_that_never_settles_stops_with_unsettled():
         max_steps=50)
     with pytest.raises(Unsettled, match="50 steps"):
         runner.session().send("loop")
+
+
+def test_what_the_model_streams_is_kept_in_order_and_adds_up_to_the_reply():
+    from parley import stream_delta
+
+    def streaming_model(request: dict[str, Any]) -> dict[str, Any]:
+        text = "You said: " + request["messages"][-1]["content"]
+        for start in range(0, len(text), 4):
+            stream_delta(text[start:start + 4])
+        return {"content": text, "tool_calls": []}
+
+    run = AppRunner("examples.seed_app", llm=streaming_model).session()
+    run.send("hello there")
+    assert "".join(d.text for d in run.deltas) == run.reply == "You said: hello there"
+    assert [d.seq for d in run.deltas] == list(range(1, len(run.deltas) + 1))
+    assert {(d.call_id, d.attempt) for d in run.deltas} == {("llm-1", 1)}

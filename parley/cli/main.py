@@ -51,6 +51,8 @@ SUBMIT_REFUSED = 7
 SUBMIT_UNAVAILABLE = 75
 #: exit code when a Redis URL names a Redis Cluster node, not supported: sysexits.h's EX_CONFIG
 REDIS_CLUSTER = 78
+#: exit code when the Redis login may not run a command the CLI needs: sysexits.h's EX_NOPERM
+NO_PERMISSION = 77
 # Errors that say "this Redis cannot be used", not "this command went wrong": an
 # AuthenticationError is a ConnectionError; the wrong-number-of-args kind is a Redis before 6
 # given a user name.
@@ -135,6 +137,10 @@ class ParleyGroup(click.Group):
             raise click.exceptions.Exit(SUBMIT_UNAVAILABLE) from None
         except PlacementError as exc:  # the shards disagree, or hold no placement yet
             raise click.ClickException(f"placement: {exc}") from None
+        except redis.exceptions.NoPermissionError as exc:  # the login's ACL refused a command
+            url = ctx.obj["url"] if isinstance(ctx.obj, dict) else "?"
+            click.echo(f"parley: the Redis login of {masked_url(url)} may not do this: {exc}", err=True)
+            raise click.exceptions.Exit(NO_PERMISSION) from None
         except redis.ResponseError as exc:  # last: some of the above are ResponseErrors
             if not is_cluster_reply(exc):  # found by a login that may not run INFO
                 raise

@@ -992,9 +992,15 @@ def test_cli_dispatcher_and_worker_processes_take_credentials_from_the_url(acl: 
     assert acl.admin.exists(KEYS.lease(0)) == 0
     assert acl.denials() == [], logs()
 
-    # the producer cannot `show`: session state is not its to read
+    # the producer cannot `show`: session state is not its to read; one line, exit 77
     shown = cli(PRODUCER, "show", "acl-cli", check=False)
-    assert shown.returncode != 0 and "no permissions" in (shown.stderr + shown.stdout)
+    assert shown.returncode == 77 and shown.stdout == ""
+    [line] = shown.stderr.splitlines()
+    assert line.startswith("parley: the Redis login of redis://parley-producer:***@")
+    assert "no permissions" in line
+    # nor may the inbox's login watch a reply being streamed
+    streamed = cli(INBOX, "watch", "acl-cli", "--deltas", "--timeout", "1", check=False)
+    assert streamed.returncode == 77 and len(streamed.stderr.splitlines()) == 1
 
 
 

@@ -18,6 +18,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from parley.runtime.logs import kv
 from parley.schemas.deltas import MAXLEN, TTL_S, Delta, entry_fields
 
@@ -80,7 +82,10 @@ class DeltaSink:
         self._written_at = self.clock()
         try:
             self.write(batch)
-        except Exception as exc:  # best effort: the reply is recorded whole by the outcome
+        except (RedisError, OSError) as exc:
+            # best effort: the reply is recorded whole by the outcome. Only a failed write is
+            # dropped: anything else (the job's time limit, raised by a signal in the middle of
+            # a write) must reach the call, or a timed-out call would go on past its limit.
             if not self._failed:
                 log.warning("stream deltas dropped", extra=kv(call=self.call_id,
                                                               error=f"{type(exc).__name__}: {exc}"))

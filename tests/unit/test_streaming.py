@@ -2,6 +2,8 @@
 a reset writes, and that streaming never fails the call."""
 
 import pytest
+import redis
+from rq.timeouts import JobTimeoutException
 
 import parley
 from parley.schemas.deltas import Delta
@@ -72,6 +74,26 @@ def test_a_failing_write_drops_the_pieces_and_the_call_goes_on(caplog: pytest.Lo
         clock.now += 1
         stream_delta("b")
     assert [r.message for r in caplog.records].count("stream deltas dropped") == 1
+
+
+def test_a_redis_error_in_a_write_is_dropped_too():
+    def broken(_batch: list[Delta]) -> None:
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    with streaming(DeltaSink(call_id="llm-1", attempt=1, write=broken, clock=Clock())):
+        stream_delta("a")  # no error reaches the call
+
+
+def test_the_jobs_time_limit_raised_during_a_write_reaches_the_call():
+    """RQ's time limit is an Exception raised by a signal wherever the call is; in a write it
+    must not be taken for a failed write and swallowed, or the call would run past its limit."""
+
+    def interrupted(_batch: list[Delta]) -> None:
+        raise JobTimeoutException("Task exceeded maximum timeout value (30 seconds)")
+
+    with pytest.raises(JobTimeoutException):
+        with streaming(DeltaSink(call_id="llm-1", attempt=1, write=interrupted, clock=Clock())):
+            stream_delta("a")
 
 
 def test_outside_a_model_call_stream_delta_does_nothing():

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.dispatcher.core import answers, approvals, budgets, interrupts, work
+from parley.dispatcher.core import approvals, budgets, interrupts, work
 from parley.dispatcher.core.transition import Tx
 from parley.dispatcher.core.triggers import (
     default_call,
@@ -20,6 +20,7 @@ from parley.dispatcher.core.triggers import (
     release,
     trigger_ref,
 )
+from parley.schemas import answers
 from parley.schemas.actions import (
     RECORDING_ACTIONS,
     Action,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parley.dispatcher.core import admission, answers
+from parley.dispatcher.core import admission
 from parley.dispatcher.core.closing import ClosedBy, close_session, is_closed
 from parley.dispatcher.core.context import Context
 from parley.dispatcher.core.interrupts import resume
@@ -18,6 +18,7 @@ from parley.dispatcher.core.transition import Transition, Tx
 from parley.dispatcher.core.triggers import fire, release
 from parley.dispatcher.core.turns import finish
 from parley.dispatcher.core.work import open_tool, post_report, settle
+from parley.schemas import answers
 from parley.schemas.codec import InputEntry, entry_ids
 from parley.schemas.codes import CallError, CloseReason, IgnoreCode, InputOutcome, RefusalCode
 from parley.schemas.ids import is_child_session

@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from parley.dispatcher.core import AppInfo, ToolInfo, answers
+from parley.dispatcher.core import AppInfo, ToolInfo
+from parley.schemas import answers
 from parley.schemas.approvals import TIMED_OUT_ANSWER, ApprovalPolicy, parse_policy
 from parley.workers.app import App, AppError
 

@@ -4,7 +4,7 @@ top becomes one line and an exit code (docs/operations.md, "Exit codes").
 The commands live by kind: long-running processes (`processes.py`: dispatcher, worker,
 notify), inputs to a session (`inputs.py`: send, resume, close, switch, input), reads
 (`reads.py`: show, watch, interrupts, sessions, export), and one module each for `demo`,
-`doctor`, `inbox`, `inbox-user`, `partitions` and `producers`. `main()` is the console script.
+`doctor`, `agui`, `inbox`, `inbox-user`, `partitions` and `producers`. `main()` is the console script.
 """
 
 from importlib import import_module
@@ -92,6 +92,7 @@ COMMANDS = {
     "demo": "parley.cli.demo:demo", "doctor": "parley.cli.doctor:doctor",
     "app": "parley.cli.appcheck:app",
     "producers": "parley.cli.producers:producers", "partitions": "parley.cli.partitions:partitions",
+    "agui": "parley.cli.agui:agui",
     "inbox": "parley.cli.inbox:inbox", "inbox-user": "parley.cli.inbox_users:inbox_user",
 }
 

@@ -126,6 +126,11 @@ class AsyncClient(Face):
         op = self.core.close(session, reason, idempotency_key, principal, key, wait, timeout_s)
         return await self._run(op)
 
+    async def last_event_id(self, session: str) -> str:
+        """The id of the session's newest event now ("0-0": none yet): `events(session, after=...)`
+        from it yields only what happens from then on."""
+        return await self._run(self.core.last_event_id(session))
+
     async def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                      until: float | None = None, *, deltas: bool = False
                      ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
@@ -143,6 +148,16 @@ class AsyncClient(Face):
         """`events`, typed: (id, event model of schemas/events.py, or with `deltas` a `Delta`)."""
         async for entry_id, event in self.events(session, after, block_ms, until, deltas=deltas):
             yield entry_id, typed_event(event)
+
+    async def batches(self, session: str, after: str = "0-0", block_ms: int = 1000, *,
+                      deltas: bool = False) -> AsyncIterator[list[tuple[str, Event | Delta]]]:
+        """`watch`, one blocking read at a time, for ever: each read's typed entries, an empty list
+        when `block_ms` passed with nothing new (so a caller can tell a quiet session, e.g. to
+        stop following it once it waits for a person)."""
+        follow = await self._run(self.core.follow(session, after, block_ms, None, deltas))
+        while True:
+            reply = await self._run(follow.read())
+            yield [(entry_id, typed_event(event)) for entry_id, event in follow.take(reply)]
 
     async def show(self, session: str) -> dict[str, Any] | None:
         """The session's state, None when it has no record (see `Client.show`)."""

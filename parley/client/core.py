@@ -285,8 +285,7 @@ class Core:
         most) until one tells what became of it, or the time is up."""
         events = self.keys.events(session)
         # Read the stream's last id before sending: the outcome is written after it.
-        shard = yield from self.shard_of(session)
-        since = last_id((yield Command(shard, Call("xrevrange", (events,), {"count": 1}))))
+        since = yield from self.last_event_id(session)
         wait = OutcomeWait((yield from self.send(session, value, idempotency_key, principal, key)), since, of)
         deadline = self.clock() + timeout_s
         shard = yield from self.shard_of(session)  # where the send went (after any `moved` retry)
@@ -304,6 +303,12 @@ class Core:
         return wait.timed_out(timeout_s)
 
     # ---- reading ----
+
+    def last_event_id(self, session: str) -> Op[str]:
+        """The id of the session's newest event now ("0-0": none): following from it gives
+        only what happens from now on."""
+        shard = yield from self.shard_of(session)
+        return last_id((yield Command(shard, Call("xrevrange", (self.keys.events(session),), {"count": 1}))))
 
     def follow(self, session: str, after: str, block_ms: int, until: float | None,
                deltas: bool = False) -> "Op[Follow]":

@@ -126,6 +126,11 @@ class Client(Face):
         (schemas/resumes.py, `CloseOutcome`), waiting at most `timeout_s`."""
         return self._run(self.core.close(session, reason, idempotency_key, principal, key, wait, timeout_s))
 
+    def last_event_id(self, session: str) -> str:
+        """The id of the session's newest event now ("0-0": none yet): `events(session, after=...)`
+        from it yields only what happens from then on."""
+        return self._run(self.core.last_event_id(session))
+
     def events(self, session: str, after: str = "0-0", block_ms: int = 1000,
                until: float | None = None, *, deltas: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
         """Follow the session's events from `after` as (id, JSON dict); stops at `until` (a

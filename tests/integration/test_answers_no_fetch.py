@@ -5,7 +5,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from parley.dispatcher.core import answers
+from parley.schemas import answers
 
 
 def test_a_remote_reference_is_never_fetched() -> None:

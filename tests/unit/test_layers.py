@@ -49,7 +49,7 @@ def offenders(sources: list[Path], forbidden: tuple[str, ...]) -> dict[str, list
 
 #: the floors of `parley`, top to bottom (docs/design.md, "The code"): each may import only
 #: what stands below it (and itself); the dispatcher and the workers stand on the runtime floor
-FACE = ("parley.cli", "parley.web")
+FACE = ("parley.cli", "parley.web", "parley.agui")
 FLEET = ("parley.fleet",)
 ENGINE = ("parley.dispatcher", "parley.workers")
 CLIENT = ("parley.client", "parley.aclient")
@@ -67,11 +67,13 @@ RUNTIME = ("parley.runtime",)
     (("parley/client", "parley/aclient.py"), (*FACE, *FLEET, *ENGINE)),
     # the inbox page is a producer's view too: no engine inside it
     (("parley/web",), ("parley.cli", *FLEET, *ENGINE)),
+    # so is the AG-UI endpoint
+    (("parley/agui",), ("parley.cli", "parley.web", *FLEET, *ENGINE)),
     # the wire contract is the bottom layer
     (("schemas",), (*FACE, *FLEET, *ENGINE, *CLIENT, *RUNTIME)),
     # workers never touch session state, so they need nothing of the dispatcher
     (("workers",), ("parley.dispatcher",)),
-], ids=["face-on-top", "engine-on-runtime", "runtime-floor", "client", "inbox-page", "schemas",
+], ids=["face-on-top", "engine-on-runtime", "runtime-floor", "client", "inbox-page", "agui-endpoint", "schemas",
         "workers-not-dispatcher"])
 def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
     assert offenders(files(*sources), forbidden) == {}

@@ -1,6 +1,6 @@
 """An answer checked against its schema, each error placed beside the field it is about.
 
-Checked as the engine checks it (Draft 2020-12, nothing fetched: dispatcher/core/answers.py).
+Checked as the engine checks it (Draft 2020-12, nothing fetched: schemas/answers.py).
 An error goes beside the deepest field its value's path reaches (a path inside a JSON text
 area is that text area's); a missing required property's error beside that property's field;
 one about the whole payload, or a schema that cannot be used, beside `answer`. Messages are cut
@@ -88,7 +88,7 @@ def _deepest(path: tuple[str | int, ...], source: Sources) -> tuple[str, FormFie
 
 @lru_cache(maxsize=64)
 def _validator(schema_json: str) -> Draft202012Validator:
-    """Built as the engine builds it (dispatcher/core/answers.py): Draft 2020-12, nothing fetched."""
+    """Built as the engine builds it (schemas/answers.py): Draft 2020-12, nothing fetched."""
     schema = orjson.loads(schema_json)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, registry=_NO_RETRIEVAL)

@@ -2,9 +2,12 @@
 event with the AG-UI SDK's own models (ag_ui.core), so that nothing the endpoint writes is
 taken on our word."""
 
+import fcntl
 import json
+import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,3 +48,27 @@ def wait_serving(url: str, timeout: float = 20) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"{url} did not serve within {timeout}s")
+
+
+JS = Path(__file__).parent / "js"
+
+
+def js_client() -> Path:
+    """tests/agui/js with the real `@ag-ui/client` installed (pinned by its package-lock.json),
+    installed once for all test processes."""
+    if not (JS / "node_modules" / "@ag-ui" / "client" / "package.json").exists():
+        with open(JS / ".install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # xdist's processes: one installs, the others wait
+            if not (JS / "node_modules" / "@ag-ui" / "client" / "package.json").exists():
+                subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=JS, check=True,
+                               timeout=300)
+    return JS
+
+
+def drive(url: str, token: str, thread: str) -> dict[str, Any]:
+    """tests/agui/js/drive.mjs against the endpoint: what each of its three runs gave the client."""
+    done = subprocess.run(["node", "drive.mjs", url, token, thread], cwd=js_client(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

@@ -20,7 +20,7 @@ import redis
 from parley.client import Client
 from parley.runtime.procs import RedisServer, free_port
 from parley.schemas.keys import Keys
-from tests.agui.served import Endpoint, wait_serving
+from tests.agui.served import Endpoint, drive, wait_serving
 from tests.conftest import Procs, all_events, of_type
 from tests.deployed import login
 from tests.sse_server import Stream, StreamServer, stream_server
@@ -74,7 +74,7 @@ def types(events: list[dict[str, Any]]) -> list[str]:
 
 
 def test_a_turn_streams_an_approval_ends_the_run_and_the_signed_resume_runs_the_tool(
-        endpoint: Endpoint, model_server: StreamServer, client: Client) -> None:
+        endpoint: Endpoint, model_server: StreamServer, client: Client, r: redis.Redis) -> None:
     model_server.reply(Stream(["Paying ", "acme ", "now."], delay_s=0.02, tool_calls=[PAY]),
                        Stream(["Paid ", "120 EUR ", "to acme."], delay_s=0.02))
     user = {"id": "u-1", "role": "user", "content": "Pay acme's invoice of 120 EUR"}
@@ -119,6 +119,11 @@ def test_a_turn_streams_an_approval_ends_the_run_and_the_signed_resume_runs_the_
     [started] = of_type(events, "tool.started")
     assert started["approval"]["principal"] == "desk"
     assert len(model_server.received) == 2
+    assert denied(r) == []  # the endpoint's login was refused nothing it needed
+
+
+def denied(r: redis.Redis) -> list[Any]:
+    return [entry for entry in r.acl_log() if entry.get("username") == "parley-agui"]
 
 
 def test_a_run_without_the_token_is_refused_and_a_bad_thread_id_is_a_run_error(endpoint: Endpoint) -> None:
@@ -131,3 +136,33 @@ def test_a_run_without_the_token_is_refused_and_a_bad_thread_id_is_a_run_error(e
     bad = endpoint.run(run_input("no spaces allowed", "run-1", [{"id": "u-1", "role": "user",
                                                                  "content": "hi"}]))
     assert types(bad) == ["RUN_STARTED", "RUN_ERROR"] and bad[-1]["code"] == "invalid_thread"
+
+
+def test_the_real_agui_client_streams_a_turn_is_refused_a_wrong_answer_and_resumes_with_the_right_one(
+        endpoint: Endpoint, model_server: StreamServer, client: Client) -> None:
+    """@ag-ui/client's HttpAgent (npm, pinned in tests/agui/js), as a front end runs it."""
+    model_server.reply(Stream(["Paying ", "acme ", "now."], delay_s=0.02, tool_calls=[PAY]),
+                       Stream(["Paid ", "120 EUR ", "to acme."], delay_s=0.02))
+    seen = drive(endpoint.url, "t0ken", "ag-js")
+    first, wrong, right = seen["first"], seen["wrong"], seen["right"]
+
+    assert first["error"] is None and "thrown" not in first, first
+    assert first["text"] == "Paying acme now." and first["outcome"] == "interrupt"
+    [pending] = first["pending"]
+    assert (pending["reason"], pending["toolCallId"]) == ("approval", "call-1")
+    reply = next(m for m in first["messages"] if m["role"] == "assistant")
+    assert reply["toolCalls"][0]["name"] == "pay"
+    assert json.loads(reply["toolCalls"][0]["arguments"]) == PAY["arguments"]
+    assert first["state"]["parley"]["session"] == "ag-js"  # kept by the client, sent back
+
+    assert wrong["error"]["code"] == "invalid_resume", wrong  # the client saw the refusal
+
+    assert right["error"] is None and "thrown" not in right, right
+    assert right["outcome"] == "success" and right["pending"] == []
+    tool = next(m for m in right["messages"] if m["role"] == "tool")
+    assert (tool["toolCallId"], tool["content"]) == ("call-1", "paid 120 EUR to acme")
+    assert right["messages"][-1]["content"] == "Paid 120 EUR to acme."
+    events = all_events(client, "ag-js")
+    [resumed] = of_type(events, "interrupt.resumed")  # the wrong answer was never sent
+    assert (resumed["payload"], resumed["principal"]) == ({"approved": True}, "desk")
+    assert of_type(events, "tool.started")[0]["approval"]["principal"] == "desk"

@@ -80,6 +80,8 @@ ARCHIVER = "parley-archiver"
 ACME_PRODUCER, ACME_READER = "parley-producer-acme", "parley-reader-acme"
 # the inbox page's login (tests/integration/test_deploy.py runs the page under it)
 INBOX = "parley-inbox"
+# the AG-UI endpoint's login (tests/e2e/test_agui.py runs the endpoint under it)
+AGUI = "parley-agui"
 # a Sentinel-managed shard's: its replicas' link to the primary, its sentinels' to every node
 REPLICA, SENTINEL = "parley-replica", "parley-sentinel"
 # the placeholders shipped in the file (deploy/README.md: replace them before deploying)
@@ -87,7 +89,7 @@ PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
              NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver",
              ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme",
-             INBOX: "change-me-inbox", REPLICA: "change-me-replica", SENTINEL: "change-me-sentinel"}
+             INBOX: "change-me-inbox", AGUI: "change-me-agui", REPLICA: "change-me-replica", SENTINEL: "change-me-sentinel"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 #: the registered producer whose streams the file's producer login writes
 APP = "app"
@@ -260,7 +262,7 @@ def refused(call: Callable[[], Any]) -> None:
 def test_the_file_loads_and_defines_each_role(acl: AclRedis) -> None:
     users = {line.split()[1]: line for line in (text(u) for u in acl.admin.acl_list())}
     roles = (PRODUCER, WORKER, DISPATCHER, READER, NOTIFIER, ARCHIVER, ACME_PRODUCER, ACME_READER, INBOX,
-             REPLICA, SENTINEL)
+             AGUI, REPLICA, SENTINEL)
     assert set(users) == {"default", ADMIN, *roles}
     assert " off " in users["default"] and "nopass" not in users["default"]
     for user in roles:

@@ -934,6 +934,40 @@ def test_the_inbox_login_is_refused_the_rest(tmp_path: Path, attempt: Any) -> No
         acl.stop()
 
 
+@pytest.mark.parametrize("attempt", [
+    pytest.param(lambda r: r.xadd("parley:in:app", {"session": "s", "input": "{}"}), id="another-producer"),
+    pytest.param(lambda r: r.xadd("parley:in:inbox", {"session": "s", "input": "{}"}), id="the-inbox"),
+    pytest.param(lambda r: r.xadd("parley:inputs", {"session": "s", "input": "{}"}), id="the-shared-stream"),
+    pytest.param(lambda r: r.hincrby("parley:in:agui", "x", 1), id="its-stream-as-another-type"),
+    pytest.param(lambda r: r.hset("parley:{s-1}:meta", "core", "{}"), id="write-a-session"),
+    pytest.param(lambda r: r.hset("parley:{s-1}:msgs", "m", "{}"), id="write-messages"),
+    pytest.param(lambda r: r.xadd("parley:{s-1}:events", {"event": "{}"}), id="write-events"),
+    pytest.param(lambda r: r.xadd("parley:{s-1}:deltas", {"text": "forged"}), id="write-deltas"),
+    pytest.param(lambda r: r.hset("parley:interrupts:info", "s-1/int-1", "{}"), id="write-the-index"),
+    pytest.param(lambda r: r.xread({"parley:feed": "0-0"}), id="the-feed"),
+    pytest.param(lambda r: r.get("parley:inbox:signin:x"), id="the-inbox-sign-ins"),
+    pytest.param(lambda r: r.get("parley:engine:key"), id="the-engines-key"),
+    pytest.param(lambda r: r.hgetall("parley:producers"), id="the-producer-registry"),
+    pytest.param(lambda r: r.get("parley:jobtoken:x"), id="a-job-token"),
+    pytest.param(lambda r: r.eval("return 1", 0), id="eval"),
+    pytest.param(lambda r: r.lpush("rq:queue:tools", "x"), id="rq"),
+    pytest.param(lambda r: r.keys("*"), id="keys"),
+    pytest.param(lambda r: r.config_get("requirepass"), id="config"),
+])
+def test_the_agui_login_is_refused_the_rest(tmp_path: Path, attempt: Any) -> None:
+    """parley-agui reads sessions, their token streams and the interrupts' details, and submits
+    as producer `agui`; it cannot write what the engine keeps, nor reach the inbox's or the
+    workers' keys."""
+    acl = AclRedis(tmp_path / "redis")
+    try:
+        agui = acl.connect("parley-agui", acl_password("parley-agui"))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt(agui)
+        assert {user for user, _why, _obj in acl.denials()} == {"parley-agui"}
+    finally:
+        acl.stop()
+
+
 def _inbox_healthy(web: httpx.Client) -> bool:
     try:
         return web.get("/healthz").status_code == 200

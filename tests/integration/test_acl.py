@@ -89,7 +89,8 @@ PASSWORDS = {PRODUCER: "change-me-producer", WORKER: "change-me-worker",
              DISPATCHER: "change-me-dispatcher", READER: "change-me-reader",
              NOTIFIER: "change-me-notifier", ARCHIVER: "change-me-archiver",
              ACME_PRODUCER: "change-me-producer-acme", ACME_READER: "change-me-reader-acme",
-             INBOX: "change-me-inbox", AGUI: "change-me-agui", REPLICA: "change-me-replica", SENTINEL: "change-me-sentinel"}
+             INBOX: "change-me-inbox", AGUI: "change-me-agui", REPLICA: "change-me-replica",
+             SENTINEL: "change-me-sentinel"}
 ADMIN, ADMIN_PASSWORD = "parley-test-admin", "test-admin-password"
 #: the registered producer whose streams the file's producer login writes
 APP = "app"

@@ -28,9 +28,11 @@ def test_a_run_sends_its_last_message_when_it_is_a_users_keeping_its_id() -> Non
 
 
 def test_a_message_id_parley_cannot_keep_is_minted_and_text_parts_are_joined() -> None:
-    parts = {"id": "u 1!", "role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    parts = {"id": "u 1!", "role": "user",
+             "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
     request = request_of(run([parts]))
-    assert request.message is not None and (request.message.content, request.message.message_id) == ("ab", None)
+    assert request.message is not None
+    assert (request.message.content, request.message.message_id) == ("ab", None)
 
 
 def test_a_part_that_is_not_text_is_a_clear_problem() -> None:
@@ -128,7 +130,8 @@ def test_an_answer_the_engine_would_refuse_is_refused_here_first(rows: dict[str,
 
 def test_cancelling_an_interrupt_with_a_deadline_answers_its_default() -> None:
     rows = {"int-1": row(expires_at=5, default={"approved": False})}
-    assert answers_of([entry("cancelled")], rows, None) == [Answer("int-1", {"approved": False}, cancelled=True)]
+    assert answers_of([entry("cancelled")], rows, None) == \
+        [Answer("int-1", {"approved": False}, cancelled=True)]
 
 
 VIEW = {"head": "msg-4", "messages": [

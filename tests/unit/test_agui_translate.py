@@ -30,6 +30,10 @@ def reply(content: str, message_id: str = "msg-2", calls: list[dict[str, Any]] |
     return ev(type="message.created", message=message)
 
 
+def user(message_id: str, content: str) -> dict[str, Any]:
+    return {"id": message_id, "parent_id": None, "role": "user", "content": content}
+
+
 COMPLETED = {"type": "llm.completed", "call_id": "llm-1", "head": "u-1", "message_id": "msg-2"}
 
 
@@ -60,7 +64,8 @@ def test_a_reply_that_was_not_streamed_is_one_message_under_its_own_id_with_its_
     assert [e["type"] for e in out] == ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
                                         "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
     assert out[0]["messageId"] == "msg-2" and out[1]["delta"] == "Paying."
-    assert (out[3]["toolCallId"], out[3]["toolCallName"], out[3]["parentMessageId"]) == ("call-1", "pay", "msg-2")
+    assert (out[3]["toolCallId"], out[3]["toolCallName"], out[3]["parentMessageId"]) == \
+        ("call-1", "pay", "msg-2")
     assert out[4]["delta"] == '{"to":"acme"}'
 
 
@@ -96,7 +101,8 @@ def test_a_tool_result_is_a_tool_call_result_and_an_unannounced_call_is_announce
     t.event(ev(type="tool.started", call_id="call-3", name="lookup"))
     out = dumped(t.event(ev(type="message.created", message={
         "id": "msg-5", "parent_id": "msg-4", "role": "tool", "content": "42", "tool_call_id": "call-3"})))
-    assert [e["type"] for e in out] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    assert [e["type"] for e in out] == \
+        ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
     assert out[0]["toolCallName"] == "lookup"
     assert (out[3]["messageId"], out[3]["toolCallId"], out[3]["content"], out[3]["role"]) == \
         ("msg-5", "call-3", "42", "tool")
@@ -104,9 +110,9 @@ def test_a_tool_result_is_a_tool_call_result_and_an_unannounced_call_is_announce
 
 def test_the_runs_own_user_message_is_not_echoed_but_another_producers_is() -> None:
     t = Translator("s", frozenset({"1-0"}))
-    own = ev(type="message.created", message={"id": "u-1", "parent_id": None, "role": "user", "content": "hi"},
+    own = ev(type="message.created", message=user("u-1", "hi"),
              input={"entry": "1-0", "type": "message.create"})
-    other = ev(type="message.created", message={"id": "u-2", "parent_id": None, "role": "user", "content": "yo"},
+    other = ev(type="message.created", message=user("u-2", "yo"),
                input={"entry": "2-0", "type": "message.create"})
     assert t.event(own) == []
     assert kinds(t.event(other)) == ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"]
@@ -116,7 +122,7 @@ def test_the_turn_ends_the_run_only_once_the_runs_input_is_applied_and_no_interr
     t = Translator("s", frozenset({"5-0"}))
     t.event(ev(type="turn.completed", head="msg-1"))  # an earlier turn's end
     assert t.ending is None and not t.applied
-    t.event(ev(type="message.created", message={"id": "u-1", "parent_id": None, "role": "user", "content": "x"},
+    t.event(ev(type="message.created", message=user("u-1", "x"),
                input={"entry": "5-0", "type": "message.create"}))
     assert t.applied
     t.event(ev(type="interrupt.raised", interrupt_id="int-1", reason="approval", payload={}, call_id=None))

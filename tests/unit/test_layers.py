@@ -73,7 +73,8 @@ RUNTIME = ("parley.runtime",)
     (("schemas",), (*FACE, *FLEET, *ENGINE, *CLIENT, *RUNTIME)),
     # workers never touch session state, so they need nothing of the dispatcher
     (("workers",), ("parley.dispatcher",)),
-], ids=["face-on-top", "engine-on-runtime", "runtime-floor", "client", "inbox-page", "agui-endpoint", "schemas",
+], ids=["face-on-top", "engine-on-runtime", "runtime-floor", "client", "inbox-page", "agui-endpoint",
+        "schemas",
         "workers-not-dispatcher"])
 def test_layers_import_downward_only(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> None:
     assert offenders(files(*sources), forbidden) == {}

@@ -91,9 +91,9 @@ def test_the_jobs_time_limit_raised_during_a_write_reaches_the_call():
     def interrupted(_batch: list[Delta]) -> None:
         raise JobTimeoutException("Task exceeded maximum timeout value (30 seconds)")
 
-    with pytest.raises(JobTimeoutException):
-        with streaming(DeltaSink(call_id="llm-1", attempt=1, write=interrupted, clock=Clock())):
-            stream_delta("a")
+    with pytest.raises(JobTimeoutException), \
+            streaming(DeltaSink(call_id="llm-1", attempt=1, write=interrupted, clock=Clock())):
+        stream_delta("a")
 
 
 def test_outside_a_model_call_stream_delta_does_nothing():

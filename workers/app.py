@@ -1,7 +1,8 @@
 """Load an app (`module` or `module:attr`) and describe its tools for the model.
 
-An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (README, "An app"). It needs
-no import from Parley; tool kinds are plain function attributes (`fn.deferred = True`).
+An app is plain attributes: `decide`, `decide_on`, `tools`, `llm` (README, "An app"), and
+`mcp_servers`, whose tools are listed as the app loads (docs/mcp.md). It needs no import from
+Parley; tool kinds are plain function attributes (`fn.deferred = True`).
 """
 
 import importlib
@@ -104,6 +105,7 @@ def app_of(spec: str, target: Any, errors: list[str] | None = None) -> App:
     instructions = checked(lambda: _instructions(spec, target))
     decide_on = checked(lambda: _decide_on(spec, getattr(target, "decide_on", None)))
     tools = checked(lambda: _tools(spec, getattr(target, "tools", None), errors)) or {}
+    tools.update(checked(lambda: _mcp_tools(spec, getattr(target, "mcp_servers", None), tools, errors)) or {})
     return App(spec=spec, decide=decide, decide_on=decide_on, tools=tools, llm=llm,
                instructions=instructions or None)
 
@@ -205,6 +207,9 @@ TOOL_NAME = "tool_name"
 #: the attribute holding `@tool(description=...)`: what the model is told instead of the
 #: docstring's summary
 TOOL_DESCRIPTION = "tool_description"
+#: the attribute holding a tool's arguments as a JSON Schema, instead of one built from its
+#: signature: an MCP server's tool has its server's inputSchema (docs/mcp.md)
+TOOL_PARAMETERS = "tool_parameters"
 
 
 def check_tool_name(name: Any) -> str | None:
@@ -258,6 +263,51 @@ def _check_tool(spec: str, name: Any, fn: Any, seen: dict[str, Callable[..., Any
     _check_marks(spec, name, fn)
 
 
+def _mcp_tools(spec: str, servers: Any, own: dict[str, Callable[..., Any]],
+               errors: list[str] | None = None) -> dict[str, Callable[..., Any]]:
+    """The tools of the app's `mcp_servers`, each server listed now (docs/mcp.md). With `errors`
+    (see `app_of`), a server that fails, or a tool whose name is taken, is left out."""
+    if servers is None:
+        return {}
+    from parley.workers.mcp.servers import McpServer  # plain values: no MCP SDK
+
+    if not isinstance(servers, list | tuple) or not all(isinstance(s, McpServer) for s in servers):
+        raise AppError(f"app {spec!r}: `mcp_servers` must be a list of parley.mcp.stdio(...) and "
+                       "parley.mcp.http(...)")
+    names = [s.name for s in servers]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise AppError(f"app {spec!r}: two MCP servers are named {', '.join(map(repr, twice))}")
+    try:
+        from parley.workers.mcp import connection, mapping, tools
+    except ImportError as exc:
+        raise AppError(f"app {spec!r}: `mcp_servers` needs the MCP SDK ({exc}): "
+                       "pip install 'parley[mcp]'") from None
+
+    def problem(message: str) -> None:
+        if errors is None:
+            raise AppError(f"app {spec!r}: {message}")
+        errors.append(f"app {spec!r}: {message}")
+
+    out: dict[str, Callable[..., Any]] = {}
+    for server in servers:
+        try:
+            found = tools.app_tools(server)
+        except (connection.McpServerError, mapping.ListingError) as exc:
+            problem(str(exc))
+            continue
+        for name, fn in found.items():
+            taken = "one of the app's own tools" if name in own else \
+                f"a tool of MCP server {getattr(out[name], tools.MCP_SERVER)!r}" if name in out else None
+            if taken is not None:
+                problem(f"{server.describe()}: its tool {getattr(fn, tools.MCP_TOOL)!r} is named {name!r}, "
+                        f"as {taken}: give the server another prefix=, or leave the tool out with "
+                        "tools=[...]")
+                continue
+            out[name] = fn
+    return out
+
+
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     """The docstring's first paragraph, and `name: text` lines of its Args section."""
     doc = inspect.getdoc(fn) or ""
@@ -282,6 +332,9 @@ def tool_schema(name: str, fn: Callable[..., Any]) -> dict[str, Any]:
     """`{name, description, parameters}` from the signature and docstring."""
     summary, arg_docs = _doc_parts(fn)
     summary = getattr(fn, TOOL_DESCRIPTION, None) or summary
+    declared = getattr(fn, TOOL_PARAMETERS, None)
+    if declared is not None:
+        return {"name": name, "description": summary, "parameters": declared}
     properties: dict[str, Any] = {}
     required: list[str] = []
     try:

@@ -210,6 +210,10 @@ TOOL_DESCRIPTION = "tool_description"
 #: the attribute holding a tool's arguments as a JSON Schema, instead of one built from its
 #: signature: an MCP server's tool has its server's inputSchema (docs/mcp.md)
 TOOL_PARAMETERS = "tool_parameters"
+#: the attributes of an MCP server's tool naming where it comes from: the server, and the
+#: tool's name there
+MCP_SERVER = "mcp_server"
+MCP_TOOL = "mcp_tool"
 
 
 def check_tool_name(name: Any) -> str | None:
@@ -298,9 +302,9 @@ def _mcp_tools(spec: str, servers: Any, own: dict[str, Callable[..., Any]],
             continue
         for name, fn in found.items():
             taken = "one of the app's own tools" if name in own else \
-                f"a tool of MCP server {getattr(out[name], tools.MCP_SERVER)!r}" if name in out else None
+                f"a tool of MCP server {getattr(out[name], MCP_SERVER)!r}" if name in out else None
             if taken is not None:
-                problem(f"{server.describe()}: its tool {getattr(fn, tools.MCP_TOOL)!r} is named {name!r}, "
+                problem(f"{server.describe()}: its tool {getattr(fn, MCP_TOOL)!r} is named {name!r}, "
                         f"as {taken}: give the server another prefix=, or leave the tool out with "
                         "tools=[...]")
                 continue

@@ -12,7 +12,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from parley.cli.appinfo import app_info
-from parley.workers.app import TOOL_DESCRIPTION, App, AppError, app_of, import_target, load_app, tool_schema
+from parley.workers.app import (
+    MCP_SERVER,
+    MCP_TOOL,
+    TOOL_DESCRIPTION,
+    App,
+    AppError,
+    app_of,
+    import_target,
+    load_app,
+    tool_schema,
+)
 
 Level = Literal["error", "warning"]
 
@@ -104,6 +114,9 @@ def summary(app: App) -> list[str]:
         lines.append(f"  instructions: {len(app.instructions)} characters")
     for name, tool in app_info(app).tools.items():
         kinds = [k for k in ("deferred", "idempotent") if getattr(tool, k)]
+        server = getattr(app.tools[name], MCP_SERVER, None)
+        if server is not None:
+            kinds.append(f"from MCP server {server} ({getattr(app.tools[name], MCP_TOOL)!r})")
         if tool.agent:
             kinds.append(f"sub-agent {tool.agent}")
         if tool.timeout_s:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import parley.mcp
-from parley.cli.app_problems import check_app
+from parley.cli.app_problems import check_app, summary
 from parley.runtime.procs import free_port
 from parley.testing import AppRunner
 from parley.workers.app import AppError, app_of
@@ -162,3 +162,4 @@ def test_app_check_lists_each_failing_server_and_keeps_the_others_tools(
     assert errors[0].startswith("app 'mcp_check_app': MCP server 'gone' (stdio: /nonexistent/server): cannot "
                                 "list its tools: FileNotFoundError")
     assert errors[1].startswith("app 'mcp_check_app': MCP server 'dead' (stdio: ")
+    assert "  tool t_add: from MCP server t ('add')" in summary(checked.app)

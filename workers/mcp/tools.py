@@ -16,14 +16,10 @@ from typing import Any, TypeVar
 import anyio
 import mcp_types as types
 
-from parley.workers.app import TOOL_DESCRIPTION, TOOL_PARAMETERS
+from parley.workers.app import MCP_SERVER, MCP_TOOL, TOOL_DESCRIPTION, TOOL_PARAMETERS
 from parley.workers.asking import interrupt
 from parley.workers.mcp import connection, mapping
 from parley.workers.mcp.servers import McpServer
-
-#: the attributes naming where an MCP tool comes from: its server's name, its name there
-MCP_SERVER = "mcp_server"
-MCP_TOOL = "mcp_tool"
 
 T = TypeVar("T")
 

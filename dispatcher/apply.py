@@ -27,7 +27,7 @@ from parley.dispatcher.leases import LeaseLost, Leases, Partition
 from parley.dispatcher.rejected import rejected_copy
 from parley.dispatcher.scripts import LUA
 from parley.dispatcher.store import COMMITTED, CONFLICT, IDEMPOTENCY_WINDOW_MS, LEASE_LOST, Store, now_ms
-from parley.runtime import metrics
+from parley.runtime import metrics, telemetry
 from parley.runtime.logs import kv
 from parley.schemas.codec import session_of
 from parley.schemas.codes import InputOutcome
@@ -190,7 +190,7 @@ class Applier:
         """Distinct sessions: one round trip loads them all, the transitions are computed, one
         round trip commits them all (a pipeline of EVALSHAs, each atomic and fenced by itself).
         Returns the entries that met a version conflict, to go round again."""
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         loaded = self.store.load_many([(prep.session, prep.idem) for prep in wave])
         ctx = self.decoder.context(p.streams[1])
         ready = [r for prep, (state, version) in zip(wave, loaded, strict=True)
@@ -204,6 +204,8 @@ class Applier:
         for r, rc in zip(ready, rcs, strict=True):
             if rc == COMMITTED:
                 self._committed(stream, r, started, batch)
+                if telemetry.enabled():
+                    self._traced(stream, r, started_ns)
             elif rc == LEASE_LOST:
                 lost = True  # those committed before it are recorded (flushed, acknowledged)
             else:
@@ -252,6 +254,18 @@ class Applier:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("applied", extra=kv(session=session, stream=stream, entry=r.prep.entry_id,
                                           events=len(tr.events), effects=len(tr.effects)))
+
+    def _traced(self, stream: str, r: Ready, started_ns: int) -> None:
+        """The transition's span, in the trace of the turn it touched, and the core's spans."""
+        tr, prep = r.tr, r.prep
+        attributes: dict[str, str | int] = {"parley.session": prep.session, "parley.entry": prep.entry_id,
+                                            "parley.stream": stream, "parley.events": len(tr.events)}
+        if tr.input_outcome is not None:
+            attributes["parley.input.type"], attributes["parley.input.outcome"] = \
+                tr.input_outcome[0], str(tr.input_outcome[1])
+        if tr.dropped is not None:
+            attributes["parley.outcome.dropped"] = str(tr.dropped)
+        telemetry.transition(tr.trace, started_ns, time.time_ns(), dict(attributes), tr.spans)
 
     def pending_done(self, stream: str, fields: dict[Any, Any],
                      session: str | None) -> tuple[str, str] | None:

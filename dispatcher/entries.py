@@ -26,6 +26,7 @@ from parley.dispatcher.core import (
     apply_input,
     apply_outcome,
 )
+from parley.runtime import telemetry
 from parley.runtime.logs import kv
 from parley.schemas.codec import InputError, decode_input_entry, input_refs, wide_integer_path
 from parley.schemas.codes import RefusalCode
@@ -125,7 +126,7 @@ class EntryDecoder:
         """The context of one load-compute-commit round: the time is read once for all of it."""
         return Context(now_ms=int(time.time() * 1000), app=self.app, results_stream=results_stream,
                        limits=self.limits, agents=self.agents, lifecycle=self.lifecycle,
-                       admission=self.admission)
+                       admission=self.admission, tracing=telemetry.enabled())
 
     def prepare(self, stream: str, inputs: bool, entry_id: str, fields: dict[Any, Any]) -> Prepared | Refused:
         """An entry of an input stream (`inputs`) or of a results stream, ready for its wave."""

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from parley.schemas.keys import PREFIX_PATTERN
+from parley.schemas.tracing import TRACEPARENT_PATTERN
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 
@@ -73,6 +74,8 @@ class MessageCreate(_Input):
     content: str
     parent_id: Name | None = None
     message_id: Name | None = None
+    #: the producer's trace context (W3C traceparent): the turn is traced in the producer's trace
+    traceparent: Annotated[str, Field(pattern=TRACEPARENT_PATTERN)] | None = None
 
     @property
     def parent_given(self) -> bool:

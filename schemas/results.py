@@ -1,8 +1,10 @@
 """Work outcomes: what workers (and dispatchers, for internal outcomes) post to the results stream."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parley.schemas.tracing import TRACEPARENT_PATTERN
 
 
 class AppException(BaseModel):
@@ -46,6 +48,9 @@ class WorkOutcome(BaseModel):
     # a sub-agent's report: the child session it comes from, and the work the child used
     source: str | None = None
     usage: dict[str, int] | None = None
+    # the job's span (a traceparent), when the worker traces: the transition applying this
+    # outcome is its child (docs/tracing.md)
+    trace: Annotated[str, Field(pattern=TRACEPARENT_PATTERN)] | None = None
 
     @model_validator(mode="after")
     def _unrun_is_lost(self) -> "WorkOutcome":

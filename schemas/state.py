@@ -81,6 +81,8 @@ class Turn(BaseModel):
     held: list[QueuedTrigger] = Field(default_factory=list)
     # the tip is a model reply without tool calls (what a sub-agent reports to its parent)
     replied: bool = False
+    #: the turn's trace context (a traceparent; schemas/tracing.py), when it is traced
+    trace: str | None = None
 
 
 class Interrupt(BaseModel):
@@ -106,6 +108,8 @@ class Interrupt(BaseModel):
     approves: str | None = None
     #: the tool call whose code asked this (`parley.interrupt()`): the answer goes to it
     call: str | None = None
+    #: its turn's trace context, kept for the span of its life (schemas/tracing.py)
+    trace: str | None = None
 
 
 class Core(BaseModel):

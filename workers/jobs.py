@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, get_current_job
 from rq.timeouts import JobTimeoutException
 
-from parley.runtime import metrics
+from parley.runtime import metrics, telemetry
 from parley.runtime.logs import kv
 from parley.runtime.replicas import ReplicaPolicy, Replicas, ServerId
 from parley.runtime.retry import backoff
@@ -32,6 +32,7 @@ from parley.schemas.keys import Keys
 from parley.schemas.llm import InvalidLlmReply, parse_llm_reply
 from parley.schemas.results import AppException, WorkOutcome
 from parley.schemas.signing import job_outcome_signature
+from parley.schemas.tracing import Attribute
 from parley.schemas.triggers import Trigger
 from parley.schemas.view import public_message
 from parley.workers import app_errors, asking, awaiting
@@ -225,11 +226,11 @@ def unrun_outcome(job: Any) -> Finish:
 
 def _post(payload: dict[str, Any], kind: str, ok: bool, value: Any = None, error: str | None = None,
           started: float | None = None, lost: bool = False, exception: AppException | None = None,
-          interrupt: dict[str, Any] | None = None) -> None:
+          interrupt: dict[str, Any] | None = None, trace: str | None = None) -> None:
     reply_to = payload["reply_to"]
     outcome = WorkOutcome(session=payload["session"], work=payload["work"], attempt=payload["attempt"],
                           kind=kind, ok=ok, value=value, error=error, lost=lost, exception=exception,
-                          interrupt=interrupt)
+                          interrupt=interrupt, trace=trace)
     job = get_current_job()
     assert job is not None
 
@@ -319,13 +320,62 @@ def ran(payload: dict[str, Any], kind: str, body: Callable[[], Any]) -> Ran:
 
 
 def _run(payload: dict[str, Any], kind: str, body: Callable[[App], Any]) -> None:
-    """Claim the job, run `body` with the session's app, post exactly one outcome."""
+    """Claim the job, run `body` with the session's app, post exactly one outcome (in a span
+    of the turn's trace, when the worker traces and the job carries one: docs/tracing.md)."""
     started = time.monotonic()
     _check_reply_to(payload)
     _claim(payload, kind)
-    result = ran(payload, kind, lambda: body(current_app(payload.get("app"))))
+    trace = payload.get("trace") if telemetry.enabled() else None
+    name, attributes = job_span_of(payload, kind) if trace is not None else ("", {})
+    with telemetry.job_span(name, trace, attributes) as span:
+        result = ran(payload, kind, lambda: body(current_app(payload.get("app"))))
+        finished_span(span, kind, result)
     _post(payload, kind, result.ok, value=result.value, error=result.error, started=started, lost=result.lost,
-          exception=result.exception, interrupt=result.interrupt)
+          exception=result.exception, interrupt=result.interrupt, trace=span.traceparent)
+
+
+def job_span_of(payload: dict[str, Any], kind: str) -> tuple[str, dict[str, Attribute]]:
+    """A job's span name and attributes: the GenAI conventions' where they have one (a model
+    call is `chat <model>`, a tool call `execute_tool <name>`), Parley's own otherwise."""
+    attributes: dict[str, Attribute] = {"parley.session": payload["session"], "parley.work": payload["work"],
+                                        "parley.attempt": payload["attempt"]}
+    if kind == "llm":
+        request = payload.get("request") or {}
+        model = request.get("model") or _model_of(payload)
+        attributes["gen_ai.operation.name"] = "chat"
+        if isinstance(model, str):
+            attributes["gen_ai.request.model"] = model
+        return (f"chat {model}" if isinstance(model, str) else "chat"), attributes
+    if kind == "tool":
+        attributes.update({"gen_ai.operation.name": "execute_tool",
+                           "gen_ai.tool.name": str(payload.get("name")),
+                           "gen_ai.tool.call.id": payload["work"]})
+        return f"execute_tool {payload.get('name')}", attributes
+    trigger = payload.get("trigger") or {}
+    attributes["parley.trigger.type"] = str(trigger.get("type"))
+    return "parley.decide", attributes
+
+
+def _model_of(payload: dict[str, Any]) -> str | None:
+    """The model the session's app calls, when its `llm` says (OpenAICompatible's `model`)."""
+    try:
+        model = getattr(current_app(payload.get("app")).llm, "model", None)
+    except (RuntimeError, ValueError):  # no such app: the job's own run reports it
+        return None
+    return model if isinstance(model, str) else None
+
+
+def finished_span(span: telemetry.JobSpan, kind: str, result: "Ran") -> None:
+    """What the job came to, on its span: the error, a tool's question, a model's tokens."""
+    span.set("parley.job.ok", result.ok)
+    span.set("error.type", None if result.ok or result.interrupt is not None else (
+        result.exception.type if result.exception is not None else result.error))
+    span.set("parley.job.asked", result.interrupt is not None or None)
+    if kind == "llm" and result.ok and isinstance(result.value, dict):
+        usage = result.value.get("usage") or {}
+        span.set("gen_ai.usage.input_tokens", usage.get("input_tokens"))
+        span.set("gen_ai.usage.output_tokens", usage.get("output_tokens"))
+        span.set("parley.usage.tokens", usage.get("tokens"))
 
 
 def decision_of(app: App, payload: dict[str, Any]) -> dict[str, Any]:

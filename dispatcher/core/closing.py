@@ -55,6 +55,7 @@ def close_session(tx: Tx, reason: str, by: ClosedBy | None = None, *, by_parent:
         # the question is gone: whoever was told of it (an inbox, the feed's notifiers) is told so
         tx.emit("interrupt.cancelled", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
                 why=reason)
+        tx.interrupt_span(rec, "cancelled", **{"parley.interrupt.why": reason})
     c.interrupts.clear()
     # No turn completes: nothing of it ran to its end. The held gauge follows (turns.finish).
     c.turns.clear()

@@ -82,3 +82,6 @@ class Context:
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     #: sub-agent apps by their spec (`fn.agent`), for child sessions
     agents: dict[str, AppInfo] = field(default_factory=dict)
+    #: whether the dispatcher exports traces (docs/tracing.md): turns without a producer's trace
+    #: context then get one derived from the session and the turn
+    tracing: bool = False

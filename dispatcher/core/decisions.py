@@ -71,7 +71,7 @@ def enqueue_decide(tx: Tx, deciding: Deciding) -> None:
     item = deciding.item
     tx.enqueue(JobKind.DECIDE, deciding.work, deciding.attempt,
                {"trigger": item.trigger, "proposed": {"actions": item.proposed}},
-               tx.ctx.limits.decide_timeout_s)
+               tx.ctx.limits.decide_timeout_s, turn=item.turn)
 
 
 # ---- validating ----------------------------------------------------------------------------------

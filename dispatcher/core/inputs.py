@@ -35,6 +35,7 @@ from parley.schemas.inputs import (
 )
 from parley.schemas.signing import ENGINE_PRINCIPAL
 from parley.schemas.state import Core, SessionState, Turn
+from parley.schemas.tracing import derived_traceparent
 from parley.schemas.view import public_message
 
 
@@ -182,15 +183,20 @@ def _message_create(tx: Tx, inp: MessageCreate, src: _Source) -> None:
     why = admission.full(tx.counts(), tx.ctx.admission, parent, tx.has_child(parent))
     if why is not None:
         raise RefuseInput(RefusalCode.SESSION_FULL, why)
-    _start_turn(tx, src, parent, inp.message_id, inp.content)
+    _start_turn(tx, src, parent, inp.message_id, inp.content, inp.traceparent)
 
 
-def _start_turn(tx: Tx, src: _Source, parent: str | None, message_id: str | None, content: str) -> None:
-    """A user message under `parent` (None: a new root), and the turn it starts."""
+def _start_turn(tx: Tx, src: _Source, parent: str | None, message_id: str | None, content: str,
+                traceparent: str | None = None) -> None:
+    """A user message under `parent` (None: a new root), and the turn it starts: in the
+    producer's trace, or, when the dispatcher traces, one derived from the session and the turn."""
     c = tx.c
     mid = message_id or tx.mint("msg")
     message = {"id": mid, "parent_id": parent, "role": "user", "content": content, "turn": mid}
-    turn = Turn(id=mid, tip=mid)
+    if traceparent is None and tx.ctx.tracing:
+        traceparent = derived_traceparent(tx.session, mid, str(c.created_at))
+    turn = Turn(id=mid, tip=mid, trace=traceparent)
+    tx.touch(traceparent)
     c.turns[mid] = turn
     c.head = mid
     tx.add_message(message, src.ref)

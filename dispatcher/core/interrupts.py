@@ -30,7 +30,8 @@ def raise_interrupt(tx: Tx, origin: QueuedTrigger | None, turn: Turn | None, act
                     timeout_s=action.timeout_s,
                     deadline=now + int(action.timeout_s * 1000) if action.timeout_s else None,
                     default=action.default, resumable_by=action.resumable_by, system=system,
-                    response_schema=action.response_schema, call=call)
+                    response_schema=action.response_schema, call=call,
+                    trace=tx.trace_of(turn.id) if turn is not None else None)
     c.interrupts[iid] = rec
     tx.count("interrupt_raised", "global" if anchor is None else "anchored")
     tx.emit("interrupt.raised", interrupt_id=iid, reason=rec.reason, payload=rec.payload, anchor=anchor,
@@ -198,6 +199,7 @@ def withdraw(tx: Tx, rec: Interrupt, why: str) -> None:
     tx.c.resumed.append(rec.id)
     tx.effect(IndexRemove(seq=tx.next_seq(), interrupt_id=rec.id))
     tx.emit("interrupt.cancelled", interrupt_id=rec.id, reason=rec.reason, request=rec.payload, why=why)
+    tx.interrupt_span(rec, "cancelled", **{"parley.interrupt.why": why})
     release(tx, tx.c.turns.get(rec.turn) if rec.turn else None)
 
 
@@ -208,3 +210,6 @@ def _emit_resumed(tx: Tx, rec: Interrupt, payload: Any, delivered: bool, timed_o
     tx.emit("interrupt.resumed", interrupt_id=rec.id, reason=rec.reason, request=rec.payload,
             payload=payload, delivered=delivered, timed_out=timed_out,
             **{k: v for k, v in optional.items() if v is not None})
+    tx.interrupt_span(rec, "timed_out" if timed_out else "resumed", **{
+        "parley.interrupt.principal": principal, "parley.interrupt.default_used": timed_out,
+        "parley.interrupt.delivered": delivered})

@@ -40,6 +40,7 @@ def apply_outcome(state: SessionState, outcome: WorkOutcome, ctx: Context, *,
     """Apply one work outcome; a late, stale or voided one changes nothing.
     `owned`: as for `apply_input`."""
     tx = Tx(state, ctx, outcome.session, owned)
+    tx.touch(outcome.trace)  # applying it is the job's child, in its turn's trace
     try:
         if tx.core is None:
             raise DropOutcome(DropReason.NO_SESSION)

@@ -18,7 +18,8 @@ from parley.schemas.codes import DropReason, InputOutcome
 from parley.schemas.events import USER_VALUE_FIELDS
 from parley.schemas.jobs import JobKind
 from parley.schemas.listing import Listed, listed
-from parley.schemas.state import Core, SessionState, Turn
+from parley.schemas.state import Core, Interrupt, SessionState, Turn
+from parley.schemas.tracing import Attribute, TraceSpan
 from parley.schemas.view import creation_order, public_message
 
 
@@ -45,6 +46,10 @@ class Transition:
     #: the meta hash fields of the tree's shape to write (schemas/tree.py): the chunks the new
     #: messages fall in, or the whole shape of a session stored before it was kept
     tree_fields: dict[str, bytes] = field(default_factory=dict)
+    #: the trace this transition belongs to (the first traced turn it touched), and the spans
+    #: the core can tell whole (an interrupt's life): the shell exports them (docs/tracing.md)
+    trace: str | None = None
+    spans: list[TraceSpan] = field(default_factory=list)
 
 
 class Tx:
@@ -136,9 +141,43 @@ class Tx:
         self.out.effects.append(fx)
 
     def enqueue(self, job: JobKind, work: str, attempt: int, args: dict[str, Any],
-                timeout_s: float) -> None:
+                timeout_s: float, turn: str | None = None) -> None:
+        """A job of `turn`'s: it carries the turn's trace context, when the turn is traced (a job
+        of no turn, the decide of a session.created: the trace of the transition, if any)."""
+        if (trace := self.trace_of(turn) or self.out.trace) is not None:
+            args = {**args, "trace": trace}
         self.effect(Enqueue(seq=self.next_seq(), job=job, work=work, attempt=attempt, timeout=timeout_s,
                             reply_to=self.ctx.results_stream, app=self.c.app, args=args))
+
+    # ---- traces (docs/tracing.md) -------------------------------------------------------------
+
+    def trace_of(self, turn: str | None) -> str | None:
+        """The trace context of a turn (None: untraced, or gone); the transition is in that
+        trace from then on, unless an earlier turn it touched already named one."""
+        found = self.core.turns.get(turn) if self.core is not None and turn is not None else None
+        if found is None or found.trace is None:
+            return None
+        self.touch(found.trace)
+        return found.trace
+
+    def touch(self, trace: str | None) -> None:
+        if self.out.trace is None and trace is not None:
+            self.out.trace = trace
+
+    def interrupt_span(self, rec: Interrupt, outcome: str, **attributes: Attribute | None) -> None:
+        """The span of an interrupt's life, raised to `outcome` (resumed, timed_out, cancelled),
+        in its turn's trace: our proposal for what the GenAI conventions do not name yet."""
+        if rec.trace is None:
+            return
+        self.touch(rec.trace)
+        attrs: dict[str, Attribute] = {
+            "parley.session": self.session, "parley.interrupt.id": rec.id,
+            "parley.interrupt.reason": rec.reason, "parley.interrupt.outcome": outcome,
+            "parley.interrupt.wait_ms": max(0, self.ctx.now_ms - rec.raised_at)}
+        if (call := rec.call or rec.approves) is not None:  # the call that asked, or that it approves
+            attrs["gen_ai.tool.call.id"] = call
+        attrs.update({k: v for k, v in attributes.items() if v is not None})
+        self.out.spans.append(TraceSpan("parley.interrupt", rec.trace, rec.raised_at, self.ctx.now_ms, attrs))
 
     def cancel(self, job: JobKind, work: str, attempt: int) -> None:
         self.effect(Cancel(seq=self.next_seq(), job=job, work=work, attempt=attempt))

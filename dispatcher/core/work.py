@@ -72,7 +72,7 @@ def enqueue_llm(tx: Tx, w: Work) -> None:
     chain = list(tx.ancestors(w.head))
     chain.reverse()
     tx.enqueue(JobKind.LLM, w.id, w.attempt, {"chain": chain, "request": dict(w.arguments or {})},
-               tx.ctx.limits.llm_timeout_s)
+               tx.ctx.limits.llm_timeout_s, turn=w.turn)
 
 
 def record_llm(tx: Tx, w: Work, reply: LlmReply) -> None:
@@ -156,7 +156,8 @@ def enqueue_tool(tx: Tx, w: Work, tool: ToolInfo) -> None:
         # the answers to its questions so far (core/asks.py): the run starts from the beginning
         # and its N-th `parley.interrupt()` returns the N-th
         args["answers"] = w.answers
-    tx.enqueue(JobKind.TOOL, w.id, w.attempt, args, tool.timeout_s or tx.ctx.limits.tool_timeout_s)
+    tx.enqueue(JobKind.TOOL, w.id, w.attempt, args, tool.timeout_s or tx.ctx.limits.tool_timeout_s,
+               turn=w.turn)
 
 
 def settle(tx: Tx, w: Work, result: Any = None, error: str | None = None, *,

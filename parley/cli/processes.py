@@ -65,6 +65,22 @@ SHARD = click.option(
     help="Serve this shard only: its index in the Redis URLs (env PARLEY_SHARD). Without it, "
          "a deployment of several shards is served by one process per shard, started by this one.")
 
+OTEL_ENDPOINT = click.option(
+    "--otel-endpoint", envvar="PARLEY_OTEL_ENDPOINT", default=None,
+    help="Export OpenTelemetry traces of turns, jobs and interrupts to this OTLP/HTTP traces "
+         "endpoint, e.g. http://collector:4318/v1/traces (env PARLEY_OTEL_ENDPOINT; needs the "
+         "`otel` extra). Off without it (docs/tracing.md).")
+
+
+def start_tracing(service: str, endpoint: str | None) -> None:
+    from parley.runtime import telemetry
+
+    try:
+        telemetry.configure(service, endpoint)
+    except telemetry.TelemetryUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 METRICS_PORT = click.option(
     "--metrics-port", envvar="PARLEY_METRICS_PORT", type=click.IntRange(1, 65535), default=None,
     help="Serve /metrics, /healthz and /readyz on this port (env PARLEY_METRICS_PORT).")
@@ -171,6 +187,7 @@ def _serve_metrics(ctx: click.Context, port: int | None, connection: redis.Redis
                    "is replayed after a back-off (env PARLEY_REPLICA_ACK_TIMEOUT_MS).")
 @idle_block_option(500, "XREADGROUP of the streams")
 @METRICS_PORT
+@OTEL_ENDPOINT
 @click.pass_context
 def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: int, decide_timeout: float,
                llm_timeout: float, tool_timeout: float, subagent_timeout: float, keys_file: str | None,
@@ -179,7 +196,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
                max_input_bytes: int, max_pending: int, max_messages: int, max_branches: int,
                unknown_session_ttl: int, register: tuple[str, ...], shard: int | None,
                replica_acks: int, replica_ack_timeout_ms: int, idle_block_ms: int,
-               metrics_port: int | None) -> None:
+               metrics_port: int | None, otel_endpoint: str | None) -> None:
     """Run a dispatcher: consume inputs and results, commit transitions, enqueue jobs.
 
     Several can run: live dispatchers share the partitions (about N / live each), each
@@ -218,6 +235,7 @@ def dispatcher(ctx: click.Context, app: str, partitions: int | None, lease_ms: i
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"signing keys: {exc}") from None
     check_approvers([info, *agents.values()], keyring, keys_file)
+    start_tracing("parley-dispatcher", otel_endpoint)
     if shard is None:
         refuse_a_lone_shard(ctx)
     partitions = resolve_partitions(ctx, shard, partitions)
@@ -279,9 +297,11 @@ def check_approvers(apps: "Sequence[AppInfo]", keyring: "Keyring", keys_file: st
                    "dispatcher's).")
 @idle_block_option(1000, "BLPOP of the queues")
 @METRICS_PORT
+@OTEL_ENDPOINT
 @click.pass_context
 def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: bool,
-           shard: int | None, replica_acks: int, idle_block_ms: int, metrics_port: int | None) -> None:
+           shard: int | None, replica_acks: int, idle_block_ms: int, metrics_port: int | None,
+           otel_endpoint: str | None) -> None:
     """Run a worker: execute decide, LLM and tool jobs of the app, post their outcomes.
 
     Non-forking (see docs/design.md). SIGTERM lets the current job finish, then exits.
@@ -296,6 +316,7 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     from parley.workers.worker import make_worker, worker_id
 
     shard = shard_to_serve(ctx, shard, metrics_port)
+    start_tracing("parley-worker", otel_endpoint)
     try:
         main_app = load_app(app)
         set_app(main_app, load_agents(main_app))

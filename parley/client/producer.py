@@ -15,6 +15,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from parley.runtime.retry import backoff
+from parley.runtime.telemetry import current_traceparent
 from parley.schemas.codec import InputError, decode_input_entry
 from parley.schemas.codes import RefusalCode
 from parley.schemas.deltas import DELTA_TYPE, Delta
@@ -173,11 +174,20 @@ def text(raw: Any) -> str:
 def input_json(value: InputValue) -> bytes:
     if isinstance(value, BaseModel):
         # unset fields stay out: an omitted `parent_id` ("the active head") is not null ("a root")
-        return orjson.dumps(value.model_dump(mode="json", exclude_unset=True))
+        return orjson.dumps(traced(value.model_dump(mode="json", exclude_unset=True)))
     try:
-        return orjson.dumps(dict(value))
+        return orjson.dumps(traced(dict(value)))
     except (TypeError, ValueError) as err:
         raise InvalidInput(f"the input is not JSON: {err}") from None
+
+
+def traced(value: dict[str, Any]) -> dict[str, Any]:
+    """A message that starts a turn, sent inside an OpenTelemetry span of the producer's: the turn
+    is traced in that trace (docs/tracing.md), unless the message names a trace of its own."""
+    if value.get("type") != "message.create" or "traceparent" in value:
+        return value
+    traceparent = current_traceparent()
+    return value if traceparent is None else {**value, "traceparent": traceparent}
 
 
 def input_fields(session: str, value: InputValue, idempotency_key: str | None = None,

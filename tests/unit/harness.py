@@ -151,13 +151,15 @@ class Sim:
         self.last: Transition | None = None
         self.now = 1_000
         self._entries = itertools.count(1)
+        #: the dispatcher traces (docs/tracing.md)
+        self.tracing = False
 
     # ---- plumbing ---------------------------------------------------------------------------
 
     def ctx(self) -> Context:
         self.now += 1
         return Context(now_ms=self.now, app=self.app, agents=self.agents, limits=self.limits,
-                       lifecycle=self.lifecycle, admission=self.admission)
+                       lifecycle=self.lifecycle, admission=self.admission, tracing=self.tracing)
 
     def commit(self, tr: Transition, ctx: Context) -> Transition:
         """Check a transition against the contract, then make its state the current one."""
@@ -214,13 +216,14 @@ class Sim:
     def outcome(self, kind: str, work: str, attempt: int, ok: bool = True, value: Any = None,
                 error: str | None = None, source: str | None = None,
                 usage: dict[str, int] | None = None, lost: bool = False, unrun: bool = False,
-                exception: Any = None, interrupt: dict[str, Any] | None = None) -> Transition:
+                exception: Any = None, interrupt: dict[str, Any] | None = None,
+                trace: str | None = None) -> Transition:
         """A work outcome; `lost`: what a dispatcher posts for a job whose worker died;
         `unrun` (with `lost`): what the worker that took a job posts when it gives it back."""
         ctx = self.ctx()
         out = WorkOutcome(session=self.session, work=work, attempt=attempt, kind=kind,  # type: ignore[arg-type]
                           ok=ok, value=value, error=error, source=source, usage=usage, lost=lost, unrun=unrun,
-                          exception=exception, interrupt=interrupt)
+                          exception=exception, interrupt=interrupt, trace=trace)
         return self.commit(checked(apply_outcome, loaded(self.state), out, ctx), ctx)
 
     # ---- inputs -------------------------------------------------------------------------------

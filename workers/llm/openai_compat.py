@@ -403,6 +403,10 @@ def parse_response(data: Any) -> dict[str, Any]:
             total = sum(p for p in parts if isinstance(p, int)) or None
         if isinstance(total, int):
             out["usage"] = {"tokens": total}
+            # the split, when the server gives it: the worker's span reports it (docs/tracing.md)
+            for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+                if isinstance(usage.get(theirs), int):
+                    out["usage"][ours] = usage[theirs]
     return out
 
 

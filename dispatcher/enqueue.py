@@ -413,8 +413,10 @@ class Outbox:
     def _spawn(self, pipe: Any, fx: Spawn) -> None:
         # The child's creation and first message, one input: a spawn either makes its own
         # session with the task in it, or finds the id taken and fails the call.
-        self._engine_input(pipe, fx.child, "spawn", {
-            "type": "session.create", "parent": fx.parent.model_dump(), "task": fx.content})
+        spawn = {"type": "session.create", "parent": fx.parent.model_dump(), "task": fx.content}
+        if fx.trace is not None:
+            spawn["traceparent"] = fx.trace
+        self._engine_input(pipe, fx.child, "spawn", spawn)
 
     def _close(self, pipe: Any, session: str, fx: Close) -> None:
         self._engine_input(pipe, fx.child, "close", {

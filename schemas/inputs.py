@@ -56,11 +56,15 @@ class SessionCreate(_Input):
     metadata: dict[str, Any] | None = None
     parent: ParentLink | None = None
     task: str | None = None
+    #: written by a dispatcher only, with `task`: the parent turn's trace context
+    traceparent: Annotated[str, Field(pattern=TRACEPARENT_PATTERN)] | None = None
 
     @model_validator(mode="after")
     def _task_with_parent(self) -> "SessionCreate":
         if self.task is not None and self.parent is None:
             raise ValueError("`task` comes only with `parent`")
+        if self.traceparent is not None and self.task is None:
+            raise ValueError("`traceparent` comes only with `task`")
         return self
 
 

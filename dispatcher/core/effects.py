@@ -101,6 +101,8 @@ class Spawn:
     child: str
     content: str
     parent: ParentLink
+    #: the parent turn's trace context: the child's turn is in the same trace
+    trace: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -148,7 +148,7 @@ def _session_create(tx: Tx, inp: SessionCreate, src: _Source) -> None:
     _create(tx, src, inp.budget.model_dump(exclude_none=True) if inp.budget else None, inp.metadata,
             inp.parent.model_dump() if inp.parent else None)
     if inp.task is not None:  # a spawn: the child's first message, in the same step
-        _start_turn(tx, src, None, None, inp.task)
+        _start_turn(tx, src, None, None, inp.task, inp.traceparent)
 
 
 def _spawn_onto_existing(tx: Tx, link: ParentLink) -> None:
@@ -193,7 +193,9 @@ def _start_turn(tx: Tx, src: _Source, parent: str | None, message_id: str | None
     c = tx.c
     mid = message_id or tx.mint("msg")
     message = {"id": mid, "parent_id": parent, "role": "user", "content": content, "turn": mid}
-    if traceparent is None and tx.ctx.tracing:
+    if not tx.ctx.tracing:
+        traceparent = None  # nothing stored, nothing carried: an untraced dispatcher pays nothing
+    elif traceparent is None:
         traceparent = derived_traceparent(tx.session, mid, str(c.created_at))
     turn = Turn(id=mid, tip=mid, trace=traceparent)
     tx.touch(traceparent)

@@ -231,7 +231,7 @@ def spawn(tx: Tx, w: Work, agent: str, timeout_s: float, approval: dict[str, Any
     parent = ParentLink.model_construct(session=tx.session, call_id=w.id, attempt=w.attempt, app=agent,
                                         reply_to=tx.ctx.results_stream)
     tx.effect(Spawn(seq=tx.next_seq(), child=child, content=orjson.dumps(w.arguments or {}).decode(),
-                    parent=parent))
+                    parent=parent, trace=tx.trace_of(w.turn)))
     # The timer lives in Redis (the deadlines index), not in any process: it fires after restarts.
     tx.effect(DeadlineAdd(seq=tx.next_seq(), timer=subagent_deadline(w.id), at=w.deadline))
 

@@ -83,6 +83,17 @@ def create_app(client: AsyncClient, config: AguiConfig) -> Starlette:
                 request.headers.get("authorization", "").encode(), f"Bearer {config.token}".encode()):
             return JSONResponse({"error": "unauthorized", "message": "a run needs the endpoint's bearer "
                                  "token (Authorization: Bearer ...)"}, 401)
+        if config.token is None and not is_loopback_host(request.headers.get("host")):
+            # without a token only this machine may post; a page that points a name of its own
+            # at 127.0.0.1 (DNS rebinding) arrives with that name as its Host
+            return JSONResponse({"error": "forbidden_host", "message": "an endpoint without a token "
+                                 "takes runs addressed to 127.0.0.1, localhost or [::1] only"}, 403)
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            # a web page can post text/plain anywhere without asking; application/json makes
+            # the browser ask first (CORS), and this endpoint allows no other origin
+            return JSONResponse({"error": "unsupported_media_type", "message": "a run input is "
+                                 "posted as Content-Type: application/json"}, 415)
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
@@ -104,6 +115,14 @@ def create_app(client: AsyncClient, config: AguiConfig) -> Starlette:
         return JSONResponse({"ok": True})
 
     return Starlette(routes=[Route("/", run, methods=["POST"]), Route("/healthz", healthz)])
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """Whether a request's Host header names this machine's loopback (any port)."""
+    if not host:
+        return False
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return name.strip("[]").lower() in {"127.0.0.1", "localhost", "::1"}
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -201,7 +220,8 @@ class Run:
         a run that only follows, for nobody)."""
         if not translator.applied:
             return None  # the run's own inputs are not applied yet
-        if not translator.open_interrupts and not request.follows_only:
+        follows = request.follows_only or translator.repeated  # nothing new was sent after all
+        if not translator.open_interrupts and not follows:
             return None
         view = await self.client.show(request.session)
         open_ids = [row["interrupt_id"] for row in (view or {}).get("interrupts") or []]
@@ -211,7 +231,7 @@ class Run:
             return RunFinishedInterruptOutcome(
                 interrupts=[agui_interrupt(row, translator.raised.get(row.interrupt_id)) for row in rows])
         translator.open_interrupts.clear()
-        return Ending("success") if request.follows_only else None
+        return Ending("success") if follows else None
 
     def _last(self, ending: Ending | RunFinishedInterruptOutcome | None) -> BaseEvent:
         run = self.input

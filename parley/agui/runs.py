@@ -105,5 +105,7 @@ def request_of(run: RunAgentInput) -> RunRequest:
     if not isinstance(last, UserMessage):
         return RunRequest(session, cursor, None, ())
     message_id = last.id if NAME_RE.fullmatch(last.id) else None
-    new = NewMessage(text_of(last), message_id, idempotency_key=f"agui:{session}:{last.id}"[:256])
+    # the run's id too: a run posted twice appends its message once, and a later run that sends
+    # the message again (after a refusal, or to ask again) is sent, not taken for a duplicate
+    new = NewMessage(text_of(last), message_id, idempotency_key=f"agui:{run.run_id}:{last.id}"[:256])
     return RunRequest(session, cursor, new, ())

@@ -53,6 +53,10 @@ from parley.schemas.events import (
     TurnCompleted,
 )
 
+#: what an input of the run may be ignored as without ending it: the same run posted again
+#: (`duplicate`), an answer someone gave first (`already_resumed`)
+REPEATS = frozenset({"duplicate", "already_resumed"})
+
 
 @dataclass(frozen=True, slots=True)
 class Ending:
@@ -84,6 +88,11 @@ class Translator:
     raised: dict[str, InterruptRaised] = field(default_factory=dict)
     ending: Ending | None = None
     needs_snapshot: bool = False
+    #: an input of this run was a repeat (a duplicate, or an answer given already): nothing new
+    #: was sent, and the run ends once the session is quiet
+    repeated: bool = False
+    #: the messages of the turn this run's message started (empty: it started none)
+    _line: set[str] = field(default_factory=set)
     _streams: dict[str, _Stream] = field(default_factory=dict)
     #: the own entries an event has named (applied, refused or ignored)
     _named: set[str] = field(default_factory=set)
@@ -145,15 +154,19 @@ class Translator:
         elif isinstance(event, InterruptResumed | InterruptCancelled):
             self.open_interrupts.discard(event.interrupt_id)
         elif isinstance(event, TurnCompleted):
-            if self.applied and not self.open_interrupts and self.ending is None:
+            ours = not self._line or event.head in self._line  # another branch's turn is not ours
+            if ours and self.applied and not self.open_interrupts and self.ending is None:
                 self.ending = Ending("success")
         elif isinstance(event, SessionClosed):
             self.ending = Ending("cancelled")
         elif isinstance(event, InputRefused) and self._own(event.input):
             message = event.message + (f" (at {event.path})" if event.path else "")
             self.ending = Ending("error", event.code, message)
-        elif isinstance(event, InputIgnored) and self._own(event.input) and event.code != "duplicate":
-            self.ending = Ending("error", event.code, f"the input was ignored: {event.code}")
+        elif isinstance(event, InputIgnored) and self._own(event.input):
+            if event.code in REPEATS:
+                self.repeated = True
+            else:
+                self.ending = Ending("error", event.code, f"the input was ignored: {event.code}")
         return out
 
     def close(self) -> list[BaseEvent]:
@@ -171,6 +184,10 @@ class Translator:
     def _message(self, event: MessageCreated) -> list[BaseEvent]:
         message = event.message
         role = message.get("role")
+        if role == "user" and self._own(event.input):
+            self._line = {str(message.get("id"))}
+        elif message.get("parent_id") in self._line:
+            self._line.add(str(message.get("id")))
         if role == "assistant":
             # a model's reply is followed at once by its llm.completed (one transition): held
             # until then, to know which stream it closes

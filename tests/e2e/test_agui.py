@@ -131,7 +131,8 @@ def test_a_run_without_the_token_is_refused_and_a_bad_thread_id_is_a_run_error(e
 
     body = run_input("ag-2", "run-1", [{"id": "u-1", "role": "user", "content": "hi"}])
     assert httpx.post(endpoint.url, json=body, timeout=10).status_code == 401
-    assert httpx.post(endpoint.url, content=b"{}", headers={"Authorization": "Bearer t0ken"},
+    assert httpx.post(endpoint.url, content=b"{}", headers={"Authorization": "Bearer t0ken",
+                                                            "Content-Type": "application/json"},
                       timeout=10).status_code == 422
     bad = endpoint.run(run_input("no spaces allowed", "run-1", [{"id": "u-1", "role": "user",
                                                                  "content": "hi"}]))

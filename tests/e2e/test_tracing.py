@@ -9,6 +9,7 @@ An interrupt's span says its reason, who answered, how long it waited and whethe
 was used. With no endpoint, nothing is exported."""
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace import Tracer, TracerProvider
 
 from parley.client import Client
 from parley.runtime.procs import RedisServer
+from parley.schemas.keys import Keys
 from tests.conftest import Procs, all_events, of_type, wait_for
 from tests.otlp_receiver import Receiver, Span, otlp_receiver
 from tests.sse_server import Stream, StreamServer, stream_server
@@ -45,10 +47,12 @@ def receiver(tmp_path: Path) -> Iterator[Receiver]:
         yield received
 
 
-def start(procs: Procs, model_server: StreamServer, tmp_path: Path, endpoint: str | None) -> None:
+def start(procs: Procs, model_server: StreamServer, tmp_path: Path, endpoint: str | None,
+          env: dict[str, str] | None = None) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"desk": DESK_KEY}))
     otel = {"PARLEY_OTEL_ENDPOINT": endpoint} if endpoint else {}
+    otel |= env or {}
     procs.start("dispatcher", APP, "--keys-file", str(keys), env=otel)
     procs.start("worker", APP, env={"PARLEY_LLM_BASE_URL": model_server.base_url, **otel})
 
@@ -130,8 +134,15 @@ def test_a_turn_sent_outside_any_span_gets_a_trace_of_its_own(
 def test_without_an_endpoint_nothing_is_exported(procs: Procs, producer_client: Client, client: Client,
                                                  model_server: StreamServer, receiver: Receiver,
                                                  tmp_path: Path) -> None:
-    start(procs, model_server, tmp_path, None)
+    # the SDK's own variable names the receiver: were tracing on by any other way, it would export
+    # there. Parley's endpoint is not given, so nothing must be.
+    start(procs, model_server, tmp_path, None, env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url,
+                                                      "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
     tracer = TracerProvider().get_tracer("the producer's app")
     pay_once(producer_client, client, "tr-3", model_server, tracer)
+    time.sleep(1.0)  # two export periods
     assert receiver.requests == 0
+    # the producer's trace context was not kept: an untraced dispatcher stores none
+    core = client.redis.hget(Keys().meta("tr-3"), "core")
+    assert core is not None and b"trace" not in core
     assert of_type(all_events(client, "tr-3"), "turn.completed")

@@ -21,7 +21,8 @@ from parley.runtime.procs import RedisServer, free_port
 
 def app_client(redis_server: RedisServer, **config: Any) -> TestClient:
     client = AsyncClient(connect_async(redis_server.url))
-    return TestClient(create_app(client, AguiConfig(**config)))
+    # addressed as a browser on this machine would (an endpoint without a token checks the Host)
+    return TestClient(create_app(client, AguiConfig(**config)), base_url="http://127.0.0.1:8090")
 
 
 @pytest.fixture
@@ -71,10 +72,37 @@ def test_redis_gone_is_a_run_error_and_an_unhealthy_endpoint(redis_server: Redis
 
 
 def test_a_body_too_large_or_not_a_run_input_is_refused_with_why(web: TestClient) -> None:
-    large = web.post("/", content=b"x" * (MAX_BODY_BYTES + 1))
+    large = web.post("/", content=b"x" * (MAX_BODY_BYTES + 1), headers={"Content-Type": "application/json"})
     assert large.status_code == 413 and large.json()["error"] == "too_large"
     wrong = web.post("/", json={"threadId": "t-1"})
     assert wrong.status_code == 422 and "runId" in wrong.json()["message"]
+
+
+def test_a_run_posted_as_a_web_page_may_post_anywhere_is_refused(web: TestClient, r: redis.Redis) -> None:
+    """A page in the operator's browser may post text/plain to 127.0.0.1 without asking (no CORS
+    preflight): such a run, say an approval signed as the endpoint's principal, is refused
+    before anything is read or sent. application/json makes the browser ask first."""
+    resume = {**body(resume=[{"interruptId": "int-1", "status": "resolved", "payload": {"approved": True}}])}
+    for media_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None):
+        headers = {"Content-Type": media_type} if media_type else {}
+        got = web.post("/", content=json.dumps(resume).encode(), headers=headers)
+        assert got.status_code == 415 and got.json()["error"] == "unsupported_media_type", media_type
+    assert r.xlen("parley:inputs") == 0
+
+
+def test_without_a_token_a_run_must_be_addressed_to_loopback(web: TestClient) -> None:
+    """DNS rebinding: a name the page controls, pointed at 127.0.0.1, arrives as the Host."""
+    got = web.post("/", json=body(), headers={"Host": "attacker.example:8090"})
+    assert got.status_code == 403 and got.json()["error"] == "forbidden_host"
+    for host in ("127.0.0.1:8090", "localhost:8090", "[::1]:8090", "localhost"):
+        assert web.post("/", json=body(), headers={"Host": host}).status_code == 200, host
+
+
+def test_with_a_token_any_host_may_post(redis_server: RedisServer) -> None:
+    with app_client(redis_server, token="s3cret") as web:
+        got = web.post("/", json=body(), headers={"Host": "parley.example.com",
+                                                  "Authorization": "Bearer s3cret"})
+        assert got.status_code == 200
 
 
 def test_a_run_without_the_token_is_refused_before_anything_is_read(redis_server: RedisServer) -> None:

@@ -37,6 +37,7 @@ COMMAND_ARGS: dict[str, list[str]] = {
     "producers": ["list"],
     "partitions": ["list"],
     "doctor": [],
+    "agui": ["--port", "1"],
     "inbox": ["--users-file", str(ROOT / "deploy/secrets/inbox-users.json"),
               "--keys-file", str(ROOT / "deploy/secrets/keys.json")],
 }

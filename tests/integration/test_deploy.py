@@ -188,7 +188,8 @@ def test_every_yaml_and_json_file_parses() -> None:
 def test_dockerfile_builds_the_project_with_parley_as_entrypoint() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
-    assert re.search(r"^RUN pip install \.", text, re.M)
+    # the project itself, with the extras its own commands use (`parley agui`, traces)
+    assert re.search(r'^RUN pip install "\.\[agui,otel\]"', text, re.M)
     assert 'ENTRYPOINT ["parley"]' in text
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["parley"] == "parley.cli:main"

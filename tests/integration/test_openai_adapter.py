@@ -300,7 +300,8 @@ def test_response_mapping(server: FakeServer) -> None:
         "tool_calls": [{"id": "call_abc", "name": "send_email",
                         "arguments": {"to": "bob@example.com", "body": "hi"}},
                        {"id": "call_def", "name": "lookup", "arguments": {}}],
-        "usage": {"tokens": 37},
+        # the total (what budgets count) and the split, when the server gives it (traces)
+        "usage": {"tokens": 37, "input_tokens": 30, "output_tokens": 7},
     }
     assert check_response(response) == response  # what Parley's LLM job accepts
 
@@ -308,7 +309,8 @@ def test_response_mapping(server: FakeServer) -> None:
 def test_plain_reply_and_usage_without_total(server: FakeServer) -> None:
     server.reply(Reply(body=completion("Hello there.", usage={"prompt_tokens": 4, "completion_tokens": 3})))
     assert model(server)({"messages": BRANCH[:1], "tools": []}) == {
-        "content": "Hello there.", "tool_calls": [], "usage": {"tokens": 7}}
+        "content": "Hello there.", "tool_calls": [],
+        "usage": {"tokens": 7, "input_tokens": 4, "output_tokens": 3}}
 
 
 def test_invalid_tool_call_arguments_raise(server: FakeServer) -> None:
@@ -581,7 +583,8 @@ def test_streamed_text_is_handed_on_piece_by_piece_and_the_reply_is_whole(stream
     reply, deltas = collected(stream_model(streamer), {"messages": BRANCH[:1], "instructions": "Be brief."})
     assert [d.text for d in deltas] == ["The launch ", "moved to ", "Friday."]
     assert [d.seq for d in deltas] == [1, 2, 3]
-    assert reply == {"content": "The launch moved to Friday.", "tool_calls": [], "usage": {"tokens": 12}}
+    assert reply == {"content": "The launch moved to Friday.", "tool_calls": [],
+                     "usage": {"tokens": 12, "input_tokens": 7, "output_tokens": 5}}
     [body] = streamer.received
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}

@@ -24,7 +24,7 @@ def test_a_run_sends_its_last_message_when_it_is_a_users_keeping_its_id() -> Non
     request = request_of(run([{"id": "a-0", "role": "assistant", "content": "hello"}, USER]))
     assert request.session == "t-1" and request.message is not None
     assert (request.message.content, request.message.message_id) == ("hi", "u-1")
-    assert request.message.idempotency_key == "agui:t-1:u-1"  # the same run twice: one message
+    assert request.message.idempotency_key == "agui:r-1:u-1"  # the same run twice: one message
 
 
 def test_a_message_id_parley_cannot_keep_is_minted_and_text_parts_are_joined() -> None:

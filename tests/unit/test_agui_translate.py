@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import pytest
+
 from parley.agui.translate import Ending, Translator
 from parley.schemas.deltas import Delta
 from parley.schemas.events import EVENT_ADAPTER, Event
@@ -126,10 +128,10 @@ def test_the_turn_ends_the_run_only_once_the_runs_input_is_applied_and_no_interr
                input={"entry": "5-0", "type": "message.create"}))
     assert t.applied
     t.event(ev(type="interrupt.raised", interrupt_id="int-1", reason="approval", payload={}, call_id=None))
-    t.event(ev(type="turn.completed", head="msg-3"))
+    t.event(ev(type="turn.completed", head="u-1"))
     assert t.ending is None and t.open_interrupts == {"int-1"}
     t.event(ev(type="interrupt.resumed", interrupt_id="int-1", payload={}, delivered=True, timed_out=False))
-    t.event(ev(type="turn.completed", head="msg-5"))
+    t.event(ev(type="turn.completed", head="u-1"))
     assert t.ending == Ending("success")
 
 
@@ -143,12 +145,33 @@ def test_a_refusal_of_the_runs_own_input_ends_it_with_its_code_and_where() -> No
     assert t.ending == Ending("error", "invalid_resume", "wrong type (at $.approved)")
 
 
-def test_a_duplicate_of_the_runs_message_follows_on_and_a_closed_session_cancels_the_run() -> None:
+@pytest.mark.parametrize("code", ["duplicate", "already_resumed"])
+def test_a_repeat_of_the_runs_input_follows_on_and_a_closed_session_cancels_the_run(code: str) -> None:
     t = Translator("s", frozenset({"5-0"}))
-    t.event(ev(type="input.ignored", input={"entry": "5-0", "type": "message.create"}, code="duplicate"))
-    assert t.ending is None and t.applied
+    t.event(ev(type="input.ignored", input={"entry": "5-0", "type": "message.create"}, code=code))
+    assert t.ending is None and t.applied and t.repeated
     t.event(ev(type="session.closed", reason="closed"))
     assert t.ending == Ending("cancelled")
+
+
+def test_an_ignored_input_that_is_no_repeat_ends_the_run() -> None:
+    t = Translator("s", frozenset({"5-0"}))
+    t.event(ev(type="input.ignored", input={"entry": "5-0", "type": "interrupt.resume"},
+               code="unknown_interrupt"))
+    assert t.ending == Ending("error", "unknown_interrupt", "the input was ignored: unknown_interrupt")
+
+
+def test_another_branchs_turn_does_not_end_the_run_of_this_ones_message() -> None:
+    t = Translator("s", frozenset({"5-0"}))
+    t.event(ev(type="message.created", message={"id": "u-9", "parent_id": "msg-1", "role": "user",
+                                                "content": "x"},
+               input={"entry": "5-0", "type": "message.create"}))
+    t.event(ev(type="turn.completed", head="msg-7"))  # a turn of another branch
+    assert t.ending is None
+    t.event(ev(type="message.created", message={"id": "msg-10", "parent_id": "u-9", "role": "assistant",
+                                                "content": "done"}))
+    t.event(ev(type="turn.completed", head="msg-10"))
+    assert t.ending == Ending("success")
 
 
 def test_close_ends_every_stream_still_open() -> None:

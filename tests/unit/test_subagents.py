@@ -22,6 +22,7 @@ from parley.dispatcher.core import (
     Spawn,
     ToolInfo,
 )
+from parley.schemas.codec import InputError
 from parley.schemas.ids import subagent_deadline
 from parley.schemas.signing import ENGINE_PRINCIPAL, Keyring, Unauthorized, signed_fields
 
@@ -341,3 +342,25 @@ def test_a_child_that_reports_is_closed_archived_and_retired_and_answers_nothing
     only(sim.last.effects, Retire)
     sim.input(close_entry("abandoned"), engine=True)  # its parent's later close: nothing to do
     assert sim.ev("input.ignored")["code"] == "session_closed" and sim.last.effects == []
+
+
+# ---- traces (docs/tracing.md) ---------------------------------------------------------------------
+
+
+def test_a_traced_parents_spawn_starts_the_childs_turn_in_the_parents_trace():
+    sim = parent_sim()
+    sim.tracing = True
+    call_subagent(sim, "research")
+    spawn = only(sim.last.effects, Spawn)
+    parent_trace = sim.turn(sim.work(spawn.parent.call_id).turn).trace
+    assert parent_trace is not None and spawn.trace == parent_trace
+    child = child_sim()
+    child.tracing = True
+    child.input({**spawn_entry(), "traceparent": spawn.trace}, engine=True)
+    assert child.turn(child.head).trace == parent_trace
+
+
+def test_a_traceparent_on_a_session_create_comes_only_with_a_task():
+    with pytest.raises(InputError, match="traceparent"):
+        child_sim().entry({"type": "session.create",
+                           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})

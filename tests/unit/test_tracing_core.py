@@ -21,6 +21,7 @@ def job_traces(s: Sim) -> list[Any]:
 
 def test_the_producers_trace_context_is_the_turns_and_every_job_of_the_turn_carries_it() -> None:
     s = Sim()
+    s.tracing = True
     tr = s.input({"type": "message.create", "content": "hi", "traceparent": PRODUCERS})
     turn = s.ev("message.created")["message"]["id"]
     assert s.turn(turn).trace == PRODUCERS and tr.trace == PRODUCERS
@@ -31,9 +32,11 @@ def test_the_producers_trace_context_is_the_turns_and_every_job_of_the_turn_carr
     assert s.running_llm() and job_traces(s)[-1] == PRODUCERS  # the model call
 
 
-def test_an_untraced_dispatcher_adds_nothing_to_a_turn_sent_without_a_trace() -> None:
+@pytest.mark.parametrize("sent", [None, PRODUCERS])
+def test_an_untraced_dispatcher_keeps_no_trace_even_of_a_producers_turn(sent: str | None) -> None:
     s = Sim()
-    tr = s.send("hi")
+    message = {"type": "message.create", "content": "hi"}
+    tr = s.input(message if sent is None else {**message, "traceparent": sent})
     assert s.turn(s.ev("message.created")["message"]["id"]).trace is None
     assert tr.trace is None and job_traces(s) == [None] and tr.spans == []
     s.decide()
@@ -57,6 +60,7 @@ def test_a_tracing_dispatcher_derives_a_turns_trace_the_same_way_every_time() ->
 
 def test_a_transition_applying_an_outcome_is_in_the_job_spans_trace() -> None:
     s = Sim()
+    s.tracing = True
     s.input({"type": "message.create", "content": "hi", "traceparent": PRODUCERS})
     s.decide()
     s.decide()

@@ -38,6 +38,7 @@ from parley.dispatcher.core import AdmissionLimits, AppInfo, Lifecycle, Limits
 from parley.dispatcher.enqueue import DEFAULT_ARCHIVE_MAXLEN, JobMaker, Outbox
 from parley.dispatcher.entries import EntryDecoder, Prepared, Refused, entry_key
 from parley.dispatcher.functions import Functions
+from parley.dispatcher.keyprints import KeyprintsPublisher
 from parley.dispatcher.leases import LeaseLost, Leases, Partition, get_partitions
 from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.producers import ProducerRegistry
@@ -119,6 +120,8 @@ class Dispatcher:
         # the producers' submit function (dispatcher/functions.py): loaded now, checked each tick
         self.functions = Functions(redis)
         self.functions.ensure()
+        # the fingerprints of the keys we verify with, for the inbox's check (dispatcher/keyprints.py)
+        self.keyprints = KeyprintsPublisher(redis, keys, self.name)
 
     def run(self, stop: threading.Event) -> None:
         """Tick until `stop`; Redis outages and refused commands are waited out with backoff."""
@@ -131,6 +134,8 @@ class Dispatcher:
                 if not self.limits_published:
                     publish_limits(self.redis, self.keys, self.decoder.admission)
                     self.limits_published = True
+                # after `tick` reloaded the keys file: the next round publishes what it read
+                self.keyprints.maintain(self.decoder.keyring.keys)
                 ahead = self.tick(ahead)
                 if failures:
                     log.info("redis reachable again", extra=kv(consumer=self.name))
@@ -157,6 +162,8 @@ class Dispatcher:
                 failures += 1
         with contextlib.suppress(RedisError):
             self.leases.release_all()
+        with contextlib.suppress(RedisError):
+            self.keyprints.withdraw()
 
     def _regroup_or_none(self) -> list[str]:
         """`regroup`, called from the loop's error handler: a Redis error while it makes the

@@ -147,6 +147,14 @@ class Keys:
         return f"{self.prefix}:inbox:signin:{sid}"
 
     @property
+    def keyprints(self) -> str:
+        """Hash, on each shard: dispatcher name -> JSON of the fingerprints of the signing keys
+        it verifies with (schemas/keyprints.py; never a key), written by each dispatcher of the
+        shard at its start and at every reload of its keys file, deleted at its clean stop. The
+        inbox reads it at start to say when it signs with a key the dispatchers do not have."""
+        return f"{self.prefix}:keyprints"
+
+    @property
     def feed(self) -> str:
         """Stream, capped: the fleet-wide feed of interrupt and turn events of every session,
         written by the commit script with the session's own events (docs/protocol.md, "Feed")."""

@@ -35,6 +35,7 @@ from parley.web.files import Reloading
 from parley.web.live import FeedHub
 from parley.web.observe import edge
 from parley.web.routes import answers, listing, ops, signin
+from parley.web.routes.history import history_page
 from parley.web.signins import SignIns
 from parley.web.state import Inbox
 from parley.web.throttle import Throttle
@@ -69,6 +70,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         Route("/events", listing.events),
         Route("/interrupt", answers.interrupt_page),
         Route("/interrupt/answer", answers.answer, methods=["POST"]),
+        Route("/history", history_page),
         Route("/signin", signin.signin_page),
         Route("/signin", signin.signin, methods=["POST"]),
         Route("/signout", signin.signout, methods=["POST"]),

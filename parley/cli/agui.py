@@ -43,6 +43,9 @@ def agui(ctx: click.Context, port: int, host: str, token: str | None, settle: fl
 
     from parley.client import AsyncClient
     from parley.client.shards import connect_async, connect_checked
+    from parley.schemas.keyprints import AGUI
+    from parley.schemas.keys import Keys
+    from parley.web.keycheck import check_keys
     from parley.web.serve import StoppingServer
 
     obj = ctx.find_root().obj
@@ -52,10 +55,15 @@ def agui(ctx: click.Context, port: int, host: str, token: str | None, settle: fl
     if len(obj["urls"]) > 1 and obj["producer"] is None:
         raise click.UsageError("a deployment of several shards takes inputs through the submit "
                                "function: name the producer (--producer or PARLEY_PRODUCER)")
+    shards = []
     for url in obj["urls"]:  # every shard reachable at start: a wrong address is exit 69 now
         obj["url"] = url
-        connect_checked(url, socket_connect_timeout=5).ping()
+        shards.append(connect_checked(url, socket_connect_timeout=5))
+        shards[-1].ping()
     obj["url"] = obj["urls"][0]
+    # do the dispatchers have the key resumes are signed with? (as the inbox checks its own)
+    check_keys(shards, Keys(obj["prefix"]), {obj["principal"]: (obj["key"],)} if obj["principal"] else {},
+               AGUI)
     client = AsyncClient([connect_async(url) for url in obj["urls"]], obj["prefix"], obj["producer"])
     config = AguiConfig(principal=obj["principal"], signing_key=obj["key"], token=token, settle_s=settle,
                         run_timeout_s=run_timeout)

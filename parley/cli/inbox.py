@@ -39,9 +39,11 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     import uvicorn
 
     from parley.client.shards import connect_checked
-    from parley.schemas.signing import KeysFileError
+    from parley.schemas.keys import Keys
+    from parley.schemas.signing import Keyring, KeysFileError
     from parley.web.app import create_app
     from parley.web.config import InboxConfig
+    from parley.web.keycheck import check_keys
     from parley.web.serve import StoppingServer
     from parley.web.users import UsersFileError
 
@@ -51,9 +53,11 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
                                "function: name the producer (--producer or PARLEY_PRODUCER)")
     # every shard reachable at start (as for the other commands: a wrong address or password is
     # one line and exit 69, not a page that fails later); an outage after start is a 503 page
+    shards = []
     for url in obj["urls"]:
         obj["url"] = url  # the one named if it cannot be used
-        connect_checked(url, socket_connect_timeout=5).ping()  # and not a Redis Cluster node
+        shards.append(connect_checked(url, socket_connect_timeout=5))
+        shards[-1].ping()  # and not a Redis Cluster node
     obj["url"] = obj["urls"][0]
     config = InboxConfig(redis_urls=tuple(obj["urls"]), users_file=users_file, keys_file=keys_file,
                          prefix=obj["prefix"], producer=obj["producer"], session_secret=session_secret,
@@ -61,8 +65,11 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
                          page_size=page_size, resume_timeout_s=resume_timeout)
     try:
         app = create_app(config)
+        signs_with = Keyring.load(keys_file).keys
     except (UsersFileError, KeysFileError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
+    # do the dispatchers have our keys? one WARNING line per problem; the page starts anyway
+    check_keys(shards, Keys(obj["prefix"]), signs_with)
     if session_secret is None:
         click.echo("parley inbox: no --session-secret: sign-ins last until this process stops", err=True)
     click.echo(f"parley inbox: serving on http://{host}:{port}/", err=True)

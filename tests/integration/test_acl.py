@@ -43,6 +43,7 @@ from parley.dispatcher.consume import Dispatcher
 from parley.dispatcher.core import AdmissionLimits, AppInfo, Cancel, Enqueue, IndexAdd, Lifecycle, Stat
 from parley.dispatcher.enqueue import Outbox
 from parley.dispatcher.functions import Functions
+from parley.dispatcher.keyprints import KeyprintsPublisher
 from parley.dispatcher.leases import get_partitions
 from parley.dispatcher.limits_config import publish_limits
 from parley.dispatcher.replicas import ReplicaPolicy, Replicas, ReplicasBehind
@@ -1023,6 +1024,32 @@ def test_only_dispatchers_hold_the_engines_key(acl: AclRedis, producer: redis.Re
         assert {u for u, _why, _obj in acl.denials()} == {user}
         acl.reset_denials()
     assert acl.admin.get(KEYS.engine_key) == key.encode()
+
+
+# ---- the fingerprints of the dispatchers' keys (parley:keyprints) --------------------------------
+
+
+def test_only_dispatchers_write_the_key_fingerprints_and_the_signers_only_read_them(
+        acl: AclRedis, producer: redis.Redis, worker: redis.Redis, reader: redis.Redis,
+        dispatcher: redis.Redis) -> None:
+    """What the inbox (and `parley agui`) check their keys against at start (dispatcher/keyprints.py):
+    whoever could write it could hide from them that the dispatchers lack their key, or make them
+    warn of a mismatch that is not there."""
+    KeyprintsPublisher(dispatcher, KEYS, "d-acl").maintain({"alice": ("alice-signing-key-0123456789",)})
+    published = acl.admin.hgetall(KEYS.keyprints)
+    assert set(published) == {b"d-acl"} and acl.denials() == []  # type: ignore[arg-type]
+    for user in (INBOX, AGUI):
+        assert acl.connect(user).hgetall(KEYS.keyprints) == published
+    assert acl.denials() == []
+    for user, conn in ((INBOX, acl.connect(INBOX)), (AGUI, acl.connect(AGUI)), (PRODUCER, producer),
+                       (WORKER, worker), (READER, reader)):
+        refused(lambda conn=conn: conn.hset(KEYS.keyprints, "d-acl", "{}"))  # type: ignore[misc]
+        refused(lambda conn=conn: conn.hset(KEYS.keyprints, "forged", "{}"))  # type: ignore[misc]
+        refused(lambda conn=conn: conn.hdel(KEYS.keyprints, "d-acl"))  # type: ignore[misc]
+        refused(lambda conn=conn: conn.delete(KEYS.keyprints))  # type: ignore[misc]
+        assert {u for u, _why, _obj in acl.denials()} == {user}
+        acl.reset_denials()
+    assert acl.admin.hgetall(KEYS.keyprints) == published
 
 
 # ---- two shards, each loading the file (docs/operations.md, "Shards") ----------------------------

@@ -99,6 +99,12 @@ class Unauthorized(ValueError):
     pass
 
 
+#: the refusals that say the dispatcher's keys are not the signer's: it has no key for the
+#: principal, or none that matches (the inbox words them as the fix: parley/web/present.py)
+UNKNOWN_PRINCIPAL = "unknown principal"
+BAD_SIGNATURE = "bad signature"
+
+
 class KeysFileError(ValueError):
     """A keys file that cannot be used: unreadable, not JSON, or not the expected shape."""
 
@@ -192,7 +198,7 @@ class Keyring:
         input_json = raw_input if isinstance(raw_input, bytes) else raw_input.encode()
         secrets = self.secrets_of(principal)
         if not secrets:
-            raise Unauthorized("unknown principal")
+            raise Unauthorized(UNKNOWN_PRINCIPAL)
         if not entry_id:
             raise Unauthorized("a signed entry needs an `id`")
         if ts is None or not (ts.isascii() and ts.isdigit() and len(ts) <= 16):
@@ -204,5 +210,5 @@ class Keyring:
         matches = [hmac.compare_digest(signature(secret, session, entry_id, ts, input_json), sig)
                    for secret in secrets]
         if not any(matches):
-            raise Unauthorized("bad signature")
+            raise Unauthorized(BAD_SIGNATURE)
         return principal

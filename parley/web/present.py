@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from parley.schemas.codes import IgnoreCode
+from parley.schemas.codes import IgnoreCode, RefusalCode
 from parley.schemas.resumes import ResumeOutcome, ResumeStatus
+from parley.schemas.signing import BAD_SIGNATURE, UNKNOWN_PRINCIPAL
 
 
 class AnswerStatus(StrEnum):
@@ -50,8 +51,31 @@ _IGNORED = {
 }
 
 
-def answer_result(outcome: ResumeOutcome) -> AnswerResult:
-    """What the engine said about a resume, for the person who sent it."""
+#: where the inbox and the dispatchers get their keys (the fix named on a refusal of its key)
+SAME_KEYS_FILE = ("they must be started with the same keys file as the inbox (--keys-file / "
+                  "PARLEY_KEYS_FILE). Tell whoever runs Parley.")
+
+
+def refused_detail(outcome: ResumeOutcome, principal: str | None = None) -> str | None:
+    """The detail shown for a refusal: the engine's message, but for a refusal of the inbox's
+    own key (`unauthorized`, unknown principal or bad signature: the dispatchers were not given
+    the inbox's keys file), which the person cannot fix and the operator can, the fix."""
+    if outcome.code != RefusalCode.UNAUTHORIZED or outcome.message is None:
+        return outcome.message
+    why = outcome.message.removeprefix(f"{RefusalCode.UNAUTHORIZED.value}: ")
+    whose = f"for {principal}" if principal else "for you"
+    if why == UNKNOWN_PRINCIPAL:
+        fix = f"The dispatchers do not know this inbox's key {whose}: {SAME_KEYS_FILE}"
+    elif why == BAD_SIGNATURE:
+        fix = f"The dispatchers' key {whose} is not the one this inbox signs with: {SAME_KEYS_FILE}"
+    else:
+        return outcome.message
+    return f"{fix} (The engine said: {outcome.message}.)"
+
+
+def answer_result(outcome: ResumeOutcome, principal: str | None = None) -> AnswerResult:
+    """What the engine said about a resume, for the person who sent it (`principal`: the
+    signed-in person, named in the fix when the dispatchers refused the inbox's key)."""
     match outcome.status:
         case ResumeStatus.DELIVERED:
             return AnswerResult(AnswerStatus.DELIVERED, "Delivered: the session goes on with your answer.")
@@ -62,7 +86,7 @@ def answer_result(outcome: ResumeOutcome) -> AnswerResult:
         case ResumeStatus.REFUSED:
             return AnswerResult(AnswerStatus.REFUSED,
                                 f"Refused ({outcome.code}): the question is still open.",
-                                outcome.message, outcome.code, outcome.path)
+                                refused_detail(outcome, principal), outcome.code, outcome.path)
         case ResumeStatus.IGNORED if outcome.code == IgnoreCode.ALREADY_RESUMED.value:
             return AnswerResult(AnswerStatus.ALREADY_ANSWERED,
                                 "Already answered: someone else answered first, or its deadline passed.",

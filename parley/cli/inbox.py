@@ -24,15 +24,16 @@ from parley.web.config import DEFAULT_PAGE_SIZE
                    "must share it. Default: random per process (a restart signs everyone out).")
 @click.option("--session-hours", type=click.FloatRange(0.05, 24 * 30), default=12, show_default=True,
               help="How long a sign-in lasts.")
-@click.option("--secure-cookies", is_flag=True, envvar="PARLEY_INBOX_SECURE_COOKIES",
-              help="Send the cookie over HTTPS only (set it when the page is served over TLS).")
+@click.option("--secure-cookies/--no-secure-cookies", default=None, envvar="PARLEY_INBOX_SECURE_COOKIES",
+              help="Send the sign-in cookie over HTTPS only (env PARLEY_INBOX_SECURE_COOKIES). "
+                   "Default: on, unless --host is a loopback address (plain HTTP on this machine).")
 @click.option("--page-size", type=click.IntRange(1, 1000), default=DEFAULT_PAGE_SIZE, show_default=True,
               help="Rows per page of the list.")
 @click.option("--resume-timeout", type=click.FloatRange(0.5, 120), default=10, show_default=True,
               help="Seconds an answer waits for the engine to say what became of it.")
 @click.pass_context
 def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: str,
-          session_secret: str | None, session_hours: float, secure_cookies: bool, page_size: int,
+          session_secret: str | None, session_hours: float, secure_cookies: bool | None, page_size: int,
           resume_timeout: float) -> None:
     """Serve the inbox: a web page where people sign in, see the open interrupts across every
     session and shard live, and answer them (docs/inbox.md)."""
@@ -42,7 +43,7 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     from parley.schemas.keys import Keys
     from parley.schemas.signing import Keyring, KeysFileError
     from parley.web.app import create_app
-    from parley.web.config import InboxConfig
+    from parley.web.config import InboxConfig, secure_cookies_for
     from parley.web.keycheck import check_keys
     from parley.web.serve import StoppingServer
     from parley.web.users import UsersFileError
@@ -61,7 +62,8 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     obj["url"] = obj["urls"][0]
     config = InboxConfig(redis_urls=tuple(obj["urls"]), users_file=users_file, keys_file=keys_file,
                          prefix=obj["prefix"], producer=obj["producer"], session_secret=session_secret,
-                         session_max_age_s=int(session_hours * 3600), secure_cookies=secure_cookies,
+                         session_max_age_s=int(session_hours * 3600),
+                         secure_cookies=secure_cookies_for(host, secure_cookies),
                          page_size=page_size, resume_timeout_s=resume_timeout)
     try:
         app = create_app(config)
@@ -72,6 +74,9 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
     check_keys(shards, Keys(obj["prefix"]), signs_with)
     if session_secret is None:
         click.echo("parley inbox: no --session-secret: sign-ins last until this process stops", err=True)
+    if config.secure_cookies:
+        click.echo("parley inbox: the sign-in cookie is Secure: serve the page over HTTPS (TLS in "
+                   "front of it), or pass --no-secure-cookies on a network you trust", err=True)
     click.echo(f"parley inbox: serving on http://{host}:{port}/", err=True)
     # Open event streams never end by themselves: a stop gives them 5 s, then closes them.
     server = StoppingServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,

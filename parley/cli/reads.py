@@ -97,21 +97,23 @@ def watch(ctx: click.Context, session: str, after: str, until_type: str | None,
               help="Only interrupts this principal may resume (its own and those anyone may).")
 @click.option("--newest-first", is_flag=True,
               help="Newest first (default: oldest first); with --session-prefix, by session id descending.")
+@click.option("--search", default=None,
+              help="Only interrupts whose reason, session id or payload holds every word of this, in any case.")
 @click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=None,
               help="One page of at most this many rows, and the cursor of the next.")
 @click.option("--cursor", default=None,
               help="The page after the one that printed this cursor (same filters and order).")
 @click.pass_context
 def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, reason: str | None,
-               older_than: float | None, principal: str | None, newest_first: bool, limit: int | None,
-               cursor: str | None) -> None:
+               older_than: float | None, principal: str | None, newest_first: bool, search: str | None,
+               limit: int | None, cursor: str | None) -> None:
     """List open interrupts across all sessions, oldest first unless --newest-first (by session
     id with --session-prefix), read from the index: each page costs the same however many are
     open."""
     now_ms = time.time() * 1000
     where = InterruptFilter(reason=reason, session_prefix=session_prefix, principal=principal,
                             raised_before=None if older_than is None else int(now_ms - older_than * 1000),
-                            newest_first=newest_first)
+                            newest_first=newest_first, text=search or None)
     client = client_of(ctx)
     try:
         if limit is None and cursor is None:

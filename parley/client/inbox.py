@@ -87,12 +87,16 @@ class InterruptFilter:
     #: newest first: by raise time descending, or by session id descending with a session prefix
     #: (the default is oldest first)
     newest_first: bool = False
+    #: words that must each appear, in any case, in the interrupt's reason, its session id or its
+    #: payload (`request`, as JSON text); checked on the rows the driving set yields
+    text: str | None = None
 
     def matches(self, row: OpenInterrupt) -> bool:
         return ((self.reason is None or row.reason == self.reason)
                 and (self.session_prefix is None or row.session.startswith(self.session_prefix))
                 and (self.raised_before is None or row.raised_at < self.raised_before)
-                and (self.principal is None or self.may_answer(row.resumable_by)))
+                and (self.principal is None or self.may_answer(row.resumable_by))
+                and (self.text is None or text_matches(self.text, row)))
 
     def may_answer(self, resumable_by: list[str] | None) -> bool:
         return resumable_by is None or self.principal in resumable_by
@@ -101,7 +105,24 @@ class InterruptFilter:
         """What a cursor must be used with: the filters that choose the driving set, and the
         order (a position means "after" in one and "before" in the other). `raised_before` is
         not in it: `--older-than` is recomputed from now on every page."""
-        return [self.reason, self.session_prefix, self.principal, self.newest_first]
+        return [self.reason, self.session_prefix, self.principal, self.newest_first, self.text]
+
+
+def search_words(text: str) -> list[str]:
+    """The words of a search, case-folded: every one must be found (an empty search finds all)."""
+    return text.casefold().split()
+
+
+def searched_text(row: OpenInterrupt) -> str:
+    """What a search looks in: the reason, the session id and the payload as JSON text (its
+    keys and values alike, so `amount` finds a payload with that field), case-folded."""
+    payload = "" if row.request is None else orjson.dumps(row.request).decode()
+    return "\n".join((row.reason, row.session, payload)).casefold()
+
+
+def text_matches(text: str, row: OpenInterrupt) -> bool:
+    haystack = searched_text(row)
+    return all(word in haystack for word in search_words(text))
 
 
 class Driver(StrEnum):
@@ -167,9 +188,11 @@ class Cursor:
             raise ValueError(f"invalid cursor {text[:40]!r}: pass back a cursor a listing returned") from err
         if len(cursor.fingerprint) == 3:  # made before newest first existed: oldest first
             cursor = cls(cursor.driver, cursor.after, [*cursor.fingerprint, False])
+        if len(cursor.fingerprint) == 4:  # made before search existed: no search
+            cursor = cls(cursor.driver, cursor.after, [*cursor.fingerprint, None])
         if cursor.fingerprint != flt.fingerprint():
             raise ValueError("the cursor belongs to a listing with another filter or order "
-                             "(reason, session prefix, principal, newest first): use the same filter "
+                             "(reason, session prefix, principal, newest first, search): use the same filter "
                              "and order for every page")
         return cursor
 

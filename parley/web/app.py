@@ -30,11 +30,12 @@ from parley.client.shards import connect_async
 from parley.schemas.keys import Keys
 from parley.schemas.signing import Keyring
 from parley.web import present
+from parley.web.bulk import pick_of
 from parley.web.config import InboxConfig
 from parley.web.files import Reloading
 from parley.web.live import FeedHub
 from parley.web.observe import edge
-from parley.web.routes import answers, listing, ops, signin
+from parley.web.routes import answers, bulk, listing, ops, signin
 from parley.web.routes.history import history_page
 from parley.web.signins import SignIns
 from parley.web.state import Inbox
@@ -52,6 +53,7 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
     keys = Keys(config.prefix)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["duration"] = present.duration
+    templates.env.globals["pick_of"] = pick_of
     inbox = Inbox(
         config=config,
         shards=shards,
@@ -70,6 +72,8 @@ def create_app(config: InboxConfig, clients: list[Redis] | None = None) -> Starl
         Route("/events", listing.events),
         Route("/interrupt", answers.interrupt_page),
         Route("/interrupt/answer", answers.answer, methods=["POST"]),
+        Route("/bulk", bulk.bulk_page),
+        Route("/bulk/answer", bulk.bulk_answer, methods=["POST"]),
         Route("/history", history_page),
         Route("/signin", signin.signin_page),
         Route("/signin", signin.signin, methods=["POST"]),

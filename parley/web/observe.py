@@ -25,8 +25,8 @@ LIVE_PAGES = Gauge("parley_inbox_live_pages", "Pages following live updates (ope
                    registry=REGISTRY)
 
 #: the routes a request is counted under (anything else is `other`: the label stays bounded)
-ROUTES = frozenset({"/", "/events", "/interrupt", "/interrupt/answer", "/signin", "/signout", "/healthz",
-                    "/livez", "/metrics"})
+ROUTES = frozenset({"/", "/events", "/interrupt", "/interrupt/answer", "/bulk", "/bulk/answer", "/history",
+                    "/signin", "/signout", "/healthz", "/livez", "/metrics"})
 
 
 def route_of(path: str) -> str:
@@ -49,7 +49,10 @@ HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
 ]
-
+#: every page but the static files shows session data (a question's payload, a transcript, who
+#: is signed in) or is a sign-in form: none may be kept by a browser or a proxy, where the next
+#: user of the machine would find it in the history or the cache
+NO_STORE = (b"cache-control", b"no-store")
 
 
 class edge:
@@ -70,7 +73,11 @@ class edge:
             if message["type"] == "http.response.start":
                 started = True
                 REQUESTS.labels(route_of(scope["path"]), scope["method"], str(message["status"])).inc()
-                message["headers"] = list(message.get("headers", [])) + HEADERS
+                headers = list(message.get("headers", [])) + HEADERS
+                if not scope["path"].startswith("/static/") and not any(
+                        name.lower() == b"cache-control" for name, _ in headers):
+                    headers.append(NO_STORE)
+                message["headers"] = headers
             await send(message)
 
         try:

@@ -2,7 +2,6 @@
 event with the AG-UI SDK's own models (ag_ui.core), so that nothing the endpoint writes is
 taken on our word."""
 
-import fcntl
 import json
 import subprocess
 import time
@@ -13,6 +12,8 @@ from typing import Any
 import httpx
 from ag_ui.core import Event
 from pydantic import TypeAdapter
+
+from tests import npm
 
 EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
@@ -56,13 +57,7 @@ JS = Path(__file__).parent / "js"
 def js_client() -> Path:
     """tests/agui/js with the real `@ag-ui/client` installed (pinned by its package-lock.json),
     installed once for all test processes."""
-    if not (JS / "node_modules" / "@ag-ui" / "client" / "package.json").exists():
-        with open(JS / ".install.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # xdist's processes: one installs, the others wait
-            if not (JS / "node_modules" / "@ag-ui" / "client" / "package.json").exists():
-                subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=JS, check=True,
-                               timeout=300)
-    return JS
+    return npm.installed(JS, "@ag-ui/client")
 
 
 def drive(url: str, token: str, thread: str) -> dict[str, Any]:

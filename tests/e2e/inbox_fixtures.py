@@ -165,11 +165,11 @@ class Browsers:
         self.deployment = deployment
         self.pages: list[Page] = []
 
-    def anonymous(self, storage_state: Any = None, live: bool = True) -> Page:
-        """A page of a new context; `live=False`: its event streams are cut (a page that hears
-        of no change)."""
+    def anonymous(self, storage_state: Any = None, live: bool = True, width: int = 1200) -> Page:
+        """A page of a new context, `width` CSS pixels wide; `live=False`: its event streams are
+        cut (a page that hears of no change)."""
         context = self.browser.new_context(base_url=self.deployment.url, storage_state=storage_state,
-                                           viewport={"width": 1200, "height": 800})
+                                           viewport={"width": width, "height": 800})
         context.set_default_timeout(WAIT_MS)
         if not live:
             context.route(re.compile(r"/events(\?|$)"), lambda route: route.abort())
@@ -177,18 +177,18 @@ class Browsers:
         self.pages.append(page)
         return page
 
-    def signed_in(self, person: str, path: str = "/", live: bool = True) -> Page:
+    def signed_in(self, person: str, path: str = "/", live: bool = True, width: int = 1200) -> Page:
         """A page of `person` at `path`. The module's first page of each person signs in
         through the form on the way to `path` (any page sends someone not signed in to
         /signin?next=<path>, which sends them back); later ones start with that sign-in's
         cookie, as another tab would, which saves the tests a sign-in each."""
         cookie = self.deployment.sign_ins.get(person)
         if cookie is not None:
-            page = self.anonymous(cookie, live)
+            page = self.anonymous(cookie, live, width)
             page.goto(path)
             expect(page.locator("#principal")).to_have_text(person)
             return page
-        page = self.anonymous(live=live)
+        page = self.anonymous(live=live, width=width)
         page.goto(path)
         expect(page.locator("form#signin")).to_be_visible()
         page.fill("form#signin input[name=principal]", person)

@@ -56,7 +56,8 @@ def test_only_an_approver_approves_in_the_inbox_and_the_tool_runs_once(
     raised = wait_for(client, "inb-1", lambda e: e["type"] == "interrupt.raised")[-1]
     assert raised["reason"] == "approval"
     eventually(lambda: client.open_interrupt("inb-1", raised["interrupt_id"]) is not None)
-    config = InboxConfig(redis_urls=(procs.url,), users_file=str(users), keys_file=str(keys),
+    config = InboxConfig(secure_cookies=False,  # TestClient speaks plain HTTP
+                         redis_urls=(procs.url,), users_file=str(users), keys_file=str(keys),
                          resume_timeout_s=15, session_secret="a-secret-of-this-test")
     form = {"session": "inb-1", "interrupt_id": raised["interrupt_id"], "answer.approved": "on"}
     with TestClient(create_app(config), follow_redirects=False) as web:

@@ -42,7 +42,8 @@ def test_the_list_merges_every_shard_and_answers_reach_each_shard(deploy: Deploy
         deploy.client(s).send(s, {"type": "message.create", "content": "email bob: hi"})
     for s in sessions:
         wait_for(deploy.client(s), s, lambda e: e["type"] == "interrupt.raised")
-    config = InboxConfig(redis_urls=tuple(deploy.urls), users_file=str(users), keys_file=str(keys),
+    config = InboxConfig(secure_cookies=False,  # TestClient speaks plain HTTP
+                         redis_urls=tuple(deploy.urls), users_file=str(users), keys_file=str(keys),
                          producer="inbox", page_size=3, resume_timeout_s=20)
     with TestClient(create_app(config), follow_redirects=False) as web:
         token = re.findall(r'name="csrf" value="([^"]+)"', web.get("/signin").text)[0]

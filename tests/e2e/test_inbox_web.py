@@ -67,7 +67,8 @@ def client(r: redis.Redis) -> Client:
 
 
 def app_of(procs: Procs, tmp_path: Path) -> TestClient:
-    config = InboxConfig(redis_urls=(procs.url,), users_file=str(tmp_path / "users.json"),
+    config = InboxConfig(secure_cookies=False,  # TestClient speaks plain HTTP
+                         redis_urls=(procs.url,), users_file=str(tmp_path / "users.json"),
                          keys_file=str(tmp_path / "keys.json"), resume_timeout_s=15,
                          session_secret="replicas-share-this-secret")  # two apps: two replicas
     return TestClient(create_app(config), follow_redirects=False)
@@ -206,7 +207,8 @@ def test_signing_out_or_a_new_password_ends_every_copy_of_the_sign_in(
 def test_with_redis_down_pages_say_so_and_liveness_still_answers(tmp_path: Path) -> None:
     (tmp_path / "keys.json").write_text(json.dumps({"alice": ALICE_KEY}))
     (tmp_path / "users.json").write_text(json.dumps({"alice": {"password": hash_password("alice-password")}}))
-    config = InboxConfig(redis_urls=("redis://127.0.0.1:1/0",), users_file=str(tmp_path / "users.json"),
+    config = InboxConfig(secure_cookies=False,  # TestClient speaks plain HTTP
+                         redis_urls=("redis://127.0.0.1:1/0",), users_file=str(tmp_path / "users.json"),
                          keys_file=str(tmp_path / "keys.json"))
     with TestClient(create_app(config), follow_redirects=False) as web:
         token = csrf_of(web.get("/signin").text)

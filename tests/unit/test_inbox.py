@@ -10,6 +10,7 @@ from parley.client.inbox import (
     Cursor,
     Driver,
     InterruptFilter,
+    OpenInterrupt,
     choose_driver,
     encode_token,
     index_member_of,
@@ -129,3 +130,32 @@ def test_the_bounds_take_the_members_past_the_cursor_in_either_order(
     past = [m for m in listed if bounded(m, later.low, later.high)]
     assert past == [m for m in within if (m < cursor if newest_first else m > cursor)]
     assert later.reverse is newest_first
+
+
+# ---- search -----------------------------------------------------------------------------------------
+
+def _row(reason: str = "approval", session: str = "acme/s-1", request: object = None) -> OpenInterrupt:
+    return OpenInterrupt(session=session, interrupt_id="int-1", reason=reason, request=request, raised_at=1)
+
+
+def test_a_search_finds_every_word_in_the_reason_the_session_or_the_payload_in_any_case():
+    row = _row(request={"message": "Pay Müller GmbH 1,200 EUR", "iban": "DE02"})
+    for found in ("müller", "MÜLLER pay", "approval", "acme/", "iban", "de02 1,200"):
+        assert InterruptFilter(text=found).matches(row), found
+    for missed in ("refund", "müller refund", "s-2"):
+        assert not InterruptFilter(text=missed).matches(row), missed
+    assert InterruptFilter(text="approval").matches(_row(request=None))  # no payload: the reason
+    assert InterruptFilter(text="   ").matches(row)  # no words: no condition
+
+
+def test_a_search_combines_with_the_other_filters_and_belongs_to_its_cursor():
+    row = _row(reason="refund", request={"amount": 40})
+    assert InterruptFilter(text="amount", reason="refund").matches(row)
+    assert not InterruptFilter(text="amount", reason="approval").matches(row)
+    assert not InterruptFilter(text="amount", session_prefix="beta/").matches(row)
+    where = InterruptFilter(text="amount")
+    text = Cursor(Driver.TIME, time_member(5, "s", "i"), where.fingerprint()).encode()
+    with pytest.raises(ValueError, match="search"):
+        Cursor.decode(text, InterruptFilter(text="other"))
+    older = Cursor(Driver.TIME, time_member(5, "s", "i"), [None, None, None, False]).encode()
+    assert Cursor.decode(older, InterruptFilter()).after == time_member(5, "s", "i")  # before search

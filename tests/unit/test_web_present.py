@@ -88,9 +88,15 @@ def test_the_query_string_round_trips_and_drops_defaults() -> None:
     flt = q.interrupt_filter("alice")
     assert (flt.principal, flt.newest_first, flt.reason) == ("alice", True, "confirm")
     assert ListQuery.parse({}).interrupt_filter("alice").principal is None
+    searched = ListQuery.parse({"q": "  Müller  ", "reason": "confirm"})
+    assert searched.search == "Müller" and searched.filtered and not ListQuery().filtered
+    assert searched.interrupt_filter("alice").text == "Müller"
+    assert ListQuery.parse({"q": "   "}).search is None
+    assert "q=M%C3%BCller" in searched.query_string()
 
 
-@pytest.mark.parametrize("params", [{"order": "sideways"}, {"reason": "x" * 257}, {"session": "s" * 300}])
+@pytest.mark.parametrize("params", [{"order": "sideways"}, {"reason": "x" * 257}, {"session": "s" * 300},
+                                    {"q": "w" * 257}])
 def test_a_bad_query_is_refused_naming_the_parameter(params: dict[str, str]) -> None:
     with pytest.raises(QueryError, match=next(iter(params)) if "order" not in params else "order"):
         ListQuery.parse(params)

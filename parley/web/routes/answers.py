@@ -8,14 +8,11 @@ import logging
 import secrets
 from typing import Any
 
-import orjson
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from parley.client.producer import InvalidInput, SubmitRefused, SubmitUnavailable
-from parley.runtime.logs import kv
-from parley.web import present
+from parley.client.inbox import OpenInterrupt
+from parley.web import deliver, followup, present
 from parley.web.conversation import path_to, pretty_json
 from parley.web.forms import APPROVE, DECLINE, answer_form, field_of_path, read_answer
 from parley.web.observe import ANSWERS
@@ -69,39 +66,29 @@ async def answer(request: Request, principal: str) -> Response:
             return await interrupt_view(request, principal, session, interrupt_id, result, values,
                                         read.errors, status=422)
         payload = read.value
-    key = inbox.signing_key(principal)
-    assert key is not None  # may_answer checked it
     answer_id = text_of(form.get("answer_id"))
-    try:
-        outcome = await inbox.client.resume(
-            session, interrupt_id, payload, principal=principal, key=key, wait=True,
-            timeout_s=inbox.config.resume_timeout_s,
-            idempotency_key=f"inbox-{answer_id}" if answer_id and answer_id.isascii()
-            and 8 <= len(answer_id) <= 64 else None)
-    except InvalidInput as exc:
-        result = AnswerResult(AnswerStatus.INVALID, "Not sent: the answer is not a valid input.",
-                              str(exc))
-    except SubmitRefused as exc:
-        result = AnswerResult(AnswerStatus.REFUSED, f"Refused ({exc.code}).", exc.message, exc.code)
-    except (SubmitUnavailable, RedisError) as exc:
-        log.warning("answer not sent", extra=kv(session=session, error=repr(exc)))
-        result = AnswerResult(AnswerStatus.UNAVAILABLE,
-                              "Parley could not be reached: your answer may not have been sent.",
-                              "Reload the page: if the question is still open, answer again.")
-    else:
-        result = present.answer_result(outcome)
-        log.info("answer sent", extra=kv(session=session, interrupt_id=interrupt_id, principal=principal,
-                                         outcome=result.status.value, code=result.code))
+    sent = await deliver.send(inbox, principal, row, payload,
+                              f"inbox-{answer_id}" if answer_id and answer_id.isascii()
+                              and 8 <= len(answer_id) <= 64 else None)
+    result = sent.result
+    followed = await deliver.followed(inbox, session, sent, payload)
     where = field_of_path(result.path, answer_form(row.response_schema))
     errors = {where: result.detail or ""} if result.path else {}
-    return await _answered(request, principal, session, interrupt_id, result, values, errors)
+    next_row = await deliver.next_question(inbox, principal, {(session, interrupt_id)}) \
+        if followed is not None else None
+    return await _answered(request, principal, session, interrupt_id, result, values, errors,
+                           followed=followed, next_row=next_row)
 
 
 async def interrupt_view(request: Request, principal: str, session: str, interrupt_id: str,
                          result: AnswerResult | None = None, values: dict[str, Any] | None = None,
-                         errors: dict[str, str] | None = None, status: int = 200) -> Response:
+                         errors: dict[str, str] | None = None, status: int = 200, *,
+                         followed: deliver.Followed | None = None,
+                         next_row: OpenInterrupt | None = None) -> Response:
     """The interrupt's page: as it is now, with what became of an answer (`result`) and the
-    values and errors of the form just posted; 404 when it is not open and nothing was posted."""
+    values and errors of the form just posted (after a delivered one, the answer as sent, what
+    the session did next, and the next open question); 404 when it is not open and nothing was
+    posted."""
     inbox = inbox_of(request)
     # the row and the session's messages: two reads of one shard, at once
     row, view = await asyncio.gather(inbox.client.open_interrupt(session, interrupt_id),
@@ -115,7 +102,7 @@ async def interrupt_view(request: Request, principal: str, session: str, interru
         "may_answer": may, "has_key": inbox.signing_key(principal) is not None,
         "form": None if row is None else answer_form(row.response_schema),
         "values": values or {}, "errors": errors or {}, "result": result,
-        "answer_id": secrets.token_urlsafe(12),
+        "answer_id": secrets.token_urlsafe(12), "followed": followed, "next_row": next_row,
     }
     if row is None and result is None and status == 200:
         status = 404
@@ -124,10 +111,16 @@ async def interrupt_view(request: Request, principal: str, session: str, interru
 
 async def _answered(request: Request, principal: str, session: str, interrupt_id: str,
                     result: AnswerResult, values: dict[str, Any] | None = None,
-                    errors: dict[str, str] | None = None) -> Response:
+                    errors: dict[str, str] | None = None, *, followed: deliver.Followed | None = None,
+                    next_row: OpenInterrupt | None = None) -> Response:
     ANSWERS.labels(result.status.value).inc()
-    status = {AnswerStatus.UNAVAILABLE: 503, AnswerStatus.INVALID: 422}.get(result.status, 200)
-    return await interrupt_view(request, principal, session, interrupt_id, result, values, errors, status)
+    return await interrupt_view(request, principal, session, interrupt_id, result, values, errors,
+                                status_of(result), followed=followed, next_row=next_row)
+
+
+def status_of(result: AnswerResult) -> int:
+    """The HTTP status of a page that shows `result`."""
+    return {AnswerStatus.UNAVAILABLE: 503, AnswerStatus.INVALID: 422}.get(result.status, 200)
 
 
 async def resumed_event(inbox: Inbox, session: str, interrupt_id: str) -> dict[str, Any] | None:
@@ -136,18 +129,8 @@ async def resumed_event(inbox: Inbox, session: str, interrupt_id: str) -> dict[s
     shard = await inbox.client.index_of_session(session)
     entries: Any = await inbox.shards[shard].xrevrange(inbox.redis_keys.events(session), count=500)
     for _id, fields in entries or []:
-        event = event_of(fields)
+        event = followup.event_of(fields)
         if (event is not None and event.get("interrupt_id") == interrupt_id
                 and event.get("type") in ("interrupt.resumed", "interrupt.cancelled")):
             return event
     return None
-
-
-def event_of(fields: Any) -> dict[str, Any] | None:
-    """The event of a session's events entry (its `event` field holds the JSON)."""
-    raw = fields.get(b"event", fields.get("event")) if isinstance(fields, dict) else None
-    try:
-        event = orjson.loads(raw) if raw is not None else None
-    except orjson.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) else None

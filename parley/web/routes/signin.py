@@ -30,7 +30,7 @@ def local_path(target: str | None) -> str:
 
 async def signin_page(request: Request) -> Response:
     return page(request, "signin.html", {"next": local_path(request.query_params.get("next")),
-                                         "error": None})
+                                         "error": None, "name": ""})
 
 
 async def signin(request: Request) -> Response:
@@ -46,8 +46,8 @@ async def signin(request: Request) -> Response:
     if wait_s > 0:
         SIGNINS.labels("throttled").inc()
         return page(request, "signin.html", {"next": target, "error": "Too many failed sign-ins: try "
-                                             f"again in {present.duration(int(wait_s * 1000) + 999)}."},
-                    status=429)
+                                             f"again in {present.duration(int(wait_s * 1000) + 999)}.",
+                                             "name": principal[:256]}, status=429)
     users = inbox.users.current()
     # scrypt costs tens of milliseconds: off the event loop, so one sign-in stalls no page
     ok = bool(principal and secret) and await asyncio.to_thread(users.check, principal, secret)
@@ -55,8 +55,10 @@ async def signin(request: Request) -> Response:
         inbox.throttle.failed(guesses, time.monotonic())
         SIGNINS.labels("refused").inc()
         log.info("sign-in refused", extra=kv(principal=principal[:64]))
-        return page(request, "signin.html", {"next": target, "error": "Unknown name or wrong password."},
-                    status=401)
+        # the name is kept (a mistyped password should not cost typing the name again); the
+        # password never is
+        return page(request, "signin.html", {"next": target, "error": "Unknown name or wrong password.",
+                                             "name": principal[:256]}, status=401)
     inbox.throttle.succeeded(guesses[0])
     sid = await inbox.signins.start(principal, users.credentials[principal])
     SIGNINS.labels("ok").inc()

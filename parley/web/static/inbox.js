@@ -138,6 +138,23 @@
     var firstPage = !query.get("cursor");
     // where #empty was, to show it again there once the last row goes
     var emptyHome = null;
+    // a screen reader hears what the live list did (the rows themselves change silently)
+    var live = document.getElementById("live-status");
+    var bulkButton = document.getElementById("answer-selected");
+
+    function announce(text) {
+      if (live) live.textContent = text;
+    }
+
+    // the bulk button says how many are picked, and is off with none
+    function updateBulk() {
+      if (!bulkButton) return;
+      var n = tbody.querySelectorAll("input[name=pick]:checked").length;
+      bulkButton.disabled = n === 0;
+      bulkButton.textContent = n ? "Answer the " + n + " selected together" : "Answer the selected questions together";
+    }
+    tbody.addEventListener("change", updateBulk);
+    updateBulk();
 
     function rows() {
       return tbody.querySelectorAll("tr.interrupt");
@@ -212,12 +229,16 @@
         row.classList.add("arrived");
         hideEmpty();
         tick();
+        announce("New question: " + (row.dataset.reason || "") + " in " + (row.dataset.session || ""));
       },
       gone: function (data) {
         var row = findRow(data.session, data.interrupt_id);
         if (!row) return;
         row.remove();
         if (rows().length === 0) showEmpty();
+        updateBulk();
+        announce("Question " + (row.dataset.reason || "") + " left the list: " + (data.timed_out === true
+          ? "its deadline passed" : data.type === "interrupt.cancelled" ? "its session was closed" : "it was answered"));
       },
     });
   }

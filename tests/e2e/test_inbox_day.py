@@ -1,0 +1,320 @@
+"""An approver's whole day in the inbox (issue 34), in Debian's chromium driven by Playwright:
+search, answering several questions at once, what the page says after an answer (the answer,
+what the session did next, the next question), the history of answers, and every page at phone
+and desk widths: no sideways scroll, and no serious or critical finding of axe-core (npm, pinned
+in tests/browser/js), injected into each page.
+
+With PARLEY_SCREENSHOTS=<folder> (`make screenshots`), each page is also saved there as
+`<page>-<width>.png`: docs/screenshots/ holds the committed ones.
+"""
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from parley.web import bulk
+from parley.web.bulk import Pick
+from tests import npm
+from tests.e2e.inbox_fixtures import (  # noqa: F401  (fixtures)
+    WAIT_MS,
+    Browsers,
+    InboxDeployment,
+    chromium_fixture,
+    inbox_deployment_fixture,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("inbox-day")]
+
+AXE = npm.installed(Path(__file__).parent.parent / "browser" / "js", "axe-core") \
+    / "node_modules" / "axe-core" / "axe.min.js"
+WIDTHS = (375, 1280)
+#: a value 250 characters long, over the payment form's `note` limit of 200, with no space to
+#: break at: the error that echoes it must still wrap
+LONG_NOTE = "x" * 250
+
+
+@pytest.fixture
+def browsers(chromium: Browser, inbox_deployment: InboxDeployment) -> Iterator[Browsers]:
+    opened = Browsers(chromium, inbox_deployment)
+    try:
+        yield opened
+    except BaseException:
+        print(inbox_deployment.procs.logs())
+        raise
+    finally:
+        opened.close()
+
+
+def session_name(what: str) -> str:
+    return f"{what}-{uuid.uuid4().hex[:8]}"
+
+
+def resumed(d: InboxDeployment, session: str) -> list[dict[str, Any]]:
+    return [e for e in d.events(session) if e["type"] == "interrupt.resumed"]
+
+
+def listed(page: Page) -> list[str]:
+    return page.locator("table#interrupts tbody tr.interrupt").evaluate_all(
+        "rows => rows.map(row => row.dataset.session)")
+
+
+def fits(page: Page) -> None:
+    """Nothing on the page runs past the window's width (no sideways scroll)."""
+    width = page.evaluate("() => ({scroll: document.documentElement.scrollWidth, inner: window.innerWidth})")
+    assert width["scroll"] <= width["inner"], f"{page.url}: {width['scroll']} px wide in {width['inner']} px"
+
+
+def axe_findings(page: Page) -> list[str]:
+    """axe-core's serious and critical violations on the page as it is, one line each."""
+    # evaluated through the browser's debugging protocol: the page's CSP (script-src 'self')
+    # would refuse a script tag, and must stay on for what is checked to be what users get
+    page.evaluate(AXE.read_text() + "\n;true")
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    return [f"{v['id']} ({v['impact']}): {v['help']}: {[n['target'] for n in v['nodes']][:3]}"
+            for v in result["violations"] if v["impact"] in ("serious", "critical")]
+
+
+def fill_payment(page: Page, note: str) -> None:
+    """The required fields of tests.apps.inbox_app's payment form, and its note."""
+    page.fill('[name="answer.amount"]', "50")
+    page.select_option('select[name="answer.currency"]', label="EUR")
+    page.fill('[name="answer.payee.name"]', "Dan")
+    page.fill('[name="answer.note"]', note)
+
+
+def checked(page: Page, name: str, width: int) -> None:
+    """The page fits its width, axe finds nothing serious, and a screenshot is kept if asked."""
+    fits(page)
+    findings = axe_findings(page)
+    assert not findings, f"{name} at {width} px: {findings}"
+    folder = os.environ.get("PARLEY_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}-{width}.png"), full_page=True)
+
+
+def test_search_finds_a_question_by_a_word_of_its_payload_and_combines_with_the_filters(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    tag = uuid.uuid4().hex[:6]
+    turnips, rent = session_name(f"search-{tag}"), session_name(f"search-{tag}")
+    d.ask(turnips, f"pay zanzibar-{tag}: turnips for the canteen")
+    d.ask(rent, f"pay acme-{tag}: rent for March")
+    page = browsers.signed_in("alice", "/?" + urlencode({"session": f"search-{tag}"}))
+    expect(page.locator("table#interrupts tbody tr.interrupt")).to_have_count(2)
+    page.fill("form#filters input[name=q]", "TURNIPS canteen")  # words of the payload, any case
+    with page.expect_navigation():
+        page.click("form#filters button[type=submit]")
+    assert listed(page) == [turnips]
+    expect(page.locator("table#interrupts caption")).to_contain_text("matching the filters")
+    page.goto("/?" + urlencode({"q": f"zanzibar-{tag}"}))  # a word of the payload, no other filter
+    assert listed(page) == [turnips]
+    page.goto("/?" + urlencode({"q": "turnips", "reason": "review", "session": f"search-{tag}"}))
+    assert listed(page) == []  # the filters combine: its reason is confirm
+    expect(page.locator("#empty")).to_contain_text("match these filters")
+    page.goto("/?" + urlencode({"q": rent}))  # the session id is searched too
+    assert listed(page) == [rent]
+
+
+def test_three_alike_questions_answered_together_deliver_three_resumes_each_reported(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    tag = f"bulk-{uuid.uuid4().hex[:6]}"
+    alike = [f"{tag}-{n}" for n in range(3)]
+    for n, session in enumerate(alike):
+        d.ask(session, f"pay shop-{n}: stationery")
+    form = f"{tag}-form"
+    d.ask(form, "pay dan: [form] invoice 7")  # another kind of answer: a form
+    # with a session prefix the list runs by session id: the three alike fill the first page
+    page = browsers.signed_in("alice", "/?" + urlencode({"session": tag}))
+    assert listed(page) == alike
+    button = page.locator("#answer-selected")
+    expect(button).to_be_disabled()  # nothing picked yet
+    for session in alike:
+        page.locator(f'tr.interrupt[data-session="{session}"] input[name=pick]').check()
+    expect(button).to_have_text("Answer the 3 selected together")
+    with page.expect_navigation():
+        button.click()
+    expect(page.locator("#bulk-questions li")).to_have_count(3)
+    chosen = page.url
+    # all four ask for two kinds of answer: the page offers the groups instead of one form
+    page.goto("/bulk?" + urlencode([("pick", bulk.token_of(Pick(s, "int-1"))) for s in [*alike, form]]))
+    groups = page.locator("#bulk-groups a.bulk-group")
+    expect(groups).to_have_count(2)
+    expect(groups.first).to_contain_text("3 questions")
+    expect(page.locator("form#bulk-answer")).to_have_count(0)
+    with page.expect_navigation():
+        groups.first.click()
+    assert page.url == chosen
+    expect(page.locator("#bulk-questions li")).to_have_count(3)
+    assert all(resumed(d, s) == [] for s in alike)  # nothing sent by choosing
+    # the form as the browser sends it, to send it a second time below
+    fields = page.locator("form#bulk-answer").evaluate("f => [...new FormData(f)]")
+    with page.expect_navigation():
+        page.click("form#bulk-answer button[value=approve]")
+    results = page.locator("#bulk-results tr.bulk-result")
+    expect(results).to_have_count(3)
+    assert results.evaluate_all("rows => rows.map(r => r.dataset.status)") == ["delivered"] * 3
+    expect(page.locator("#sent-answer")).to_have_text("Approved")
+    for session in alike:
+        [event] = resumed(d, session)
+        assert (event["principal"], event["payload"], event["delivered"]) == (
+            "alice", {"approved": True}, True)
+    assert resumed(d, form) == []
+    # the next open question is offered (the form one is the oldest left of this test's)
+    expect(page.locator("#next-question")).to_be_visible()
+    # the same form sent again (a double click, a resend) sends nothing more: each answer has
+    # its own idempotency key, and the questions are no longer open
+    again = page.request.post("/bulk/answer", data=urlencode([*map(tuple, fields), ("decision", "approve")]),
+                              headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert again.status == 200 and 'id="bulk-none"' in again.text(), again.text()[:2000]
+    assert 'data-status="delivered"' not in again.text()
+    assert all(len(resumed(d, s)) == 1 for s in alike)
+    page.goto(chosen)  # the chosen questions again: answered, so no form
+    expect(page.locator("#bulk-none")).to_be_visible()
+    expect(page.locator("#bulk-set-aside li")).to_have_count(3)
+
+
+def test_after_an_answer_the_page_shows_it_what_the_session_did_next_and_the_next_question(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    first, second = session_name("next-a"), session_name("next-b")
+    raised = d.ask(first, "pay carol: rent for April")
+    d.ask(second, "pay dave: rent for May")
+    page = browsers.signed_in("alice", d.page_url(first, raised["interrupt_id"]))
+    with page.expect_navigation():
+        page.click("form#answer button[value=approve]")
+    expect(page.locator("#outcome")).to_have_attribute("data-status", "delivered")
+    expect(page.locator("#sent-answer")).to_have_text("Approved")
+    # the app settles the call with the approval, and the model sums up: the page read those
+    # events after the answer's interrupt.resumed
+    steps = page.locator("#next-events li")
+    expect(steps.first).to_be_visible()
+    assert "Tool result: paid" in steps.all_inner_texts()
+    nxt = page.locator("#next-question")
+    expect(nxt).to_be_visible()
+    with page.expect_navigation():
+        nxt.click()
+    assert "/interrupt?" in page.url and first not in page.url
+
+
+def test_history_shows_who_answered_what_per_session_and_per_approver(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    by_alice, by_bob = session_name("hist-a"), session_name("hist-b")
+    for session in (by_alice, by_bob):
+        d.ask(session, "pay erin: a history lesson")
+    alice = browsers.signed_in("alice", d.page_url(by_alice, "int-1"))
+    with alice.expect_navigation():
+        alice.click("form#answer button[value=approve]")
+    bob = browsers.signed_in("bob", d.page_url(by_bob, "int-1"))
+    with bob.expect_navigation():
+        bob.click("form#answer button[value=decline]")
+    # the question's page links its session's history
+    with alice.expect_navigation():
+        alice.click("#session-history")
+    table = alice.locator("table")
+    expect(table).to_contain_text("alice")
+    expect(table).to_contain_text("approved")
+    assert "bob" not in table.inner_text()
+    alice.goto("/history?" + urlencode({"principal": "bob"}))
+    expect(alice.locator("table")).to_contain_text(by_bob)
+    assert by_alice not in alice.locator("table").inner_text()
+    alice.goto("/")
+    with alice.expect_navigation():
+        alice.click("#my-history")
+    expect(alice.locator("table")).to_contain_text(by_alice)
+
+
+def test_a_failed_sign_in_keeps_the_name_and_a_live_row_is_announced(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    page = browsers.anonymous()
+    page.goto("/signin")
+    page.fill("form#signin input[name=principal]", "alice")
+    page.fill("form#signin input[name=secret]", "not-her-password")
+    with page.expect_navigation():
+        page.click("form#signin button[type=submit]")
+    expect(page.locator("#signin-error")).to_be_visible()
+    expect(page.locator("form#signin input[name=principal]")).to_have_value("alice")
+    expect(page.locator("form#signin input[name=secret]")).to_have_value("")
+    # headers: no page with session data may be kept by the browser
+    for path in ("/signin", "/"):
+        reply = page.request.get(path)
+        assert reply.headers.get("cache-control") == "no-store", path
+    assert page.request.get("/static/inbox.css").headers.get("cache-control") != "no-store"
+
+    session = session_name("live")
+    listing = browsers.signed_in("bob", "/?" + urlencode({"session": session}))
+    live = listing.locator("#live-status")
+    assert live.get_attribute("aria-live") == "polite"
+    d.ask(session, "pay frank: a live one")
+    expect(listing.locator(f'tr.interrupt[data-session="{session}"]')).to_have_count(1, timeout=WAIT_MS)
+    expect(live).to_contain_text("New question: confirm")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_page_fits_the_screen_and_axe_finds_nothing_serious(
+        browsers: Browsers, inbox_deployment: InboxDeployment, width: int) -> None:
+    d = inbox_deployment
+    tag = f"look{width}-{uuid.uuid4().hex[:4]}"
+    # a long session id and a long unbroken payload value: the rows must still fit
+    sessions = [f"{tag}-{n}-{'a-rather-long-session-name' * 2}" for n in range(3)]
+    for session in sessions:
+        d.ask(session, "pay acme-holdings-international: " + "Z" * 90)
+    form = f"{tag}-form"
+    raised = d.ask(form, "pay dan: [form] invoice 7")
+
+    anonymous = browsers.anonymous(width=width)
+    anonymous.goto("/signin")
+    checked(anonymous, "signin", width)
+    anonymous.fill("form#signin input[name=principal]", "alice")
+    anonymous.fill("form#signin input[name=secret]", "wrong")
+    with anonymous.expect_navigation():
+        anonymous.click("form#signin button[type=submit]")
+    checked(anonymous, "signin-refused", width)
+
+    page = browsers.signed_in("alice", "/?" + urlencode({"session": tag}), width=width)
+    assert listed(page) == sessions  # by session id: the form's question is on the next page
+    checked(page, "list", width)
+
+    page.goto(d.page_url(form, raised["interrupt_id"]))
+    checked(page, "question", width)
+    # a browser that does not hold the field to its maxlength (or a pasted value): the server's
+    # check refuses it beside the field
+    page.locator('[name="answer.note"]').evaluate("el => el.removeAttribute('maxlength')")
+    fill_payment(page, LONG_NOTE)
+    page.locator("form#answer").evaluate("f => { f.noValidate = true; }")
+    with page.expect_navigation():
+        page.click("button#send")
+    expect(page.locator('.field-error[data-for="answer.note"]')).to_be_visible()
+    checked(page, "question-refused", width)
+
+    page.goto("/?" + urlencode({"session": tag}))
+    for session in sessions:
+        page.locator(f'tr.interrupt[data-session="{session}"] input[name=pick]').check()
+    with page.expect_navigation():
+        page.click("#answer-selected")
+    checked(page, "bulk", width)
+    with page.expect_navigation():
+        page.click("form#bulk-answer button[value=approve]")
+    expect(page.locator("#bulk-results tr.bulk-result")).to_have_count(3)
+    checked(page, "bulk-sent", width)
+
+    page.goto(d.page_url(form, raised["interrupt_id"]))
+    fill_payment(page, "fine")
+    with page.expect_navigation():
+        page.click("button#send")
+    expect(page.locator("#outcome")).to_have_attribute("data-status", "delivered")
+    checked(page, "answered", width)
+
+    page.goto("/history?" + urlencode({"session": sessions[0]}))
+    checked(page, "history-session", width)
+    page.goto("/history?" + urlencode({"principal": "alice"}))
+    checked(page, "history-approver", width)

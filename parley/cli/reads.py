@@ -98,7 +98,8 @@ def watch(ctx: click.Context, session: str, after: str, until_type: str | None,
 @click.option("--newest-first", is_flag=True,
               help="Newest first (default: oldest first); with --session-prefix, by session id descending.")
 @click.option("--search", default=None,
-              help="Only interrupts whose reason, session id or payload holds every word of this, in any case.")
+              help="Only interrupts whose reason, session id or payload holds every word of this "
+                   "(in any case).")
 @click.option("--limit", type=click.IntRange(1, MAX_LIMIT), default=None,
               help="One page of at most this many rows, and the cursor of the next.")
 @click.option("--cursor", default=None,

@@ -49,6 +49,18 @@ FEED_SCAN = 5_000
 #: feed entries asked for in one XREVRANGE
 FEED_CHUNK = 500
 
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How much one page of history reads (the constants above; tests make them small)."""
+
+    session_events: int = SESSION_EVENTS
+    page_rows: int = PAGE_ROWS
+    feed_scan: int = FEED_SCAN
+    feed_chunk: int = FEED_CHUNK
+
+
 _SESSION_CURSOR = re.compile(r"^(\d{1,20})-(\d{1,20})$")
 _FEED_CURSOR = re.compile(r"^(\d{1,20})-(\d{1,20})-(\d{1,4})$")
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from parley.web.history import (
-    SESSION_EVENTS,
+    Bounds,
     FeedPosition,
     FeedScan,
     HistoryPage,
@@ -28,6 +28,9 @@ from parley.web.live.replies import text_of
 from parley.web.query import QueryError
 from parley.web.routes.common import page, signed_in
 from parley.web.state import Inbox, inbox_of
+
+#: what one page reads at most (docs/inbox.md, "History")
+BOUNDS = Bounds()
 
 
 @signed_in
@@ -42,26 +45,27 @@ async def history_page(request: Request, principal: str) -> Response:
 
 
 async def session_view(inbox: Inbox, query: HistoryQuery) -> HistoryPage:
-    """The page of `query.session`'s history: its latest `SESSION_EVENTS` events before
+    """The page of `query.session`'s history: its latest `session_events` events before
     `query.before` (one more, to know whether older ones are left), read on its shard."""
     assert query.session is not None
     shard = await inbox.client.index_of_session(query.session)
     newest = "+" if query.before is None else "(" + query.before  # `(`: after it, exclusive
     reply: Any = await inbox.shards[shard].xrevrange(inbox.redis_keys.events(query.session), max=newest,
-                                                     min="-", count=SESSION_EVENTS + 1)
-    return session_history(query.session, stream_entries(reply), SESSION_EVENTS, query.principal)
+                                                     min="-", count=BOUNDS.session_events + 1)
+    return session_history(query.session, stream_entries(reply), BOUNDS.session_events, query.principal)
 
 
 async def principal_view(inbox: Inbox, query: HistoryQuery) -> HistoryPage:
     """The page of `query.principal`'s answers: every shard's feed read at once, each at most
-    `FEED_SCAN` entries, merged."""
+    `feed_scan` entries, merged."""
     assert query.principal is not None
     before = None if query.before is None else FeedPosition.parse(query.before)
     feed = inbox.redis_keys.feed
-    scans = [FeedScan(query.principal, i, before) for i in range(len(inbox.shards))]
+    scans = [FeedScan(query.principal, i, before, limit=BOUNDS.page_rows, budget=BOUNDS.feed_scan,
+                      chunk=BOUNDS.feed_chunk) for i in range(len(inbox.shards))]
     reads = [scan_feed(r, feed, s) for r, s in zip(inbox.shards, scans, strict=True)]
     firsts = await asyncio.gather(*(first_entry(r, feed) for r in inbox.shards), *reads)
-    return principal_history(scans, firsts[:len(inbox.shards)])
+    return principal_history(scans, firsts[:len(inbox.shards)], limit=BOUNDS.page_rows)
 
 
 async def first_entry(r: Redis, feed: str) -> str | None:

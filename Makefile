@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # and each pytest process rewrites and compiles all 130 test modules (12 CPU-s a process here).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system-packages demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
+.PHONY: install system-packages screenshots demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,12 @@ bench: $(STAMP)
 bench-smoke: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run --smoke $(ARGS)
+
+# The inbox's pages at phone (375 px) and desk (1280 px) widths, as docs/screenshots/ holds them:
+# the browser test that checks each page (no sideways scroll, axe-core) also saves it here.
+screenshots: $(STAMP) system-packages
+	PARLEY_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  tests/e2e/test_inbox_day.py -k every_page_fits
 
 # parley/ is the package whole (parley/schemas, parley/dispatcher and parley/workers link to the
 # top-level folders): mypy reads it as it is installed, with no tree of its own to build.

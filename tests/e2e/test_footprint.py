@@ -57,7 +57,9 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
                     # the list of sessions: one set per status (and one per metadata pair in use)
                     "parley:sessions:active", "parley:sessions:parked", "parley:sessions:closed",
                     # the producer registry; each producer's input streams and pending counts
-                    "parley:producers"} | {
+                    "parley:producers",
+                    # the fingerprints of the dispatchers' signing keys (one record per dispatcher)
+                    "parley:keyprints"} | {
         k for k in ours if k.startswith(("parley:lease:", "parley:worker:", "parley:took:", "parley:in:",
                                          "parley:pending:"))}, sorted(ours)
     assert len(global_keys - ours) < 15, sorted(global_keys - ours)

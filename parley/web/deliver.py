@@ -68,7 +68,7 @@ async def send(inbox: Inbox, principal: str, row: OpenInterrupt, payload: Any,
         return Sent(AnswerResult(AnswerStatus.UNAVAILABLE,
                                  "Parley could not be reached: your answer may not have been sent.",
                                  "Reload the page: if the question is still open, answer again."))
-    result = present.answer_result(outcome)
+    result = present.answer_result(outcome, principal)
     log.info("answer sent", extra=kv(session=row.session, interrupt_id=row.interrupt_id, principal=principal,
                                      outcome=result.status.value, code=result.code))
     return Sent(result, outcome)

@@ -13,8 +13,11 @@ A fingerprint is the first 16 hex digits of HMAC-SHA256, keyed with the fixed ta
 `parley-key-fingerprint`, of the principal and the key: one principal's equal keys give equal
 fingerprints, two principals sharing a key do not show it, and a fingerprint signs nothing and
 gives no key back. Like any hash of a secret, it lets whoever reads it test guesses of a weak
-key offline; a signed entry's `sig` (a keyed hash of text its reader sees) already does, which
-is why keys must be long and random (docs/operations.md, "Rotating signing keys").
+key offline, and the logins that may read it (the dispatchers', the inbox's, the AG-UI
+endpoint's) see every principal's, not only their own: a key must be long and random (32 random
+bytes, as `openssl rand -hex 32` makes), so that no guess can find it. A slow hash would not
+change that for a good key, and would cost each dispatcher seconds at every start with many
+principals.
 """
 
 import hashlib

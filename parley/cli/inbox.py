@@ -78,8 +78,8 @@ def inbox(ctx: click.Context, port: int, host: str, users_file: str, keys_file: 
         click.echo("parley inbox: the sign-in cookie is Secure: serve the page over HTTPS (TLS in "
                    "front of it), or pass --no-secure-cookies on a network you trust", err=True)
     else:
-        click.echo("parley inbox: the sign-in cookie is not Secure (plain HTTP: keep the page on "
-                   "this machine or behind TLS)", err=True)
+        click.echo("parley inbox: the sign-in cookie is Secure only on requests that came over HTTPS "
+                   "(a TLS proxy's X-Forwarded-Proto): plain HTTP is for this machine only", err=True)
     click.echo(f"parley inbox: serving on http://{host}:{port}/", err=True)
     # Open event streams never end by themselves: a stop gives them 5 s, then closes them.
     server = StoppingServer(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,

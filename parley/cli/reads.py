@@ -114,7 +114,7 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
     now_ms = time.time() * 1000
     where = InterruptFilter(reason=reason, session_prefix=session_prefix, principal=principal,
                             raised_before=None if older_than is None else int(now_ms - older_than * 1000),
-                            newest_first=newest_first, text=search or None)
+                            newest_first=newest_first, text=(search or "").strip() or None)
     client = client_of(ctx)
     try:
         if limit is None and cursor is None:

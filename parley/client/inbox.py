@@ -114,10 +114,39 @@ def search_words(text: str) -> list[str]:
 
 
 def searched_text(row: OpenInterrupt) -> str:
-    """What a search looks in: the reason, the session id and the payload as JSON text (its
-    keys and values alike, so `amount` finds a payload with that field), case-folded."""
-    payload = "" if row.request is None else orjson.dumps(row.request).decode()
-    return "\n".join((row.reason, row.session, payload)).casefold()
+    """What a search looks in, case-folded, one piece a line: the reason, the session id, and
+    the payload's keys and values (as written, not as JSON: a word with a quote in it is found,
+    and `{` or `:` finds nothing that only JSON's punctuation holds)."""
+    return "\n".join((row.reason, row.session, *payload_texts(row.request))).casefold()
+
+
+def payload_texts(value: Any) -> list[str]:
+    """Every key and scalar value of a JSON value, in order (without recursion: a payload may
+    nest deeper than Python's stack)."""
+    out: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in reversed(list(item.items())):
+                stack.append(inner)
+                stack.append(_Key(str(key)))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, _Key):
+            out.append(item.text)
+        elif isinstance(item, bool):
+            out.append("true" if item else "false")
+        elif item is not None:
+            out.append(str(item))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """A payload's key on `payload_texts`' stack (told apart from a string value there)."""
+
+    text: str
 
 
 def text_matches(text: str, row: OpenInterrupt) -> bool:

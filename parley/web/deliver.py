@@ -53,7 +53,9 @@ async def send(inbox: Inbox, principal: str, row: OpenInterrupt, payload: Any,
                idempotency_key: str | None) -> Sent:
     """Send `payload` as `principal`'s signed resume of `row` and wait for the engine's word."""
     key = inbox.signing_key(principal)
-    assert key is not None  # may_answer checked it
+    if key is None:  # the keys file lost the person's key since the page checked may_answer
+        return Sent(AnswerResult(AnswerStatus.REFUSED, "Not sent: the inbox has no signing key for you.",
+                                 "Ask an administrator to add one to the keys file.", "no_key"))
     try:
         outcome = await inbox.client.resume(
             row.session, row.interrupt_id, payload, principal=principal, key=key, wait=True,
@@ -72,6 +74,15 @@ async def send(inbox: Inbox, principal: str, row: OpenInterrupt, payload: Any,
     log.info("answer sent", extra=kv(session=row.session, interrupt_id=row.interrupt_id, principal=principal,
                                      outcome=result.status.value, code=result.code))
     return Sent(result, outcome)
+
+
+def failed(exc: BaseException, row: OpenInterrupt) -> Sent:
+    """What a person is told of one answer of several whose send raised what `send` does not
+    expect (the others' outcomes still stand, and are shown)."""
+    log.error("answer failed", extra=kv(session=row.session, interrupt_id=row.interrupt_id, error=repr(exc)),
+              exc_info=exc)
+    return Sent(AnswerResult(AnswerStatus.UNAVAILABLE, "Parley could not be reached: this answer may not "
+                             "have been sent.", "Open the question: if it is still open, answer again."))
 
 
 async def followed(inbox: Inbox, session: str, sent: Sent, payload: Any) -> Followed | None:

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from parley.client.fanout import ShardPart, merge_parts
 from parley.schemas.events import InterruptCancelled, InterruptRaised, InterruptResumed
@@ -238,6 +238,13 @@ def event_of(raw: Any) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
+def known(model: type[BaseModel], event: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of `event` that `model` has: the event models refuse fields they do not know
+    (the engine must write none), but a reader of history must go on reading the events of a
+    newer release that adds one."""
+    return {name: value for name, value in event.items() if name in model.model_fields}
+
+
 def ending_of(session: str, event: Mapping[str, Any], position: str = "") -> HistoryRow | None:
     """The row of an event that ends a question (`interrupt.resumed`, `interrupt.cancelled`);
     None for any other event, and for one that does not read as its model (it is counted as
@@ -245,13 +252,13 @@ def ending_of(session: str, event: Mapping[str, Any], position: str = "") -> His
     kind = event.get("type")
     try:
         if kind == "interrupt.resumed":
-            resumed = InterruptResumed.model_validate(event, strict=True)
+            resumed = InterruptResumed.model_validate(known(InterruptResumed, event), strict=True)
             return HistoryRow(session, resumed.interrupt_id, resumed.reason, resumed.request,
                               Ending.DEADLINE if resumed.timed_out else Ending.ANSWERED, resumed.at,
                               principal=resumed.principal, answer=resumed.payload,
                               delivered=resumed.delivered, position=position)
         if kind == "interrupt.cancelled":
-            cancelled = InterruptCancelled.model_validate(event, strict=True)
+            cancelled = InterruptCancelled.model_validate(known(InterruptCancelled, event), strict=True)
             return HistoryRow(session, cancelled.interrupt_id, cancelled.reason, cancelled.request,
                               Ending.CANCELLED, cancelled.at, why=cancelled.why, position=position)
     except ValidationError:
@@ -315,7 +322,7 @@ def session_history(session: str, entries: Sequence[tuple[str, dict[str, Any] | 
             continue
         if event.get("type") == "interrupt.raised":
             try:
-                raised = InterruptRaised.model_validate(event, strict=True)
+                raised = InterruptRaised.model_validate(known(InterruptRaised, event), strict=True)
             except ValidationError:
                 continue
             asked[raised.interrupt_id] = raised.at

@@ -55,6 +55,21 @@ HEADERS = [
 NO_STORE = (b"cache-control", b"no-store")
 
 
+def secured(headers: list[tuple[bytes, bytes]], scheme: str) -> list[tuple[bytes, bytes]]:
+    """`headers` with every cookie marked Secure when the request came over HTTPS (its own, or
+    a proxy's that uvicorn trusts, by X-Forwarded-Proto): behind TLS the cookie must never go
+    out in clear text, whatever --secure-cookies says, even to a page that listens on loopback
+    behind its proxy."""
+    if scheme != "https":
+        return headers
+    out = []
+    for name, value in headers:
+        if name.lower() == b"set-cookie" and b"; secure" not in value.lower():
+            value += b"; Secure"
+        out.append((name, value))
+    return out
+
+
 class edge:
     """Every HTTP response of the page: counted by route, method and status (an unhandled error
     too, which Starlette turns into a 500 outside this middleware), and given `HEADERS`."""
@@ -73,7 +88,7 @@ class edge:
             if message["type"] == "http.response.start":
                 started = True
                 REQUESTS.labels(route_of(scope["path"]), scope["method"], str(message["status"])).inc()
-                headers = list(message.get("headers", [])) + HEADERS
+                headers = secured(list(message.get("headers", [])), scope.get("scheme", "http")) + HEADERS
                 if not scope["path"].startswith("/static/") and not any(
                         name.lower() == b"cache-control" for name, _ in headers):
                     headers.append(NO_STORE)

@@ -22,7 +22,9 @@ _env = {k: os.environ[k] for k in ("PARLEY_TEST_MCP_LOG",) if k in os.environ}
 mcp_servers = [
     parley.mcp.stdio(sys.executable, SERVER, name="t", env=_env,
                      tools=["add", "weather", "transfer", "refuse", "crash"]),
-    parley.mcp.stdio(sys.executable, SERVER, name="slow", env=_env, tools=["sleep"], timeout_s=2),
+    # time enough for a stdio server to start on a loaded 2-core box (about 0.5 s when quiet,
+    # over 2 s seen under the whole suite): the test needs the call to have reached the server
+    parley.mcp.stdio(sys.executable, SERVER, name="slow", env=_env, tools=["sleep"], timeout_s=5),
 ]
 
 _model = ScriptedModel()

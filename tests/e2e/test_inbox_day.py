@@ -11,13 +11,16 @@ With PARLEY_SCREENSHOTS=<folder> (`make screenshots`), each page is also saved t
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from parley.client.inbox import InterruptFilter
 from parley.web import bulk
 from parley.web.bulk import Pick
 from tests import npm
@@ -197,11 +200,16 @@ def test_after_an_answer_the_page_shows_it_what_the_session_did_next_and_the_nex
     steps = page.locator("#next-events li")
     expect(steps.first).to_be_visible()
     assert "Tool result: paid" in steps.all_inner_texts()
+    # the next question is the oldest open one alice may answer: this test's second one, unless
+    # another test's older question is still open (the deployment is shared), never the first
     nxt = page.locator("#next-question")
     expect(nxt).to_be_visible()
+    oldest = d.client.interrupt_page(InterruptFilter(principal="alice"), limit=5).items
+    expected = next(r for r in oldest if r.session != first)
     with page.expect_navigation():
         nxt.click()
-    assert "/interrupt?" in page.url and first not in page.url
+    assert page.url == d.url + d.page_url(expected.session, expected.interrupt_id)
+    assert d.is_open(second, "int-1")
 
 
 def test_history_shows_who_answered_what_per_session_and_per_approver(
@@ -219,12 +227,15 @@ def test_history_shows_who_answered_what_per_session_and_per_approver(
     # the question's page links its session's history
     with alice.expect_navigation():
         alice.click("#session-history")
-    table = alice.locator("table")
-    expect(table).to_contain_text("alice")
-    expect(table).to_contain_text("approved")
-    assert "bob" not in table.inner_text()
+    row = alice.locator(f'table#history tr.ended[data-session="{by_alice}"]')
+    expect(row).to_have_count(1)
+    assert row.get_attribute("data-principal") == "alice" and row.get_attribute("data-ending") == "answered"
+    expect(row).to_contain_text('"approved": true')
+    assert "bob" not in alice.locator("table#history").inner_text()
     alice.goto("/history?" + urlencode({"principal": "bob"}))
-    expect(alice.locator("table")).to_contain_text(by_bob)
+    theirs = alice.locator(f'table#history tr.ended[data-session="{by_bob}"]')
+    expect(theirs).to_have_count(1)
+    expect(theirs).to_contain_text('"approved": false')
     assert by_alice not in alice.locator("table").inner_text()
     alice.goto("/")
     with alice.expect_navigation():
@@ -318,3 +329,113 @@ def test_every_page_fits_the_screen_and_axe_finds_nothing_serious(
     checked(page, "history-session", width)
     page.goto("/history?" + urlencode({"principal": "alice"}))
     checked(page, "history-approver", width)
+
+    # the pages that say no: a bad filter, a bad history query, questions that differ, ones
+    # already answered, one alice may only read, one that is not open
+    page.goto("/?order=sideways")
+    checked(page, "list-error", width)
+    page.goto("/history")
+    checked(page, "history-error", width)
+    bobs = f"{tag}-bob"
+    d.ask(bobs, "pay erin: [bob-only] toner")
+    page.goto("/bulk?" + urlencode([("pick", bulk.token_of(Pick(s, "int-1"))) for s in (bobs, form)]))
+    checked(page, "bulk-none", width)
+    other = f"{tag}-other"
+    d.ask(other, "pay dan: [form] invoice 9")
+    page.goto("/bulk?" + urlencode([("pick", bulk.token_of(Pick(s, "int-1"))) for s in (other, bobs)]))
+    expect(page.locator("form#bulk-answer")).to_have_count(1)
+    plain = f"{tag}-plain"
+    d.ask(plain, "pay shop: pens")
+    page.goto("/bulk?" + urlencode([("pick", bulk.token_of(Pick(s, "int-1"))) for s in (other, plain)]))
+    expect(page.locator("#bulk-groups")).to_be_visible()
+    checked(page, "bulk-groups", width)
+    page.goto(d.page_url(bobs, "int-1"))
+    expect(page.locator("#read-only")).to_be_visible()
+    checked(page, "question-read-only", width)
+    page.goto(d.page_url(form, "int-1"))  # answered above
+    expect(page.locator("#not-open")).to_be_visible()
+    checked(page, "question-not-open", width)
+
+
+def form_post(page: Page, path: str, fields: list[tuple[str, str]]) -> Any:
+    """A POST of `fields` as a browser's form, with the page's cookies."""
+    return page.request.post(path, data=urlencode(fields),
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+
+
+def test_a_bulk_answer_refuses_what_it_cannot_use_and_sends_nothing_for_it(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    tag = f"bulkbad-{uuid.uuid4().hex[:6]}"
+    plain, form, bobs = f"{tag}-plain", f"{tag}-form", f"{tag}-bob"
+    d.ask(plain, "pay shop: pens")
+    d.ask(form, "pay dan: [form] invoice 8")
+    d.ask(bobs, "pay erin: [bob-only] toner")
+    page = browsers.signed_in("alice", "/?" + urlencode({"session": tag}))
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
+    pick = {s: ("pick", bulk.token_of(Pick(s, "int-1"))) for s in (plain, form, bobs)}
+    approve = ("decision", "approve")
+
+    assert browsers.anonymous().request.post("/bulk/answer", data="pick=x").status == 401
+    assert form_post(page, "/bulk/answer", [pick[plain], approve]).status == 403  # no CSRF token
+    assert form_post(page, "/bulk/answer", [("csrf", "forged"), pick[plain], approve]).status == 403
+    forged = form_post(page, "/bulk/answer", [("csrf", csrf), ("pick", "bm90LWEtcGljaw"), approve])
+    assert forged.status == 400 and "not one the list offered" in forged.text()
+    assert page.request.get("/bulk").status == 400  # nothing picked
+    huge = page.request.post("/bulk/answer", data="pick=" + "A" * 300_000,
+                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert huge.status == 413
+    # two kinds of answer in one form: refused whole
+    mixed = form_post(page, "/bulk/answer", [("csrf", csrf), pick[plain], pick[form], approve])
+    assert mixed.status == 400 and 'id="bulk-groups"' in mixed.text()
+    # an answer that does not fit the schema: refused beside its field
+    unfit = form_post(page, "/bulk/answer", [("csrf", csrf), pick[form], ("answer.amount", "500"),
+                                             ("answer.currency", '"EUR"'), ("answer.payee.name", "Dan"),
+                                             ("decision", "send")])
+    assert unfit.status == 422 and 'data-for="answer.amount"' in unfit.text()
+    assert resumed(d, plain) == [] and resumed(d, form) == []
+    # one alice may not answer ([bob-only]) goes with one she may: hers is sent, bob's left out
+    sent = form_post(page, "/bulk/answer", [("csrf", csrf), ("answer_id", "form-of-test-1"),
+                                            pick[plain], pick[bobs], approve])
+    assert sent.status == 200 and 'id="bulk-set-aside"' in sent.text()
+    assert "you may not answer it" in sent.text()
+    assert [e["principal"] for e in resumed(d, plain)] == ["alice"]
+    assert resumed(d, bobs) == [] and d.is_open(bobs, "int-1")
+
+
+def test_the_same_bulk_form_sent_twice_at_once_answers_each_question_once(
+        browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    tag = f"twice-{uuid.uuid4().hex[:6]}"
+    sessions = [f"{tag}-{n}" for n in range(3)]
+    for session in sessions:
+        d.ask(session, "pay shop: staples")
+    page = browsers.signed_in("alice", "/")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value") or ""
+    fields = [("csrf", csrf), ("answer_id", f"form-{tag}"), ("decision", "approve"),
+              *[("pick", bulk.token_of(Pick(s, "int-1"))) for s in sessions]]
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    # both posts find the questions open, so both send: the idempotency keys make the second
+    # send of each answer a duplicate, never a second answer
+    with httpx.Client(base_url=d.url, cookies=cookies, timeout=30) as web, \
+            ThreadPoolExecutor(2) as pool:
+        body = urlencode(fields)
+        form_type = {"Content-Type": "application/x-www-form-urlencoded"}
+        replies = list(pool.map(lambda _: web.post("/bulk/answer", content=body, headers=form_type),
+                                range(2)))
+    assert [r.status_code for r in replies] == [200, 200]
+    for session in sessions:
+        assert [e["principal"] for e in resumed(d, session)] == ["alice"]
+        ignored = [e["code"] for e in d.events(session) if e["type"] == "input.ignored"]
+        assert set(ignored) <= {"duplicate"}, ignored  # never already_resumed: no second answer
+
+
+def test_at_360_px_the_list_and_a_question_fit(browsers: Browsers, inbox_deployment: InboxDeployment) -> None:
+    d = inbox_deployment
+    session = f"narrow-{uuid.uuid4().hex[:6]}-{'x' * 60}"
+    raised = d.ask(session, "pay someone-with-a-very-long-name-indeed: " + "W" * 120)
+    page = browsers.signed_in("bob", "/?" + urlencode({"session": session}), width=360)
+    expect(page.locator("table#interrupts tbody tr.interrupt")).to_have_count(1)
+    fits(page)
+    page.goto(d.page_url(session, raised["interrupt_id"]))
+    fits(page)

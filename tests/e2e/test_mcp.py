@@ -104,7 +104,7 @@ def test_a_call_past_its_time_limit_or_whose_server_dies_is_a_tool_error(
 
     events = turn(client, producer_client, "m-2", 'call slow_sleep {"seconds": 60}', 1)
     [timed_out] = of_type(events, "tool.completed")
-    assert timed_out["error"] == "timeout"  # the server's timeout_s=2, as for any tool
+    assert timed_out["error"] == "timeout"  # the server's timeout_s=5, as for any tool
     [line] = received.read_text().splitlines()
     pid = int(line.split()[1])
     with pytest.raises(ProcessLookupError):  # the server was stopped with its call

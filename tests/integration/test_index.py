@@ -269,6 +269,18 @@ def test_the_command_line_filters_pages_and_refuses_a_bad_cursor(
     assert last == {"items": [], "cursor": None}
     bad = CliRunner().invoke(cli, ["--redis-url", redis_server.url, "interrupts", "--cursor", "zz"])
     assert bad.exit_code == 1 and bad.output.strip().startswith("Error: invalid cursor"), bad.output
+    # --search: words of the session id or the payload, in any case, with the other filters
+    def sessions(rows: Any) -> list[str]:
+        return [row["session"] for row in rows]
+
+    assert sessions(run("--json", "--search", "s-3")) == ["s-3"]
+    assert sessions(run("--json", "--search", "BOB", "--principal", "alice")) == ["s-1", "s-3"]
+    assert run("--json", "--search", "to nobody") == []
+    assert len(run("--json", "--search", "   ")) == 5  # no words: no condition
+    paged = run("--json", "--search", "bob", "--limit", "2")
+    assert sessions(paged["items"]) == ["s-0", "s-1"]
+    rest = run("--json", "--search", "bob", "--cursor", paged["cursor"])
+    assert sessions(rest["items"]) == ["s-2", "s-3", "s-4"]
 
 
 # ---- newest first -----------------------------------------------------------------------------

@@ -159,3 +159,20 @@ def test_a_search_combines_with_the_other_filters_and_belongs_to_its_cursor():
         Cursor.decode(text, InterruptFilter(text="other"))
     older = Cursor(Driver.TIME, time_member(5, "s", "i"), [None, None, None, False]).encode()
     assert Cursor.decode(older, InterruptFilter()).after == time_member(5, "s", "i")  # before search
+
+
+def test_a_search_reads_the_payloads_keys_and_values_as_written_not_its_json():
+    row = _row(request={"note": 'say "hi"\\now', "nested": [{"deep": 7, "ok": True}, None]})
+    assert InterruptFilter(text='"hi"').matches(row)  # a quote as written (JSON would escape it)
+    assert InterruptFilter(text="\\now").matches(row)
+    for found in ("deep", "7", "true", "nested"):
+        assert InterruptFilter(text=found).matches(row), found
+    for punctuation in ("{", ":", "[", "null"):  # JSON's own text is not the payload's
+        assert not InterruptFilter(text=punctuation).matches(row), punctuation
+
+
+def test_a_search_of_a_payload_nested_deeper_than_the_stack_does_not_fail():
+    deep: object = "bottom"
+    for _ in range(5_000):
+        deep = [deep]
+    assert InterruptFilter(text="bottom").matches(_row(request=deep))

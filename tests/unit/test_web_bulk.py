@@ -28,7 +28,7 @@ def test_a_pick_round_trips_any_session_id_and_repeats_count_once() -> None:
     ([], "no question is selected"),
     (["not-a-pick!"], "not one the list offered"),
     (["WzEsMl0"], "not one the list offered"),  # [1,2]: not two ids
-    ([bulk.token_of(Pick(f"s-{n}", "i")) for n in range(MAX_PICKS + 1)], f"at most {MAX_PICKS}"),
+    ([bulk.token_of(Pick(f"s-{n}", "i")) for n in range(MAX_PICKS + 1)], f"at most {MAX_PICKS} questions"),
 ])
 def test_bad_picks_are_refused_saying_why(values: list[str], match: str) -> None:
     with pytest.raises(BulkError, match=match):
@@ -99,3 +99,16 @@ def test_an_events_entry_that_holds_no_event_reads_as_none() -> None:
     assert followup.event_of({b"event": b"[1]"}) is None
     assert followup.event_of({b"event": b"{not json"}) is None
     assert followup.event_of({}) is None and followup.event_of(None) is None
+
+
+def test_a_flood_of_picks_is_refused_at_the_first_past_the_limit() -> None:
+    calls = 0
+
+    def counted(n: int) -> str:
+        nonlocal calls
+        calls += 1
+        return bulk.token_of(Pick(f"s-{n}", "i"))
+
+    with pytest.raises(BulkError, match="at most"):
+        bulk.read_picks(counted(n) for n in range(100_000))
+    assert calls == MAX_PICKS + 1  # read no further

@@ -22,8 +22,9 @@ def test_anywhere_else_the_cookie_is_secure_unless_turned_off(host: str) -> None
     assert secure_cookies_for(host, False) is False
 
 
-def _pages(tmp_path: Path, secure: bool | None) -> tuple[Response, Response]:
-    """The sign-in page and a static file, from an inbox made with `secure` (None: the default)."""
+def _pages(tmp_path: Path, secure: bool | None, scheme: str = "https") -> tuple[Response, Response]:
+    """The sign-in page and a static file, from an inbox made with `secure` (None: the default),
+    asked for over `scheme`."""
     import json
 
     from starlette.testclient import TestClient
@@ -37,7 +38,7 @@ def _pages(tmp_path: Path, secure: bool | None) -> tuple[Response, Response]:
     # no Redis is reached: the sign-in form only starts a cookie session for its CSRF token
     config = InboxConfig(redis_urls=("redis://127.0.0.1:1/0",), users_file=str(tmp_path / "users.json"),
                          keys_file=str(tmp_path / "keys.json"), **options)  # type: ignore[arg-type]
-    with TestClient(create_app(config), base_url="https://inbox.example") as web:
+    with TestClient(create_app(config), base_url=f"{scheme}://inbox.example") as web:
         return web.get("/signin"), web.get("/static/inbox.css")
 
 
@@ -49,4 +50,17 @@ def test_the_cookie_is_secure_unless_turned_off_and_no_page_with_data_is_cached(
     assert page.headers["cache-control"] == "no-store"
     assert static.headers.get("cache-control") != "no-store"  # the same for everyone: cacheable
     assert "content-security-policy" in static.headers
-    assert "secure" not in _pages(tmp_path, False)[0].headers["set-cookie"].lower()
+    assert "secure" not in _pages(tmp_path, False, "http")[0].headers["set-cookie"].lower()
+
+
+def test_over_https_every_cookie_is_secure_whatever_was_chosen(tmp_path: Path) -> None:
+    from parley.web.observe import secured
+    plain = [(b"set-cookie", b"parley_inbox=x; path=/; httponly; samesite=lax"), (b"x-other", b"1")]
+    assert secured(plain, "http") == plain
+    assert secured(plain, "https") == [
+        (b"set-cookie", b"parley_inbox=x; path=/; httponly; samesite=lax; Secure"), (b"x-other", b"1")]
+    already = [(b"set-cookie", b"a=b; Secure")]
+    assert secured(already, "https") == already
+    # the app: chosen off (a page on loopback behind a TLS proxy), reached over https
+    page, _static = _pages(tmp_path, False)
+    assert "secure" in page.headers["set-cookie"].lower()

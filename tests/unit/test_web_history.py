@@ -116,6 +116,14 @@ def test_each_way_a_question_ends_is_its_own_row() -> None:
     assert not_delivered is not None and not_delivered.delivered is False
 
 
+def test_an_event_of_a_newer_release_with_a_field_of_its_own_still_makes_its_row() -> None:
+    newer = {**resumed("int-1", 5, "alice", {"approved": True}), "added_later": {"x": 1}}
+    row = ending_of("s", newer)
+    assert row is not None and (row.principal, row.answer) == ("alice", {"approved": True})
+    later = ending_of("s", {**cancelled("int-2", 6), "also_new": 1})
+    assert later is not None and later.ending is Ending.CANCELLED
+
+
 def test_a_question_without_a_message_has_none_and_its_payload_as_json() -> None:
     row = ending_of("s", {**resumed("int-1", 5), "request": ["a", 1]})
     assert row is not None and row.message is None and row.request_json == '[\n  "a",\n  1\n]'

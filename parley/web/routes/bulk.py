@@ -5,6 +5,7 @@ reported on its own). The choosing is pure (parley/web/bulk.py)."""
 
 import asyncio
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.datastructures import FormData
@@ -14,6 +15,7 @@ from starlette.responses import Response
 from parley.client.inbox import OpenInterrupt
 from parley.web import bulk, deliver, followup
 from parley.web.bulk import BulkError, Pick, Selection
+from parley.web.followup import NextEvent
 from parley.web.forms import APPROVE, DECLINE, answer_form, read_answer
 from parley.web.observe import ANSWERS
 from parley.web.present import AnswerResult, AnswerStatus
@@ -56,18 +58,41 @@ async def bulk_answer(request: Request, principal: str) -> Response:
                                                    result=result), status=422)
     answer_id = text_of(form.get("answer_id")) or ""
     usable_id = answer_id.isascii() and 8 <= len(answer_id) <= 64
-    sent = await asyncio.gather(*(
-        deliver.send(inbox, principal, row, payload,
-                     bulk.idempotency_key(answer_id, Pick(row.session, row.interrupt_id)) if usable_id
-                     else None)
-        for row in selection.rows))
-    for one in sent:
-        ANSWERS.labels(one.result.status.value).inc()
+    # one form's answers wait for the engine together, but at most SENDS_AT_ONCE of them (each
+    # holds a blocking read of its session's events): a big selection takes a little longer
+    # rather than take every connection of the process
+    gate = asyncio.Semaphore(SENDS_AT_ONCE)
+
+    async def one(row: OpenInterrupt) -> tuple[deliver.Sent, deliver.Followed | None]:
+        async with gate:
+            key = bulk.idempotency_key(answer_id, Pick(row.session, row.interrupt_id)) if usable_id else None
+            sent = await deliver.send(inbox, principal, row, payload, key)
+            return sent, await deliver.followed(inbox, row.session, sent, payload)
+
+    outcomes = await asyncio.gather(*(one(row) for row in selection.rows), return_exceptions=True)
+    reports: list[Report] = []
+    for row, outcome in zip(selection.rows, outcomes, strict=True):
+        sent, after = (deliver.failed(outcome, row), None) if isinstance(outcome, BaseException) else outcome
+        ANSWERS.labels(sent.result.status.value).inc()
+        reports.append(Report(row, sent.result, after.next_events if after is not None else []))
     answered = {(row.session, row.interrupt_id) for row in selection.rows}
     next_row = await deliver.next_question(inbox, principal, answered)
     return page(request, "bulk.html", _context(
-        selection=selection, sent=list(zip(selection.rows, [s.result for s in sent], strict=True)),
-        summary=followup.answer_summary(payload), next_row=next_row))
+        selection=selection, sent=reports, summary=followup.answer_summary(payload), next_row=next_row))
+
+
+#: answers of one bulk form sent (and waited for) at the same time
+SENDS_AT_ONCE = 8
+
+
+@dataclass(frozen=True)
+class Report:
+    """What became of one question's answer of a bulk form."""
+
+    row: OpenInterrupt
+    result: AnswerResult
+    #: the session's events after the answer (delivered ones only)
+    next_events: list[NextEvent]
 
 
 async def _select(inbox: Inbox, principal: str, picks: list[Pick]) -> Selection:
@@ -90,7 +115,7 @@ async def _payload(selection: Selection, form: FormData) -> tuple[Any, dict[str,
 
 def _context(*, selection: Selection | None = None, error: str | None = None,
              values: dict[str, Any] | None = None, errors: dict[str, str] | None = None,
-             result: AnswerResult | None = None, sent: list[tuple[OpenInterrupt, AnswerResult]] | None = None,
+             result: AnswerResult | None = None, sent: list[Report] | None = None,
              summary: str | None = None, next_row: OpenInterrupt | None = None) -> dict[str, Any]:
     rows = selection.rows if selection is not None else []
     return {

@@ -89,7 +89,7 @@ bench-smoke: $(STAMP)
 # the browser test that checks each page (no sideways scroll, axe-core) also saves it here.
 screenshots: $(STAMP) system-packages
 	PARLEY_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  tests/e2e/test_inbox_day.py -k every_page_fits
+	  tests/e2e/test_inbox_pages.py -k every_page_fits
 
 # parley/ is the package whole (parley/schemas, parley/dispatcher and parley/workers link to the
 # top-level folders): mypy reads it as it is installed, with no tree of its own to build.

@@ -11,10 +11,12 @@ keys file, not in the users file, so nobody signs in as it).
 install`: the system's browser, with the flags a container needs).
 """
 
+import functools
 import os
 import re
 import secrets
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from parley.client import Client
 from parley.client.inbox import InterruptFilter
 from parley.runtime.procs import RedisServer, free_port, stop_process, stop_processes
 from parley.web.users import hash_password
+from tests import npm
 from tests.conftest import Procs, wait_for
 
 APP = "tests.apps.inbox_app"
@@ -81,6 +84,14 @@ class InboxDeployment:
         its `interrupt.raised` event."""
         self.send(session, {"type": "message.create", "content": text})
         return wait_for(self.client, session, lambda e: e["type"] == "interrupt.raised")[-1]
+
+    def ask_many(self, asks: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """`ask` for each (session, text), all sent first, then each waited for: the questions
+        are raised side by side instead of one after the other."""
+        for session, text in asks:
+            self.send(session, {"type": "message.create", "content": text})
+        return [wait_for(self.client, session, lambda e: e["type"] == "interrupt.raised")[-1]
+                for session, _text in asks]
 
     def events(self, session: str) -> list[dict[str, Any]]:
         return [e for _id, e in self.client.events(session, block_ms=1, until=time.monotonic() + 0.05)]
@@ -203,3 +214,83 @@ class Browsers:
     def close(self) -> None:
         for page in self.pages:
             page.context.close()
+
+
+# ---- what the page tests share ------------------------------------------------------------------
+
+@functools.cache
+def axe_script() -> str:
+    """axe-core (npm, pinned in tests/browser/js), to evaluate in a page: installed on first use."""
+    folder = npm.installed(Path(__file__).parent.parent / "browser" / "js", "axe-core")
+    return (folder / "node_modules" / "axe-core" / "axe.min.js").read_text()
+
+
+WIDTHS = (375, 1280)
+#: a value 250 characters long, over the payment form's `note` limit of 200, with no space to
+#: break at: the error that echoes it must still wrap
+LONG_NOTE = "x" * 250
+
+
+@pytest.fixture(name="browsers")
+def browsers_fixture(chromium: Browser, inbox_deployment: InboxDeployment, request: pytest.FixtureRequest,
+                     tmp_path: Path) -> Iterator["Browsers"]:
+    """New browser contexts for one test, closed after it; when the test failed, what each page
+    showed (a screenshot in its tmp_path, its HTML) and what the processes said."""
+    opened = Browsers(chromium, inbox_deployment)
+    yield opened
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for i, page in enumerate(opened.pages):
+            page.screenshot(path=str(tmp_path / f"failed-{i}.png"), full_page=True)
+            print(f"----- page {i}: {page.url} -----\n{page.content()[:4000]}")
+        print(inbox_deployment.procs.logs())
+    opened.close()
+
+
+def session_name(what: str) -> str:
+    """A session of this test's own (the deployment is shared by the module)."""
+    return f"{what}-{uuid.uuid4().hex[:8]}"
+
+
+def resumed(d: InboxDeployment, session: str) -> list[dict[str, Any]]:
+    return [e for e in d.events(session) if e["type"] == "interrupt.resumed"]
+
+
+def listed(page: Page) -> list[str]:
+    return page.locator("table#interrupts tbody tr.interrupt").evaluate_all(
+        "rows => rows.map(row => row.dataset.session)")
+
+
+def fits(page: Page) -> None:
+    """Nothing on the page runs past the window's width (no sideways scroll)."""
+    width = page.evaluate("() => ({scroll: document.documentElement.scrollWidth, inner: window.innerWidth})")
+    assert width["scroll"] <= width["inner"], f"{page.url}: {width['scroll']} px wide in {width['inner']} px"
+
+
+def axe_findings(page: Page) -> list[str]:
+    """axe-core's serious and critical violations on the page as it is, one line each."""
+    # evaluated through the browser's debugging protocol: the page's CSP (script-src 'self')
+    # would refuse a script tag, and must stay on for what is checked to be what users get
+    page.evaluate(axe_script() + "\n;true")
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    return [f"{v['id']} ({v['impact']}): {v['help']}: {[n['target'] for n in v['nodes']][:3]}"
+            for v in result["violations"] if v["impact"] in ("serious", "critical")]
+
+
+def fill_payment(page: Page, note: str) -> None:
+    """The required fields of tests.apps.inbox_app's payment form, and its note."""
+    page.fill('[name="answer.amount"]', "50")
+    page.select_option('select[name="answer.currency"]', label="EUR")
+    page.fill('[name="answer.payee.name"]', "Dan")
+    page.fill('[name="answer.note"]', note)
+
+
+def checked(page: Page, name: str, width: int) -> None:
+    """The page fits its width, axe finds nothing serious, and a screenshot is kept if asked."""
+    fits(page)
+    findings = axe_findings(page)
+    assert not findings, f"{name} at {width} px: {findings}"
+    folder = os.environ.get("PARLEY_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}-{width}.png"), full_page=True)

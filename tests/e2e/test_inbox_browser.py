@@ -8,8 +8,6 @@ sleeps: the tests wait on DOM conditions and on the sessions' events.
 """
 
 import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -23,8 +21,11 @@ from tests.e2e.inbox_fixtures import (  # noqa: F401  (fixtures)
     WAIT_MS,
     Browsers,
     InboxDeployment,
+    browsers_fixture,
     chromium_fixture,
     inbox_deployment_fixture,
+    resumed,
+    session_name,
 )
 
 # One deployment and one browser for the module: under `pytest -n 2 --dist loadgroup` its tests
@@ -33,34 +34,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("inbox-browser")]
 expect.set_options(timeout=WAIT_MS)
 
 
-@pytest.fixture
-def browsers(chromium: Any, inbox_deployment: InboxDeployment, request: pytest.FixtureRequest,
-             tmp_path: Path) -> Iterator[Browsers]:
-    opened = Browsers(chromium, inbox_deployment)
-    yield opened
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        # What each page showed when the test failed, and what the processes said.
-        for i, page in enumerate(opened.pages):
-            page.screenshot(path=str(tmp_path / f"failed-{i}.png"), full_page=True)
-            print(f"----- page {i}: {page.url} -----\n{page.content()[:4000]}")
-        print(inbox_deployment.procs.logs())
-    opened.close()
-
-
-def session_name(what: str) -> str:
-    """A session of this test's own (the deployment is shared by the module)."""
-    return f"{what}-{uuid.uuid4().hex[:8]}"
-
-
 def shows_no_key(page: Page, deployment: InboxDeployment) -> None:
     """The page shows no signing key, password or password hash."""
     leaked = deployment.secrets_in(page.content())
     assert not leaked, f"{page.url} shows {leaked}"
-
-
-def resumed(deployment: InboxDeployment, session: str) -> list[dict[str, Any]]:
-    return [e for e in deployment.events(session) if e["type"] == "interrupt.resumed"]
 
 
 def answers_sent(deployment: InboxDeployment, session: str) -> list[dict[str, Any]]:

@@ -52,7 +52,14 @@ async def session_view(inbox: Inbox, query: HistoryQuery) -> HistoryPage:
     newest = "+" if query.before is None else "(" + query.before  # `(`: after it, exclusive
     reply: Any = await inbox.shards[shard].xrevrange(inbox.redis_keys.events(query.session), max=newest,
                                                      min="-", count=BOUNDS.session_events + 1)
-    return session_history(query.session, stream_entries(reply), BOUNDS.session_events, query.principal)
+    # off the event loop: up to 2,000 events, messages and all, are parsed and read, and that
+    # must stall this request only, not every page and event stream of the process
+    session, principal = query.session, query.principal
+
+    def read() -> HistoryPage:
+        return session_history(session, stream_entries(reply), BOUNDS.session_events, principal)
+
+    return await asyncio.to_thread(read)
 
 
 async def principal_view(inbox: Inbox, query: HistoryQuery) -> HistoryPage:

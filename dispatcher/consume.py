@@ -142,9 +142,10 @@ class Dispatcher:
                 failures = 0
             except (RedisConnectionError, RedisTimeoutError, BusyLoadingError) as exc:
                 ahead = None
+                delay = backoff(failures, base=0.1, cap=5.0, jitter=True)
                 log.warning("redis unavailable, retrying",
-                            extra=kv(error=repr(exc), backoff_s=backoff(failures, base=0.1, cap=5.0)))
-                self._pause(stop, failures)
+                            extra=kv(error=repr(exc), backoff_s=round(delay, 3)))
+                self._pause(stop, delay)
                 failures += 1
             except RedisError as exc:
                 ahead = None
@@ -158,7 +159,7 @@ class Dispatcher:
                 # A command Redis refused: a bug or a misconfiguration, not an outage. Nothing
                 # was acknowledged, so the entry is retried; say loudly why.
                 log.exception("redis refused a command, retrying", extra=kv(error=repr(exc)))
-                self._pause(stop, failures)
+                self._pause(stop, backoff(failures, base=0.1, cap=5.0, jitter=True))
                 failures += 1
         with contextlib.suppress(RedisError):
             self.leases.release_all()
@@ -190,14 +191,14 @@ class Dispatcher:
                     self.backlog.pop(stream, None)
         return made
 
-    def _pause(self, stop: threading.Event, failures: int) -> None:
+    def _pause(self, stop: threading.Event, delay: float) -> None:
         # whatever the last tick read stays pending: re-claim our own entries once back
         self.leases.suspect_all()
         self.functions.recheck()  # a Redis back from a restart may hold no functions
         # a producer's stream key may have become another type (dispatcher/producers.py): the
         # registry's check of their types runs again at once, not a refresh period later
         self.registry.expire()
-        stop.wait(backoff(failures, base=0.1, cap=5.0))
+        stop.wait(delay)
 
     def tick(self, ahead: Replies | None = None) -> Replies | None:
         """One round: leases and sweeps, then the entries `ahead` (read by the last settle) or

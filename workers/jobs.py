@@ -109,7 +109,7 @@ def through_outages(action: Callable[[], Any], what: str) -> None:
         except (RedisConnectionError, RedisTimeoutError, BusyLoadingError) as exc:
             if time.monotonic() > deadline:
                 raise
-            delay = backoff(failures, base=0.1, cap=5.0)
+            delay = backoff(failures, base=0.1, cap=5.0, jitter=True)
             failures += 1
             log.warning(f"redis unavailable; retrying to {what}", extra=kv(error=repr(exc), backoff_s=delay))
             time.sleep(delay)

@@ -208,7 +208,7 @@ class TakingWorker(SimpleWorker):
                 continue
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as conn_err:
                 wait_s = backoff(outages, base=1.0, cap=self.max_connection_wait_time,
-                                 growth=self.exponential_backoff_factor)
+                                 growth=self.exponential_backoff_factor, jitter=True)
                 outages += 1
                 self.log.error("Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
                                self.name, conn_err, wait_s)
@@ -245,7 +245,7 @@ class TakingWorker(SimpleWorker):
     def _unconfirmed(self, outages: int) -> int:
         """A take not confirmed: back off as for an outage before taking again."""
         time.sleep(backoff(outages, base=0.1, cap=self.max_connection_wait_time,
-                           growth=self.exponential_backoff_factor))
+                           growth=self.exponential_backoff_factor, jitter=True))
         return outages + 1
 
     def give_back(self) -> None:

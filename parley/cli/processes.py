@@ -362,7 +362,7 @@ def _work_until_stopped(new_worker: Any, burst: bool) -> None:
             if w is not None and w._stop_requested:
                 return
             restarts += 1
-            delay = backoff(restarts, base=0.25, cap=5.0)
+            delay = backoff(restarts, base=0.25, cap=5.0, jitter=True)
             log.warning("redis unavailable; restarting the worker loop",
                         extra=logs.kv(error=repr(exc), backoff_s=delay, restarts=restarts))
             stop = _stop_on_signals()

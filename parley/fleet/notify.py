@@ -69,7 +69,7 @@ def run_through_outages(stop: threading.Event, step: Callable[[], None],
             step()
             outages = 0
         except (RedisConnectionError, RedisTimeoutError) as exc:
-            delay = backoff(outages, base=0.25, cap=5.0)
+            delay = backoff(outages, base=0.25, cap=5.0, jitter=True)
             outages += 1
             log.warning("redis unavailable", extra=kv(error=repr(exc), backoff_s=delay))
             stop.wait(delay)
@@ -84,11 +84,11 @@ def run_through_outages(stop: threading.Event, step: Callable[[], None],
             except RedisError as again:  # an outage right after the NOGROUP: back off, try again
                 log.warning("could not make the feed's consumer group again",
                             extra=kv(error=repr(again)))
-                stop.wait(backoff(nogroups, base=0.05, cap=5.0))
+                stop.wait(backoff(nogroups, base=0.05, cap=5.0, jitter=True))
                 continue
             log.warning("the feed's consumer group was gone (the feed deleted?): made again from "
                         "id 0, forwarding on", extra=kv(error=str(exc), made=",".join(made)))
-            stop.wait(backoff(nogroups, base=0.05, cap=5.0) if nogroups else 0)
+            stop.wait(backoff(nogroups, base=0.05, cap=5.0, jitter=True) if nogroups else 0)
 
 def sign(secret: bytes, timestamp: int, body: bytes) -> str:
     """The `Parley-Signature` header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>`

@@ -19,8 +19,10 @@ def backoff(attempt: int, *, base: float, cap: float, jitter: bool = False,
 
     Exponential: `base * growth**attempt`, never more than `cap`. With `jitter`, a uniform draw
     in [0, that] ("full jitter"): clients retrying together spread out instead of hitting a
-    recovering server in lockstep. Without it the delay is exact, for loops where only one
-    process waits (a dispatcher, a worker) and a predictable pace reads better in the logs.
+    recovering server in lockstep. Every loop of the fleet passes it (tests/unit/test_retry.py
+    checks each call): after a failover or a Redis restart every dispatcher, worker, notifier and
+    inbox of a shard waits out the same outage at once. Without it the delay is exact, for
+    the schedules the tests pin down.
     """
     if attempt < 0:
         raise ValueError(f"attempt must be >= 0, not {attempt}")

@@ -45,3 +45,25 @@ def test_zero_base_or_cap_means_no_wait() -> None:
 def test_a_negative_attempt_is_a_bug() -> None:
     with pytest.raises(ValueError):
         backoff(-1, base=0.1, cap=5.0)
+
+
+def test_every_retry_loop_of_the_fleet_is_jittered() -> None:
+    """After a failover every process of a shard waits out the same outage: a loop that backs
+    off in lockstep with the others would hit the new primary all at once. Each call of
+    `backoff` in the shipped code passes jitter=True."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    calls = []
+    for folder in ("parley", "dispatcher", "workers", "schemas"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.is_symlink() or any(p.is_symlink() for p in path.parents if root in p.parents):
+                continue  # parley/dispatcher etc. are links to the top-level folders
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "backoff":
+                    jittered = any(k.arg == "jitter" and isinstance(k.value, ast.Constant)
+                                   and k.value.value is True for k in node.keywords)
+                    calls.append((f"{path.relative_to(root)}:{node.lineno}", jittered))
+    assert len(calls) >= 10, calls  # the scan found the loops
+    assert [where for where, jittered in calls if not jittered] == []

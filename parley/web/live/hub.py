@@ -168,7 +168,7 @@ class FeedHub:
                     # a read cut off because the hub is being stopped, not an outage
                     raise asyncio.CancelledError from exc
                 self.connected[shard] = False
-                delay = backoff(outages, base=self.backoff_base_s, cap=self.backoff_cap_s)
+                delay = backoff(outages, base=self.backoff_base_s, cap=self.backoff_cap_s, jitter=True)
                 outages += 1
                 log.warning("feed unreadable", extra=kv(shard=shard, error=repr(exc), backoff_s=delay))
                 await asyncio.sleep(delay)

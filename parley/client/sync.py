@@ -1,7 +1,9 @@
 """`Client`: the producer's client on `redis`, running the steps of parley/client/core.py."""
 
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, overload
 
 from redis import Redis
@@ -47,12 +49,16 @@ class Client(Face):
         #: the first shard's client (the only one with one Redis)
         self.redis: Redis = self.shards.clients[0]
         self.core = Core(keys, self.shards.clients, producer, moved_timeout_s, self.shards)
+        # the threads that read every shard at once (`_each`), made on the first listing
+        self._fanout: ThreadPoolExecutor | None = None
+        self._fanout_size = 0
+        self._fanout_lock = threading.Lock()
 
     def _do(self, request: Request) -> Any:
         if isinstance(request, Round):
             return pipeline_of(self.shards.clients[request.shard], request.calls).execute()
         if isinstance(request, Each):
-            return [self._run(op) for op in request.ops]  # one shard after another
+            return self._each(request.ops)
         if not isinstance(request, Command):
             return time.sleep(request.seconds)
         name, args, kwargs = request.call.name, request.call.args, request.call.kwargs
@@ -62,6 +68,21 @@ class Client(Face):
             if request.refusable:
                 return err
             raise
+
+    def _each(self, ops: "list[Op[Any]]") -> list[Any]:
+        """Several shards' operations at once, one thread each (redis-py's clients are safe to
+        share between threads: each command takes a connection of its pool), so a listing over
+        S shards costs one shard's round trips of wall time, not S times them."""
+        if len(ops) <= 1:
+            return [self._run(op) for op in ops]
+        with self._fanout_lock:
+            if self._fanout is None or self._fanout_size < len(ops):
+                if self._fanout is not None:
+                    self._fanout.shutdown(wait=False)
+                self._fanout = ThreadPoolExecutor(len(ops), thread_name_prefix="parley-shards")
+                self._fanout_size = len(ops)
+            pool = self._fanout
+        return list(pool.map(self._run, ops))
 
     def _run(self, op: Op[T]) -> T:
         """Do what `op` asks, one request at a time, and return its result."""

@@ -13,6 +13,7 @@ import redis.asyncio
 
 from parley.aclient import AsyncClient
 from parley.client import Client
+from parley.client.inbox import InterruptFilter
 from parley.client.producer import SubmitUnavailable
 from parley.client.shards import Shards, write_placement
 from parley.runtime.procs import RedisServer
@@ -129,3 +130,41 @@ def test_the_async_client_routes_and_waits_out_moved_too(shards: Shards, servers
     asyncio.run(run())
     assert len(entries(shards.clients[0], on_0)) == 1 and entries(shards.clients[1], on_0) == []
     assert len(entries(shards.clients[1], on_1)) == 1 and entries(shards.clients[0], on_1) == []
+
+
+class _MeetingPipeline:
+    """A pipeline whose first `execute` waits until every shard's first read has begun: only
+    reads made at the same time can all get past it."""
+
+    def __init__(self, pipe: Any, meeting: threading.Barrier, met: list[str]):
+        self._pipe, self._meeting, self._met = pipe, meeting, met
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+    def execute(self) -> Any:
+        if not self._met:
+            self._meeting.wait(timeout=10)  # BrokenBarrierError when the shards are read in turn
+        self._met.append(threading.current_thread().name)
+        return self._pipe.execute()
+
+
+def test_a_listing_reads_every_shard_at_once(shards: Shards) -> None:
+    """One page over S shards costs one shard's round trips of wall time: each shard's read
+    runs beside the others (a barrier the reads must all reach before any goes on)."""
+    meeting = threading.Barrier(len(shards.clients))
+    client = Client(shards.clients)
+    for i, r in enumerate(client.shards.clients):
+        met: list[str] = []
+        original = r.pipeline
+
+        def meeting_pipeline(*args: Any, _original: Any = original, _met: list[str] = met,
+                             **kwargs: Any) -> Any:
+            return _MeetingPipeline(_original(*args, **kwargs), meeting, _met)
+
+        r.pipeline = meeting_pipeline  # type: ignore[method-assign]
+    page = client.interrupt_page(InterruptFilter(), limit=10)
+    assert page.items == [] and page.cursor is None
+    assert not meeting.broken
+    # and once more: the threads are kept for the next listing
+    assert client.interrupts(InterruptFilter()) == []

@@ -60,7 +60,9 @@ def move(ctx: click.Context, partition: int, to: int, drain_timeout: float) -> N
         report = _mover(ctx).move(partition, to, drain_timeout_s=drain_timeout)
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"partition {report.partition} moved from shard {report.source} to shard {report.target}")
+    click.echo(f"partition {report.partition} moved from shard {report.source} to shard {report.target} "
+               f"({report.sessions} sessions, {report.keys} keys, {report.members} members; "
+               f"frozen {report.frozen_s:.3f} s)")
 
 
 @partitions.command("repair")

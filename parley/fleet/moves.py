@@ -89,6 +89,9 @@ class MoveReport:
     keys: int = 0
     members: int = 0
     drained_lost: int = 0
+    #: seconds the partition was frozen (its inputs refused `moved`): from the freeze written
+    #: on every shard to the flip written on every shard
+    frozen_s: float = 0.0
 
 
 Say = Callable[[MoveStep, str], None]
@@ -110,6 +113,8 @@ class Mover:
         self.say = say
         self.poll_s = poll_s
         self.lock: MoveLock | None = None
+        #: when the move under way began its freeze (time.monotonic())
+        self.frozen_at = 0.0
         self.tables = PlacementWriter(shards, lambda: self.lock is not None and self.lock.lost)
         self.copier = Copier(self.keys)
 
@@ -138,6 +143,7 @@ class Mover:
         plan = plan_move(placement, partition, to)
         self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
+        self.frozen_at = time.monotonic()
         try:
             self.write_everywhere(plan, plan.frozen)
         except TableChanged as exc:
@@ -180,8 +186,9 @@ class Mover:
         self.say(MoveStep.COPY, f"{report.sessions} sessions, {report.keys} keys and {report.members} "
                                 f"members copied to shard {plan.target}")
         self.write_everywhere(plan, plan.flipped)
+        report.frozen_s = time.monotonic() - self.frozen_at
         self.say(MoveStep.FLIP, f"partition {partition} is on shard {plan.target} "
-                                f"(table version {plan.flipped.version})")
+                                f"(table version {plan.flipped.version}; frozen {report.frozen_s:.3f} s)")
         self.clean(plan.source, partition, plan.flipped.partitions, lower_stats=True)
         self.release_fence(plan.source, partition, token)
         self.shards.clients[plan.target].hdel(self.keys.config, copied_field(partition))

@@ -3,6 +3,7 @@ running during the move: the state is made by a real dispatcher driven by hand o
 moved; what the target holds is compared with what the source held, and a dispatcher on the
 target carries on. Also `repair` after a mover stopped at each step, and the refusals."""
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,6 +309,11 @@ def test_the_cli_lists_moves_and_repairs(r: redis.Redis, r1: redis.Redis, redis_
     out = run(*urls, "partitions", "move", "1", "--to", "1", "--drain-timeout", "0.2")
     assert out.exit_code == 0, out.output
     assert "partition 1 moved from shard 0 to shard 1" in out.output and "clean:" in out.output
+    # the freeze is timed and reported, at the flip and in the summary
+    flip = r"flip: partition 1 is on shard 1 \(table version \d+; frozen \d+\.\d{3} s\)"
+    assert re.search(flip, out.output), out.output
+    assert re.search(r"moved from shard 0 to shard 1 \(\d+ sessions, \d+ keys, \d+ members; frozen "
+                     r"\d+\.\d{3} s\)", out.output), out.output
     assert "   1  shard 1  served" in run(*urls, "partitions", "list").output
     out = run(*urls, "partitions", "move", "1", "--to", "5")
     assert out.exit_code == 1 and "there is no shard 5" in out.output

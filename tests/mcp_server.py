@@ -8,8 +8,16 @@ answer an elicitation brought back another (`received {"account": "savings"}`), 
 what reached the server.
 """
 
-import json
 import os
+
+# Before the SDK's imports (seconds on a loaded box): with PARLEY_TEST_MCP_PIDS set, the
+# process id of every server started, so a test can check the server is stopped even when a
+# time limit ran out before the call reached a tool.
+if os.environ.get("PARLEY_TEST_MCP_PIDS"):
+    with open(os.environ["PARLEY_TEST_MCP_PIDS"], "a") as _pids:
+        _pids.write(f"{os.getpid()}\n")
+
+import json
 import sys
 from typing import Annotated
 

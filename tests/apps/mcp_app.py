@@ -17,7 +17,7 @@ from parley import ScriptedModel
 
 SERVER = str(Path(__file__).resolve().parents[1] / "mcp_server.py")
 # a stdio server inherits only a few variables (HOME, PATH, ...): pass the evidence file on
-_env = {k: os.environ[k] for k in ("PARLEY_TEST_MCP_LOG",) if k in os.environ}
+_env = {k: os.environ[k] for k in ("PARLEY_TEST_MCP_LOG", "PARLEY_TEST_MCP_PIDS") if k in os.environ}
 
 mcp_servers = [
     parley.mcp.stdio(sys.executable, SERVER, name="t", env=_env,

@@ -154,7 +154,7 @@ def test_a_listing_reads_every_shard_at_once(shards: Shards) -> None:
     runs beside the others (a barrier the reads must all reach before any goes on)."""
     meeting = threading.Barrier(len(shards.clients))
     client = Client(shards.clients)
-    for i, r in enumerate(client.shards.clients):
+    for r in client.shards.clients:
         met: list[str] = []
         original = r.pipeline
 

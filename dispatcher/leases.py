@@ -30,6 +30,7 @@ from redis.exceptions import ResponseError
 from parley.dispatcher.store import load_script
 from parley.runtime.logs import kv
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.moves import INDEXED_FIELD
 from parley.schemas.shards import PLACEMENT_FIELD, Placement, PlacementError
 
 log = logging.getLogger("parley.dispatcher")
@@ -53,8 +54,13 @@ class Partition:
 
 
 def get_partitions(redis: Redis, keys: Keys, default: int = 1) -> int:
-    """N is published in `parley:config`; the first dispatcher writes its own default."""
-    redis.hsetnx(keys.config, "partitions", default)
+    """N is published in `parley:config`; the first dispatcher writes its own default. On a
+    shard it finds with no N (a new one: no dispatcher ever served it), every session will be
+    in its partition's list from its first commit, so the shard is marked indexed at once
+    (schemas/moves.py INDEXED_FIELD); a shard of an older release is indexed by `parley
+    partitions index`."""
+    if redis.hsetnx(keys.config, "partitions", default):
+        redis.hsetnx(keys.config, INDEXED_FIELD, "1")
     raw = redis.hget(keys.config, "partitions")
     return int(raw) if raw else default
 

@@ -153,23 +153,23 @@ class Store:
             state.messages = {k.decode(): orjson.loads(v) for k, v in raw.items()}
 
     def commit(self, session: str, version: str, tr: Transition, lease_key: str,
-               lease_token: str) -> int:
-        keys, argv = self._commit_args(session, version, tr, lease_key, lease_token)
+               lease_token: str, partition: int) -> int:
+        keys, argv = self._commit_args(session, version, tr, lease_key, lease_token, partition)
         return int(self._commit(keys=keys, args=argv))
 
     def commit_many(self, batch: Sequence[tuple[str, str, Transition]], lease_key: str,
-                    lease_token: str) -> list[int]:
+                    lease_token: str, partition: int) -> list[int]:
         """`commit` of several (session, version, transition) in ONE round trip: a pipeline,
         not a MULTI; each EVALSHA is atomic by itself and answers for its own transition
         (COMMITTED, CONFLICT or LEASE_LOST), in order."""
         if len(batch) == 1:
-            return [self.commit(*batch[0], lease_key, lease_token)]
-        calls = [self._commit_args(session, version, tr, lease_key, lease_token)
+            return [self.commit(*batch[0], lease_key, lease_token, partition)]
+        calls = [self._commit_args(session, version, tr, lease_key, lease_token, partition)
                  for session, version, tr in batch]
         return [int(rc) for rc in evalsha_many(self.redis, self._commit, calls)]
 
     def _commit_args(self, session: str, version: str, tr: Transition, lease_key: str,
-                     lease_token: str) -> tuple[list[str], list[Any]]:
+                     lease_token: str, partition: int) -> tuple[list[str], list[Any]]:
         k = self.keys
         core = tr.state.core
         argv: list[Any] = [
@@ -203,6 +203,7 @@ class Store:
             job = self.jobs.prepare(session, fx)
             keys += [job.job_key, job.queue_key, job.order_key, job.token_key]
             argv += [job.job_id, job.record, job.token, len(job.fields) // 2, *job.fields]
+        keys.append(k.partition_sessions(partition))  # last: commit.lua reads it as KEYS[#KEYS]
         return keys, argv
 
     def pending_effects(self, session: str) -> list[Effect]:

@@ -308,10 +308,12 @@ class Sweeps:
                 log.error("an open session was found expiring; left alone", extra=kv(session=session))
                 self.redis.zrem(k.expiring, session)
                 continue
-            listed = sorted(listing_entries(k, core))
+            partition = self.partition(session)
+            # the partition's list of sessions too: expire_session.lua ZREMs each (set, member)
+            listed = [*sorted(listing_entries(k, core)), (k.partition_sessions(partition), session)]
             own = k.session_keys(session)
             calls.append(([k.meta(session), k.expiring, k.idle, k.config, *own, *(s for s, _ in listed)],
-                          [session, version, len(own), self.partition(session), *(m for _, m in listed)]))
+                          [session, version, len(own), partition, *(m for _, m in listed)]))
         deleted = sum(1 for rc in evalsha_many(self.redis, self._expire_session, calls) if rc == 1)
         if deleted:
             metrics.SESSIONS_EXPIRED.inc(deleted)

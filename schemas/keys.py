@@ -94,6 +94,15 @@ class Keys:
     def lease(self, partition: int) -> str:
         return f"{self.prefix}:lease:{partition}"
 
+    def partition_sessions(self, partition: int) -> str:
+        """Sorted set, score 0: the sessions of one partition that exist on this shard (a
+        sub-agent's child by its root's partition). Every commit of an existing session adds
+        it, the expiry sweep removes it with the session's keys; a move copies it with the
+        partition and so finds the partition's keys and members without scanning the shard
+        (schemas/moves.py, parley/fleet/copying.py). `<prefix>:config` field `partition_sessions`
+        says it is complete (`parley partitions index` filled it for the sessions older than it)."""
+        return f"{self.prefix}:partition:{partition}:sessions"
+
     @property
     def interrupt_index(self) -> str:
         """Sorted set of open interrupts across sessions, scored by raise time."""

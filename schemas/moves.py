@@ -240,3 +240,76 @@ def partition_states(placement: Placement) -> list[tuple[int, int, str]]:
         out.append((p, placement.shard_of(p), "served" if to is None else f"moving to {to}"))
     return out
 
+
+
+# ---- a partition's members found by its sessions, not by scanning the shard --------------------
+
+#: `<prefix>:config` field, "1" once every session of the shard is in its partition's list of
+#: sessions (`Keys.partition_sessions`): a move then finds P's keys and members from that list,
+#: in O(P's sessions); without it (a shard of an older release, before `parley partitions
+#: index`), by scanning the shard as before
+INDEXED_FIELD = "partition_sessions"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A member a session may have in a shard-wide set: looked up exactly (ZSCORE or HGET), and
+    copied when it is there."""
+
+    key: str
+    holds: Holds
+    member: str
+
+
+def by_session_range(session: str) -> tuple[str, str]:
+    """The ZRANGE BYLEX bounds of a session's members of the by-session set (`session US time US
+    id`): from `session US` up to, not including, `session` followed by the next byte."""
+    return f"[{session}{SEP}", f"({session}\x20"
+
+
+def interrupt_of_by_session(member: str) -> tuple[str, str] | None:
+    """(raise time as 15 digits, interrupt id) of a by-session member, None if it does not read."""
+    parts = member.split(SEP)
+    return (parts[1], parts[2]) if len(parts) == 3 and parts[1] and parts[2] else None
+
+
+def session_candidates(keys: Keys, session: str, producers: Iterable[str]) -> list[Candidate]:
+    """The members a session may have that name it whole: expiring, idle, each producer's
+    pending count."""
+    z, h = Holds.ZSET, Holds.HASH
+    return [Candidate(keys.expiring, z, session), Candidate(keys.idle, z, session),
+            *(Candidate(keys.pending(p), h, session) for p in sorted(producers))]
+
+
+def interrupt_candidates(keys: Keys, session: str, interrupt_id: str, raised: str) -> list[Candidate]:
+    """An open interrupt's members that its id and raise time name (index_lib.lua, index_add.lua):
+    the index, its details, the deadlines and the by-session set."""
+    z, h = Holds.ZSET, Holds.HASH
+    member = f"{session}{SEP}{interrupt_id}"
+    return [Candidate(keys.interrupt_index, z, member), Candidate(keys.interrupt_info, h, member),
+            Candidate(keys.deadlines, z, member),
+            Candidate(keys.interrupts_by_session, z, f"{session}{SEP}{raised}{SEP}{interrupt_id}")]
+
+
+def listed_candidates(keys: Keys, info: dict[str, Any]) -> list[Candidate]:
+    """The members an open interrupt's details name (index_lib.lua `index_entries`, and its
+    anchor in the anchors hash): by time, by reason, by each principal that may answer (or
+    "anyone"); None of it for details that do not read."""
+    session, interrupt_id = info.get("session"), info.get("interrupt_id")
+    raised, reason = info.get("raised_at"), info.get("reason")
+    if not (isinstance(session, str) and isinstance(interrupt_id, str)
+            and isinstance(raised, int | float) and isinstance(reason, str)):
+        return []
+    z, h = Holds.ZSET, Holds.HASH
+    timed = f"{int(raised):015d}{SEP}{session}{SEP}{interrupt_id}"
+    out = [Candidate(keys.interrupts_by_time, z, timed),
+           Candidate(keys.interrupts_of_reason(reason), z, timed)]
+    who = info.get("resumable_by")
+    if isinstance(who, list):
+        out += [Candidate(keys.interrupts_of_principal(p), z, timed) for p in who if isinstance(p, str)]
+    elif who is None:  # anyone (any other value, cjson's empty list `{}` among them: nobody)
+        out.append(Candidate(keys.interrupts_for_anyone, z, timed))
+    anchor = info.get("anchor")
+    anchored = anchor if isinstance(anchor, str) else ""  # a global interrupt: its session's ''
+    out.append(Candidate(keys.interrupt_anchors, h, f"{session}{SEP}{anchored}"))
+    return out

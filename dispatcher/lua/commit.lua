@@ -11,6 +11,7 @@
 -- then    4 keys per job enqueued: its RQ job hash, its queue (list), the queue's in-flight
 --         order (zset), its token key (string)
 --         KEYS[6] and on are outside the session's slot: Redis Cluster is not supported yet.
+-- KEYS[#KEYS] (last, after the jobs') the partition's sessions (Keys.partition_sessions)
 -- ARGV[1] expected version (what the transition was computed from)
 -- ARGV[2] lease token held by the committing dispatcher, or ''
 -- ARGV[3] core JSON ('' = the session still does not exist)
@@ -98,6 +99,13 @@ for j = 1, q do
   -- the job's token, for the take that claims it alone (schemas/signing.py job_token)
   redis.call('SET', token_key, token, 'PX', TOKEN_TTL_MS)
   i = i + 4 + 2 * f
+end
+-- The session in its partition's list (a move finds the partition's sessions there, not by
+-- scanning the shard): on every commit of an existing session, so one committed by a release
+-- before the list is added as soon as it is committed again; a ZADD that changes nothing is
+-- not written to the AOF.
+if ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[#KEYS], 0, ARGV[8])
 end
 -- Last, so the keys this commit wrote are covered: meta, messages, events, outbox, used keys.
 if ARGV[3] == '' then

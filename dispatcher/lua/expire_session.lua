@@ -4,7 +4,8 @@
 -- KEYS[3] the idle sorted set
 -- KEYS[4] the config hash
 -- KEYS[5 .. 4+n] the session's own keys (Keys.session_keys, meta included)
--- KEYS[5+n ..] the listing's sorted sets the session is in (schemas/listing.py), one per member
+-- KEYS[5+n ..] the listing's sorted sets the session is in (schemas/listing.py), one per member,
+--         and last its partition's list of sessions (Keys.partition_sessions)
 -- ARGV[1] the session id
 -- ARGV[2] the version the sweep read (and found the session closed at)
 -- ARGV[3] n: how many of KEYS are the session's own

@@ -65,6 +65,27 @@ def move(ctx: click.Context, partition: int, to: int, drain_timeout: float) -> N
                f"frozen {report.frozen_s:.3f} s)")
 
 
+@partitions.command("index")
+@click.pass_context
+def index(ctx: click.Context) -> None:
+    """List every session of each shard in its partition's list, so that a move copies exactly
+    its partition's keys instead of scanning the whole shard. Needed once, for shards that held
+    sessions before this release, after every dispatcher runs it; safe while the deployment
+    runs, and again."""
+    from parley.fleet.copying import Copier
+
+    shards = shards_of(ctx)
+    copier = Copier(shards.keys)
+    for i, r in enumerate(shards.clients):
+        raw = r.hget(shards.keys.config, "partitions")
+        if raw is None:
+            # its first dispatcher marks it indexed as it starts (dispatcher/leases.py)
+            click.echo(f"shard {i}: no dispatcher has served it yet: nothing to index")
+            continue
+        added = copier.index(r, int(raw))
+        click.echo(f"shard {i}: {added} session(s) added to their partitions' lists; indexed")
+
+
 @partitions.command("repair")
 @click.pass_context
 def repair(ctx: click.Context) -> None:

@@ -26,6 +26,7 @@ from redis.sentinel import Sentinel
 from parley.runtime.logins import may_ask_info
 from parley.runtime.redis_errors import is_cluster_node
 from parley.schemas.keys import Keys
+from parley.schemas.moves import INDEXED_FIELD
 from parley.schemas.shards import (
     PLACEMENT_FIELD,
     SHARD_FIELD,
@@ -211,7 +212,12 @@ class Shards:
             placement = initial_placement(views, partitions)
             # shard 0 last: a process that finds shard 0's table finds every shard's
             for i in reversed(range(len(self.clients))):
-                if read_view(self.clients[i], self.keys, i).placement is None:
+                view = read_view(self.clients[i], self.keys, i)
+                if view.placement is None:
+                    if not view.has_data:
+                        # no dispatcher ever served it: every session it will hold is in its
+                        # partition's list from its first commit (schemas/moves.py)
+                        self.clients[i].hsetnx(self.keys.config, INDEXED_FIELD, "1")
                     write_placement(self.clients[i], self.keys, i, placement)
             placement = agreed_placement(self.views())  # another dispatcher may have won
         self.placement = placement

@@ -17,19 +17,28 @@ from typing import Any
 import orjson
 import redis
 
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
+from parley.schemas.listing import listing_entries
 from parley.schemas.moves import (
+    INDEXED_FIELD,
+    Candidate,
     Holds,
+    by_session_range,
     copied_field,
     held_of,
     in_partition,
+    interrupt_candidates,
+    interrupt_of_by_session,
+    listed_candidates,
     parked_of,
     partition_streams,
+    session_candidates,
     session_key_pattern,
     session_of_key,
     session_of_member,
     shared_sets,
 )
+from parley.schemas.state import Core
 
 SCAN_COUNT = 1000
 
@@ -46,14 +55,31 @@ class Copier:
 
     def __init__(self, keys: Keys):
         self.keys = keys
+        #: keys, members and list reads this copier has looked at (what a move costs, counted:
+        #: a scan counts every key and member it meets)
+        self.touched = 0
 
     # ---- what P holds on a shard ---------------------------------------------------------
     def scan(self, r: redis.Redis, match: str) -> Iterator[str]:
         for key in r.scan_iter(match=match, count=SCAN_COUNT):
+            self.touched += 1
             yield text(key)
 
+    def indexed(self, r: redis.Redis) -> bool:
+        """Every session of `r` is in its partition's list (schemas/moves.py INDEXED_FIELD)."""
+        return text(r.hget(self.keys.config, INDEXED_FIELD) or b"") == "1"
+
+    def listed_sessions(self, r: redis.Redis, partition: int) -> list[str]:
+        return sorted(text(s) for s in r.zrange(self.keys.partition_sessions(partition), 0, -1))
+
     def session_keys_of(self, r: redis.Redis, partition: int, partitions: int) -> list[tuple[str, str]]:
-        """(session, key) of every key of P's sessions on `r`."""
+        """(session, key) of every key of P's sessions on `r`: from P's list of sessions when
+        the shard is indexed (each session's own keys by name: O(P), whatever else the shard
+        holds; a name that holds no key is skipped by the copy), else by scanning the shard."""
+        if self.indexed(r):
+            self.touched += 1
+            return [(session, key) for session in self.listed_sessions(r, partition)
+                    for key in self.keys.session_keys(session)]
         out = []
         for key in self.scan(r, session_key_pattern(self.keys)):
             session = session_of_key(self.keys, key)
@@ -66,7 +92,66 @@ class Copier:
         return partition_streams(self.keys, partition, partitions, [text(p) for p in producers or []])
 
     def members_of(self, r: redis.Redis, partition: int, partitions: int) -> list[Members]:
-        """P's members of each shard-wide set on `r`: (key, kind, [(member, score or value)])."""
+        """P's members of each shard-wide set on `r`: (key, kind, [(member, score or value)]);
+        looked up by P's sessions when the shard is indexed, else found by scanning every set."""
+        if self.indexed(r):
+            return self.members_of_sessions(r, self.listed_sessions(r, partition))
+        return self.scanned_members(r, partition, partitions)
+
+    def members_of_sessions(self, r: redis.Redis, sessions: list[str]) -> list[Members]:
+        """The members of `sessions` in every shard-wide set, by exact lookups in three round
+        trips (schemas/moves.py names the candidates): their own members and interrupts by
+        session first, then each interrupt's, then what each interrupt's details and each
+        session's listing name. O(the sessions' members), not O(the shard)."""
+        producers = [text(p) for p in (r.hkeys(self.keys.producers) or [])]
+        pipe = r.pipeline(transaction=False)
+        first: list[Candidate] = []
+        for session in sessions:
+            low, high = by_session_range(session)
+            pipe.zrange(self.keys.interrupts_by_session, low, high, bylex=True)
+            pipe.hget(self.keys.meta(session), "core")
+            first += session_candidates(self.keys, session, producers)
+        replies = pipe.execute()
+        second: list[Candidate] = []
+        later: list[Candidate] = []
+        for n, session in enumerate(sessions):
+            for member in replies[2 * n] or []:
+                found = interrupt_of_by_session(text(member))
+                if found is not None:
+                    second += interrupt_candidates(self.keys, session, found[1], found[0])
+            raw_core = replies[2 * n + 1]
+            core = Core.model_validate_json(raw_core) if raw_core else None
+            listing = sorted(listing_entries(self.keys, core))
+            later += [Candidate(key, Holds.ZSET, member) for key, member in listing]
+        found_first = self.looked_up(r, first)
+        found_second = self.looked_up(r, second)
+        for candidate, value in found_second:
+            if candidate.key == self.keys.interrupt_info:
+                info = orjson.loads(value)
+                later += listed_candidates(self.keys, info) if isinstance(info, dict) else []
+        unique = list(dict.fromkeys(later))  # interrupts at one anchor name one anchors field
+        grouped: dict[str, tuple[Holds, list[tuple[str, Any]]]] = {}
+        for candidate, value in [*found_first, *found_second, *self.looked_up(r, unique)]:
+            grouped.setdefault(candidate.key, (candidate.holds, []))[1].append((candidate.member, value))
+        return [(key, holds, items) for key, (holds, items) in grouped.items()]
+
+    def looked_up(self, r: redis.Redis, candidates: list[Candidate]) -> list[tuple[Candidate, Any]]:
+        """The candidates that are there, with their score (a sorted set's) or value (a hash's):
+        one round trip."""
+        if not candidates:
+            return []
+        pipe = r.pipeline(transaction=False)
+        for c in candidates:
+            if c.holds is Holds.ZSET:
+                pipe.zscore(c.key, c.member)
+            else:
+                pipe.hget(c.key, c.member)
+        self.touched += len(candidates)
+        return [(c, v) for c, v in zip(candidates, pipe.execute(), strict=True) if v is not None]
+
+    def scanned_members(self, r: redis.Redis, partition: int, partitions: int) -> list[Members]:
+        """P's members of each shard-wide set on `r`, found by scanning every set (a shard not
+        indexed: schemas/moves.py INDEXED_FIELD)."""
         out = []
         for shared in shared_sets(self.keys):
             names = list(self.scan(r, shared.name)) if shared.pattern else [shared.name]
@@ -77,6 +162,7 @@ class Copier:
                     items = r.hscan_iter(name, count=SCAN_COUNT)
                 mine = []
                 for member, value in items:
+                    self.touched += 1
                     session = session_of_member(shared.form, text(member))
                     if session is not None and in_partition(session, partition, partitions):
                         mine.append((text(member), value))
@@ -94,6 +180,35 @@ class Copier:
             held += held_of(core, [orjson.loads(v) for v in outbox or []])
         return held, parked_of(int(v) for v in anchors)
 
+    # ---- the lists of sessions of a shard of an older release ------------------------------
+    def index(self, r: redis.Redis, partitions: int, batch: int = 500) -> int:
+        """Every session of `r` into its partition's list, then the shard marked indexed (so a
+        move finds P's sessions in P's list from then on). One scan of the shard; safe while
+        the deployment runs (each session is listed only if it still exists, in one step with
+        the check), and again (nothing is listed twice). Returns how many it added."""
+        from parley.dispatcher.store import load_script  # the fleet's one Lua, kept with the rest
+        script = load_script(r, "index_partition_sessions")
+        added = 0
+        pending: list[str] = []
+
+        def flush() -> int:
+            keys = [k for session in pending
+                    for k in (self.keys.meta(session),
+                              self.keys.partition_sessions(partition_of(session, partitions)))]
+            done = int(script(keys=keys, args=pending)) if pending else 0
+            pending.clear()
+            return done
+
+        for key in self.scan(r, f"{self.keys.prefix}:{{*}}:meta"):
+            session = session_of_key(self.keys, key)
+            if session is not None:
+                pending.append(session)
+            if len(pending) >= batch:
+                added += flush()
+        added += flush()
+        r.hset(self.keys.config, INDEXED_FIELD, "1")
+        return added
+
     # ---- copy ----------------------------------------------------------------------------
     def copy(self, src: redis.Redis, dst: redis.Redis, partition: int, partitions: int,
              target: int) -> tuple[int, int, int]:
@@ -106,8 +221,14 @@ class Copier:
         count, anchors = self.add_members(dst, self.members_of(src, partition, partitions))
         sessions = {s for s, _k in session_keys}
         held, parked = self.stats_of(src, sessions, anchors)
-        # the counters and the mark in one MULTI: `repair` flips only a copy that counted
+        # P's list of sessions on the target: what was copied of sessions that exist (a name
+        # holding only an input's refusal, kept for a while, is no session), written here
+        # rather than copied, so that it is whole on the target even from a source not indexed
+        existing = self.existing(dst, sorted(sessions))
+        # the list, the counters and the mark in one MULTI: `repair` flips only a whole copy
         tx = dst.pipeline(transaction=True)
+        if existing:
+            tx.zadd(self.keys.partition_sessions(partition), dict.fromkeys(existing, 0))
         if held:
             tx.hincrby(self.keys.stats, "held", held)
         if parked:
@@ -115,6 +236,13 @@ class Copier:
         tx.hset(self.keys.config, copied_field(partition), str(target))
         tx.execute()
         return len(sessions), copied, count
+
+    def existing(self, r: redis.Redis, sessions: list[str]) -> list[str]:
+        """Those of `sessions` that exist on `r` (their meta holds a core)."""
+        pipe = r.pipeline(transaction=False)
+        for session in sessions:
+            pipe.hexists(self.keys.meta(session), "core")
+        return [s for s, there in zip(sessions, pipe.execute(), strict=True) if there]
 
     def restore_keys(self, src: redis.Redis, dst: redis.Redis, keys: list[str]) -> int:
         """Each of `keys` DUMPed on `src` and RESTOREd (REPLACE) on `dst`, with its TTL; a key
@@ -181,7 +309,10 @@ class Copier:
         if anchors:
             tx.hdel(self.keys.interrupt_anchors, *[m for m, _v in anchors])
         tx.execute()
-        rest = [k for _s, k in session_keys if k not in metas] + self.streams_of(r, partition, partitions)
+        deleted_metas = set(metas)  # a set: a partition's keys are many
+        rest = [k for _s, k in session_keys if k not in deleted_metas]
+        rest += self.streams_of(r, partition, partitions)
+        rest.append(self.keys.partition_sessions(partition))  # last: a clean run again still finds them
         return len(metas) + len(anchors) + self.delete_rest(r, rest, members)
 
     def delete_rest(self, r: redis.Redis, keys: list[str], members: list[Members]) -> int:

@@ -61,5 +61,7 @@ def test_finished_sessions_leave_only_their_own_keys(procs: Procs, r: redis.Redi
                     # the fingerprints of the dispatchers' signing keys (one record per dispatcher)
                     "parley:keyprints"} | {
         k for k in ours if k.startswith(("parley:lease:", "parley:worker:", "parley:took:", "parley:in:",
-                                         "parley:pending:"))}, sorted(ours)
+                                         "parley:pending:"))} | {
+        # each partition's list of its sessions (one per partition, whatever the sessions)
+        f"parley:partition:{p}:sessions" for p in range(1024)}, sorted(ours)
     assert len(global_keys - ours) < 15, sorted(global_keys - ours)

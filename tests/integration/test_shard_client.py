@@ -168,3 +168,16 @@ def test_a_listing_reads_every_shard_at_once(shards: Shards) -> None:
     assert not meeting.broken
     # and once more: the threads are kept for the next listing
     assert client.interrupts(InterruptFilter()) == []
+
+
+def test_the_shards_of_a_new_deployment_are_indexed_from_the_start(servers: list[RedisServer]) -> None:
+    """Shards no dispatcher served before the first placement hold no session that could be
+    missing from its partition's list: they are marked indexed with it (moves then read the
+    lists, not a scan of the shard); a Redis that was served before (one Redis of an older
+    release, made shard 0 of several) is not, until `parley partitions index`."""
+    from parley.schemas.moves import INDEXED_FIELD
+
+    clients = [redis.Redis.from_url(s.url) for s in servers]
+    clients[0].hset(KEYS.config, "partitions", str(N))  # served before, alone
+    Shards(clients, KEYS).check(N, create=True)
+    assert [r.hget(KEYS.config, INDEXED_FIELD) for r in clients] == [None, b"1"]

@@ -153,3 +153,46 @@ def test_repair_cleans_a_flipped_move_whose_source_was_not_cleaned() -> None:
 def test_the_list_says_each_partitions_shard_and_state() -> None:
     states = partition_states(Placement.default(4, 2).freeze(3, 0))
     assert states == [(0, 0, "served"), (1, 1, "served"), (2, 0, "served"), (3, 1, "moving to 0")]
+
+
+# ---- a partition's members looked up by its sessions ----------------------------------------------
+
+def test_a_sessions_by_session_range_holds_its_members_only() -> None:
+    from parley.schemas.moves import by_session_range, interrupt_of_by_session
+
+    low, high = by_session_range("s-1")
+    mine, theirs = "s-1\x1f000000000000005\x1fint-1", "s-10\x1f000000000000005\x1fint-1"
+    assert low[1:] <= mine < high[1:] and not (low[1:] <= theirs < high[1:])
+    assert low.startswith("[") and high.startswith("(")
+    assert interrupt_of_by_session(mine) == ("000000000000005", "int-1")
+    assert interrupt_of_by_session("s-1\x1f000000000000005") is None
+
+
+def test_an_interrupts_details_name_the_listing_members_the_lua_writes() -> None:
+    from parley.schemas.keys import Keys
+    from parley.schemas.moves import Holds, interrupt_candidates, listed_candidates, session_candidates
+
+    keys = Keys()
+    info = {"session": "s", "interrupt_id": "int-2", "raised_at": 1_700, "reason": "confirm",
+            "anchor": "msg-3", "resumable_by": ["alice", "bob"]}
+    timed = "000000000001700\x1fs\x1fint-2"
+    names = {(c.key, c.member) for c in listed_candidates(keys, info)}
+    assert names == {(keys.interrupts_by_time, timed), (keys.interrupts_of_reason("confirm"), timed),
+                     (keys.interrupts_of_principal("alice"), timed),
+                     (keys.interrupts_of_principal("bob"), timed), (keys.interrupt_anchors, "s\x1fmsg-3")}
+    anyone = {c.key for c in listed_candidates(keys, {**info, "resumable_by": None, "anchor": None})}
+    assert keys.interrupts_for_anyone in anyone
+    assert (keys.interrupt_anchors, "s\x1f") in {(c.key, c.member) for c in listed_candidates(
+        keys, {**info, "anchor": None})}  # a global interrupt: the session's '' anchor
+    for nobody in ([], {}):  # an empty list (cjson writes it {}): in no principal's set, not anyone's
+        keys_of = {c.key for c in listed_candidates(keys, {**info, "resumable_by": nobody})}
+        assert not any(k.startswith(keys.interrupts_principal_prefix) for k in keys_of)
+        assert keys.interrupts_for_anyone not in keys_of
+    assert listed_candidates(keys, {"session": "s"}) == []  # details that do not read: nothing
+    own = interrupt_candidates(keys, "s", "int-2", "000000000001700")
+    assert [(c.key, c.holds) for c in own] == [
+        (keys.interrupt_index, Holds.ZSET), (keys.interrupt_info, Holds.HASH),
+        (keys.deadlines, Holds.ZSET), (keys.interrupts_by_session, Holds.ZSET)]
+    whole = session_candidates(keys, "s", ["web", "app"])
+    assert [(c.key, c.member) for c in whole] == [(keys.expiring, "s"), (keys.idle, "s"),
+                                                  (keys.pending("app"), "s"), (keys.pending("web"), "s")]

@@ -198,7 +198,7 @@ class Applier:
         if not ready:
             return []
         rcs = self.store.commit_many([(r.prep.session, r.version, r.tr) for r in ready],
-                                     self.keys.lease(p.n), p.token, p.n)
+                                     self.keys.lease(p.n), p.token, self.leases.partitions)
         lost = False
         conflicted: list[Prepared] = []
         for r, rc in zip(ready, rcs, strict=True):

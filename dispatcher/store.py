@@ -13,7 +13,7 @@ from parley.dispatcher.core import Effect, Transition, effect_from_dict, effect_
 from parley.dispatcher.core.effects import split_effects
 from parley.dispatcher.scripts import LUA
 from parley.schemas.events import FEED_EVENT_TYPES
-from parley.schemas.keys import Keys
+from parley.schemas.keys import Keys, partition_of
 from parley.schemas.state import SessionState, bodies_wanted
 from parley.schemas.tree import Shape
 
@@ -153,23 +153,26 @@ class Store:
             state.messages = {k.decode(): orjson.loads(v) for k, v in raw.items()}
 
     def commit(self, session: str, version: str, tr: Transition, lease_key: str,
-               lease_token: str, partition: int) -> int:
-        keys, argv = self._commit_args(session, version, tr, lease_key, lease_token, partition)
+               lease_token: str, partitions: int) -> int:
+        """Commit `tr` of `session` at `version`, fenced by the lease; `partitions`: N, which
+        names the session's partition's list of sessions (by the session, whatever stream the
+        input came on)."""
+        keys, argv = self._commit_args(session, version, tr, lease_key, lease_token, partitions)
         return int(self._commit(keys=keys, args=argv))
 
     def commit_many(self, batch: Sequence[tuple[str, str, Transition]], lease_key: str,
-                    lease_token: str, partition: int) -> list[int]:
+                    lease_token: str, partitions: int) -> list[int]:
         """`commit` of several (session, version, transition) in ONE round trip: a pipeline,
         not a MULTI; each EVALSHA is atomic by itself and answers for its own transition
         (COMMITTED, CONFLICT or LEASE_LOST), in order."""
         if len(batch) == 1:
-            return [self.commit(*batch[0], lease_key, lease_token, partition)]
-        calls = [self._commit_args(session, version, tr, lease_key, lease_token, partition)
+            return [self.commit(*batch[0], lease_key, lease_token, partitions)]
+        calls = [self._commit_args(session, version, tr, lease_key, lease_token, partitions)
                  for session, version, tr in batch]
         return [int(rc) for rc in evalsha_many(self.redis, self._commit, calls)]
 
     def _commit_args(self, session: str, version: str, tr: Transition, lease_key: str,
-                     lease_token: str, partition: int) -> tuple[list[str], list[Any]]:
+                     lease_token: str, partitions: int) -> tuple[list[str], list[Any]]:
         k = self.keys
         core = tr.state.core
         argv: list[Any] = [
@@ -203,7 +206,9 @@ class Store:
             job = self.jobs.prepare(session, fx)
             keys += [job.job_key, job.queue_key, job.order_key, job.token_key]
             argv += [job.job_id, job.record, job.token, len(job.fields) // 2, *job.fields]
-        keys.append(k.partition_sessions(partition))  # last: commit.lua reads it as KEYS[#KEYS]
+        # last: commit.lua reads it as KEYS[#KEYS]. By the session's own partition: a producer's
+        # stream of P may carry a session of another (its keys are that partition's)
+        keys.append(k.partition_sessions(partition_of(session, partitions)))
         return keys, argv
 
     def pending_effects(self, session: str) -> list[Effect]:

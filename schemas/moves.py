@@ -24,8 +24,11 @@ from typing import Any
 
 import orjson
 
+from parley.schemas.ids import subagent_deadline
 from parley.schemas.keys import Keys, partition_of
+from parley.schemas.listing import ListingStatus, listing_member, metadata_pairs
 from parley.schemas.shards import Placement
+from parley.schemas.state import Core
 
 SEP = "\x1f"  # the unit separator every shard-wide member uses between its parts
 
@@ -273,12 +276,40 @@ def interrupt_of_by_session(member: str) -> tuple[str, str] | None:
     return (parts[1], parts[2]) if len(parts) == 3 and parts[1] and parts[2] else None
 
 
-def session_candidates(keys: Keys, session: str, producers: Iterable[str]) -> list[Candidate]:
-    """The members a session may have that name it whole: expiring, idle, each producer's
-    pending count."""
-    z, h = Holds.ZSET, Holds.HASH
-    return [Candidate(keys.expiring, z, session), Candidate(keys.idle, z, session),
-            *(Candidate(keys.pending(p), h, session) for p in sorted(producers))]
+def session_candidates(keys: Keys, session: str, core: Core | None) -> list[Candidate]:
+    """The members a session's own record names (or may name: a status or a timer whose change
+    is still in the outbox): expiring, idle, its place in each status's list and in each of its
+    metadata pairs' lists, and the deadline timer of each sub-agent call it waits on."""
+    z = Holds.ZSET
+    out = [Candidate(keys.expiring, z, session), Candidate(keys.idle, z, session)]
+    if core is None:
+        return out
+    member = listing_member(core.created_at, session)
+    # every status, not only the core's: a change of status committed but not yet flushed
+    # (its Listing effect in the outbox) leaves the old one in the shard's sets
+    out += [Candidate(keys.sessions_of_status(status), z, member) for status in ListingStatus]
+    out += [Candidate(keys.sessions_of_metadata(k, v), z, member) for k, v in metadata_pairs(core.metadata)]
+    out += [Candidate(keys.deadlines, z, Keys.index_member(session, subagent_deadline(w.id)))
+            for w in core.work.values() if w.deadline is not None]
+    return out
+
+
+def interrupts_of(core: Core | None, by_session: Iterable[str]) -> dict[str, str]:
+    """A session's open interrupts: id -> raise time as the index writes it (15 digits), from
+    its by-session members and from its core (an interrupt the index has not listed yet)."""
+    out: dict[str, str] = {}
+    for member in by_session:
+        found = interrupt_of_by_session(member)
+        if found is not None:
+            out[found[1]] = found[0]
+    for interrupt in (core.interrupts.values() if core is not None else ()):
+        out.setdefault(interrupt.id, lua_time(interrupt.raised_at))
+    return out
+
+
+def lua_time(ms: float) -> str:
+    """A raise time as index_lib.lua writes it (`%015.0f`: rounded to the millisecond)."""
+    return f"{round(ms):015d}"
 
 
 def interrupt_candidates(keys: Keys, session: str, interrupt_id: str, raised: str) -> list[Candidate]:
@@ -291,25 +322,26 @@ def interrupt_candidates(keys: Keys, session: str, interrupt_id: str, raised: st
             Candidate(keys.interrupts_by_session, z, f"{session}{SEP}{raised}{SEP}{interrupt_id}")]
 
 
-def listed_candidates(keys: Keys, info: dict[str, Any]) -> list[Candidate]:
-    """The members an open interrupt's details name (index_lib.lua `index_entries`, and its
-    anchor in the anchors hash): by time, by reason, by each principal that may answer (or
-    "anyone"); None of it for details that do not read."""
-    session, interrupt_id = info.get("session"), info.get("interrupt_id")
-    raised, reason = info.get("raised_at"), info.get("reason")
-    if not (isinstance(session, str) and isinstance(interrupt_id, str)
-            and isinstance(raised, int | float) and isinstance(reason, str)):
+def listed_candidates(keys: Keys, info: dict[str, Any], raised: str) -> list[Candidate]:
+    """The members an open interrupt's details name (index_lib.lua `index_entries`, with the
+    raise time `raised` as the by-session member holds it, and its anchor in the anchors hash):
+    by time, by reason, by each principal that may answer (or "anyone"). The anchor needs only
+    the session; the rest is skipped for details that do not read."""
+    session, interrupt_id, reason = info.get("session"), info.get("interrupt_id"), info.get("reason")
+    if not isinstance(session, str):
         return []
     z, h = Holds.ZSET, Holds.HASH
-    timed = f"{int(raised):015d}{SEP}{session}{SEP}{interrupt_id}"
-    out = [Candidate(keys.interrupts_by_time, z, timed),
-           Candidate(keys.interrupts_of_reason(reason), z, timed)]
+    anchor = info.get("anchor")
+    anchored = anchor if isinstance(anchor, str) else ""  # a global interrupt: its session's ''
+    out = [Candidate(keys.interrupt_anchors, h, f"{session}{SEP}{anchored}")]
+    if not (isinstance(interrupt_id, str) and isinstance(reason, str)):
+        return out
+    timed = f"{raised}{SEP}{session}{SEP}{interrupt_id}"
+    out += [Candidate(keys.interrupts_by_time, z, timed),
+            Candidate(keys.interrupts_of_reason(reason), z, timed)]
     who = info.get("resumable_by")
     if isinstance(who, list):
         out += [Candidate(keys.interrupts_of_principal(p), z, timed) for p in who if isinstance(p, str)]
     elif who is None:  # anyone (any other value, cjson's empty list `{}` among them: nobody)
         out.append(Candidate(keys.interrupts_for_anyone, z, timed))
-    anchor = info.get("anchor")
-    anchored = anchor if isinstance(anchor, str) else ""  # a global interrupt: its session's ''
-    out.append(Candidate(keys.interrupt_anchors, h, f"{session}{SEP}{anchored}"))
     return out

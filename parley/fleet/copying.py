@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 import redis
+from pydantic import ValidationError
 
 from parley.schemas.keys import Keys, partition_of
-from parley.schemas.listing import listing_entries
 from parley.schemas.moves import (
     INDEXED_FIELD,
     Candidate,
@@ -28,7 +28,7 @@ from parley.schemas.moves import (
     held_of,
     in_partition,
     interrupt_candidates,
-    interrupt_of_by_session,
+    interrupts_of,
     listed_candidates,
     parked_of,
     partition_streams,
@@ -41,6 +41,9 @@ from parley.schemas.moves import (
 from parley.schemas.state import Core
 
 SCAN_COUNT = 1000
+#: keys DUMPed (and RESTOREd) per round trip: few enough that a batch of big message hashes
+#: stays a modest reply
+RESTORE_BATCH = 64
 
 #: P's members of one shard-wide set: (key, kind, [(member, score or value)])
 Members = tuple[str, Holds, list[tuple[str, Any]]]
@@ -48,6 +51,17 @@ Members = tuple[str, Holds, list[tuple[str, Any]]]
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def core_of(raw: Any) -> Core | None:
+    """A session's core as its meta holds it; None when it has none, or one that does not read
+    (its listing is then not found by name, but nothing else of it is lost)."""
+    if not raw:
+        return None
+    try:
+        return Core.model_validate_json(raw)
+    except ValidationError:
+        return None
 
 
 class Copier:
@@ -69,8 +83,11 @@ class Copier:
         """Every session of `r` is in its partition's list (schemas/moves.py INDEXED_FIELD)."""
         return text(r.hget(self.keys.config, INDEXED_FIELD) or b"") == "1"
 
-    def listed_sessions(self, r: redis.Redis, partition: int) -> list[str]:
-        return sorted(text(s) for s in r.zrange(self.keys.partition_sessions(partition), 0, -1))
+    def listed_sessions(self, r: redis.Redis, partition: int, partitions: int) -> list[str]:
+        """P's list, without a session of another partition a producer's stream of P carried
+        in (its list is by the stream it came on; its keys are its own partition's)."""
+        listed = (text(s) for s in r.zrange(self.keys.partition_sessions(partition), 0, -1))
+        return sorted(s for s in listed if in_partition(s, partition, partitions))
 
     def session_keys_of(self, r: redis.Redis, partition: int, partitions: int) -> list[tuple[str, str]]:
         """(session, key) of every key of P's sessions on `r`: from P's list of sessions when
@@ -78,7 +95,7 @@ class Copier:
         holds; a name that holds no key is skipped by the copy), else by scanning the shard."""
         if self.indexed(r):
             self.touched += 1
-            return [(session, key) for session in self.listed_sessions(r, partition)
+            return [(session, key) for session in self.listed_sessions(r, partition, partitions)
                     for key in self.keys.session_keys(session)]
         out = []
         for key in self.scan(r, session_key_pattern(self.keys)):
@@ -95,45 +112,61 @@ class Copier:
         """P's members of each shard-wide set on `r`: (key, kind, [(member, score or value)]);
         looked up by P's sessions when the shard is indexed, else found by scanning every set."""
         if self.indexed(r):
-            return self.members_of_sessions(r, self.listed_sessions(r, partition))
+            return self.members_of_sessions(r, self.listed_sessions(r, partition, partitions), partition,
+                                            partitions)
         return self.scanned_members(r, partition, partitions)
 
-    def members_of_sessions(self, r: redis.Redis, sessions: list[str]) -> list[Members]:
-        """The members of `sessions` in every shard-wide set, by exact lookups in three round
-        trips (schemas/moves.py names the candidates): their own members and interrupts by
-        session first, then each interrupt's, then what each interrupt's details and each
-        session's listing name. O(the sessions' members), not O(the shard)."""
-        producers = [text(p) for p in (r.hkeys(self.keys.producers) or [])]
+    def members_of_sessions(self, r: redis.Redis, sessions: list[str], partition: int,
+                            partitions: int) -> list[Members]:
+        """The members of `sessions` (P's) in every shard-wide set, by exact lookups in three
+        round trips (schemas/moves.py names the candidates): each session's by-session members
+        and core, then what they name (its interrupts' entries, its listing under every status,
+        its sub-agent timers, expiring, idle), then what each interrupt's details name (its
+        listing by time, reason and principal, its anchor). The producers' pending counts are
+        read whole (they hold only inputs admitted and not yet applied). O(P's members)."""
         pipe = r.pipeline(transaction=False)
-        first: list[Candidate] = []
         for session in sessions:
             low, high = by_session_range(session)
             pipe.zrange(self.keys.interrupts_by_session, low, high, bylex=True)
             pipe.hget(self.keys.meta(session), "core")
-            first += session_candidates(self.keys, session, producers)
         replies = pipe.execute()
-        second: list[Candidate] = []
-        later: list[Candidate] = []
+        self.touched += 2 * len(sessions)
+        first: list[Candidate] = []
+        raised_of: dict[str, str] = {}  # an interrupt's details member -> its raise time
         for n, session in enumerate(sessions):
-            for member in replies[2 * n] or []:
-                found = interrupt_of_by_session(text(member))
-                if found is not None:
-                    second += interrupt_candidates(self.keys, session, found[1], found[0])
-            raw_core = replies[2 * n + 1]
-            core = Core.model_validate_json(raw_core) if raw_core else None
-            listing = sorted(listing_entries(self.keys, core))
-            later += [Candidate(key, Holds.ZSET, member) for key, member in listing]
+            core = core_of(replies[2 * n + 1])
+            first += session_candidates(self.keys, session, core)
+            for interrupt_id, raised in interrupts_of(core, [text(m) for m in replies[2 * n] or []]).items():
+                first += interrupt_candidates(self.keys, session, interrupt_id, raised)
+                raised_of[Keys.index_member(session, interrupt_id)] = raised
         found_first = self.looked_up(r, first)
-        found_second = self.looked_up(r, second)
-        for candidate, value in found_second:
+        later: list[Candidate] = []
+        for candidate, value in found_first:
             if candidate.key == self.keys.interrupt_info:
                 info = orjson.loads(value)
-                later += listed_candidates(self.keys, info) if isinstance(info, dict) else []
+                if isinstance(info, dict):
+                    later += listed_candidates(self.keys, info, raised_of[candidate.member])
         unique = list(dict.fromkeys(later))  # interrupts at one anchor name one anchors field
         grouped: dict[str, tuple[Holds, list[tuple[str, Any]]]] = {}
-        for candidate, value in [*found_first, *found_second, *self.looked_up(r, unique)]:
+        for candidate, value in [*found_first, *self.looked_up(r, unique)]:
             grouped.setdefault(candidate.key, (candidate.holds, []))[1].append((candidate.member, value))
-        return [(key, holds, items) for key, (holds, items) in grouped.items()]
+        members = [(key, holds, items) for key, (holds, items) in grouped.items()]
+        return members + self.pending_of(r, partition, partitions)
+
+    def pending_of(self, r: redis.Redis, partition: int, partitions: int) -> list[Members]:
+        """P's sessions' pending counts, from each registered producer's pending hash read whole:
+        it holds only the inputs admitted and not yet applied (a session not created yet among
+        them), so it stays small whatever the shard holds."""
+        out: list[Members] = []
+        for producer in sorted(text(p) for p in (r.hkeys(self.keys.producers) or [])):
+            mine = []
+            for member, value in r.hscan_iter(self.keys.pending(producer), count=SCAN_COUNT):
+                self.touched += 1
+                if in_partition(text(member), partition, partitions):
+                    mine.append((text(member), value))
+            if mine:
+                out.append((self.keys.pending(producer), Holds.HASH, mine))
+        return out
 
     def looked_up(self, r: redis.Redis, candidates: list[Candidate]) -> list[tuple[Candidate, Any]]:
         """The candidates that are there, with their score (a sorted set's) or value (a hash's):
@@ -181,11 +214,13 @@ class Copier:
         return held, parked_of(int(v) for v in anchors)
 
     # ---- the lists of sessions of a shard of an older release ------------------------------
-    def index(self, r: redis.Redis, partitions: int, batch: int = 500) -> int:
+    def index(self, r: redis.Redis, partitions: int, batch: int = 500, only: int | None = None) -> int:
         """Every session of `r` into its partition's list, then the shard marked indexed (so a
         move finds P's sessions in P's list from then on). One scan of the shard; safe while
         the deployment runs (each session is listed only if it still exists, in one step with
-        the check), and again (nothing is listed twice). Returns how many it added."""
+        the check), and again (nothing is listed twice). Returns how many it added. With
+        `only`: that partition's sessions, and the mark is left as it is (a move's check, before
+        its freeze, that P's list misses none)."""
         from parley.dispatcher.store import load_script  # the fleet's one Lua, kept with the rest
         script = load_script(r, "index_partition_sessions")
         added = 0
@@ -201,12 +236,13 @@ class Copier:
 
         for key in self.scan(r, f"{self.keys.prefix}:{{*}}:meta"):
             session = session_of_key(self.keys, key)
-            if session is not None:
+            if session is not None and (only is None or in_partition(session, only, partitions)):
                 pending.append(session)
             if len(pending) >= batch:
                 added += flush()
         added += flush()
-        r.hset(self.keys.config, INDEXED_FIELD, "1")
+        if only is None:
+            r.hset(self.keys.config, INDEXED_FIELD, "1")
         return added
 
     # ---- copy ----------------------------------------------------------------------------
@@ -215,20 +251,26 @@ class Copier:
         """P's keys, members and counters from `src` to `dst` (shard `target`), then the
         `copied:P` mark. Returns how many sessions, keys and members it copied."""
         session_keys = self.session_keys_of(src, partition, partitions)
+        sessions = {s for s, _k in session_keys}
+        listed = self.keys.partition_sessions(partition)
+        # P's list on the target names every session before any of its keys is there: a copy
+        # stopped half way is undone by cleaning the target by that list (`repair`), so nothing
+        # it restored stays behind. Written here rather than copied, it is whole on the target
+        # even from a source that is not indexed.
+        if sessions:
+            dst.zadd(listed, dict.fromkeys(sorted(sessions), 0))
         keys = [k for _s, k in session_keys] + self.streams_of(src, partition, partitions)
         copied = self.restore_keys(src, dst, keys)
         self.copy_producers(src, dst, partition, partitions)
         count, anchors = self.add_members(dst, self.members_of(src, partition, partitions))
-        sessions = {s for s, _k in session_keys}
         held, parked = self.stats_of(src, sessions, anchors)
-        # P's list of sessions on the target: what was copied of sessions that exist (a name
-        # holding only an input's refusal, kept for a while, is no session), written here
-        # rather than copied, so that it is whole on the target even from a source not indexed
-        existing = self.existing(dst, sorted(sessions))
+        # names that hold no session (an input's refusal, kept for a while, names no session)
+        # leave the list
+        existing = set(self.existing(dst, sorted(sessions)))
         # the list, the counters and the mark in one MULTI: `repair` flips only a whole copy
         tx = dst.pipeline(transaction=True)
-        if existing:
-            tx.zadd(self.keys.partition_sessions(partition), dict.fromkeys(existing, 0))
+        if sessions - existing:
+            tx.zrem(listed, *sorted(sessions - existing))
         if held:
             tx.hincrby(self.keys.stats, "held", held)
         if parked:
@@ -246,19 +288,26 @@ class Copier:
 
     def restore_keys(self, src: redis.Redis, dst: redis.Redis, keys: list[str]) -> int:
         """Each of `keys` DUMPed on `src` and RESTOREd (REPLACE) on `dst`, with its TTL; a key
-        gone meanwhile is skipped. Returns how many it copied."""
+        gone meanwhile is skipped. Returns how many it copied. RESTORE_BATCH keys a round trip
+        each way (the partition is frozen meanwhile: round trips per key would be its freeze)."""
         copied = 0
-        for key in keys:
+        for start in range(0, len(keys), RESTORE_BATCH):
+            batch = keys[start:start + RESTORE_BATCH]
             # one MULTI: a key expiring between a DUMP and a PTTL read apart would come back
             # with PTTL -2, and RESTORE 0 would make it persistent on the target
             tx = src.pipeline(transaction=True)
-            tx.dump(key)
-            tx.pttl(key)
-            dumped, ttl = tx.execute()
-            if dumped is None or int(ttl) == -2:
-                continue
-            dst.restore(key, max(int(ttl), 0), dumped, replace=True)
-            copied += 1
+            for key in batch:
+                tx.dump(key)
+                tx.pttl(key)
+            read = tx.execute()
+            pipe = dst.pipeline(transaction=False)
+            for n, key in enumerate(batch):
+                dumped, ttl = read[2 * n], read[2 * n + 1]
+                if dumped is None or int(ttl) == -2:
+                    continue
+                pipe.restore(key, max(int(ttl), 0), dumped, replace=True)
+                copied += 1
+            pipe.execute()
         return copied
 
     def add_members(self, dst: redis.Redis, members: list[Members]) -> tuple[int, list[Any]]:
@@ -306,29 +355,25 @@ class Copier:
         metas = [self.keys.meta(s) for s in sorted(sessions)]
         if metas:
             tx.delete(*metas)
-        if anchors:
-            tx.hdel(self.keys.interrupt_anchors, *[m for m, _v in anchors])
+        # every member in the same MULTI as the metas: they are found from the sessions' cores,
+        # which a clean run again after a stop would no longer have
+        removed = 0
+        for name, holds, items in members:
+            if holds is Holds.ZSET:
+                tx.zrem(name, *[m for m, _v in items])
+            else:
+                tx.hdel(name, *[m for m, _v in items])
+            removed += len(items)
         tx.execute()
         deleted_metas = set(metas)  # a set: a partition's keys are many
         rest = [k for _s, k in session_keys if k not in deleted_metas]
         rest += self.streams_of(r, partition, partitions)
         rest.append(self.keys.partition_sessions(partition))  # last: a clean run again still finds them
-        return len(metas) + len(anchors) + self.delete_rest(r, rest, members)
+        return len(metas) + removed + self.delete_rest(r, rest)
 
-    def delete_rest(self, r: redis.Redis, keys: list[str], members: list[Members]) -> int:
-        """`keys` and `members` (but the interrupt anchors, which the clean's MULTI deleted)
-        deleted on `r`, in one pipeline. Returns how many."""
-        deleted = 0
+    def delete_rest(self, r: redis.Redis, keys: list[str]) -> int:
+        """`keys` deleted on `r`, in one pipeline, in order. Returns how many were there."""
         pipe = r.pipeline(transaction=False)
         for key in keys:
             pipe.delete(key)
-        for name, holds, items in members:
-            if name == self.keys.interrupt_anchors:
-                continue
-            if holds is Holds.ZSET:
-                pipe.zrem(name, *[m for m, _v in items])
-            else:
-                pipe.hdel(name, *[m for m, _v in items])
-            deleted += len(items)
-        pipe.execute()
-        return deleted + len(keys)
+        return sum(int(n) for n in pipe.execute())

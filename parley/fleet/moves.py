@@ -92,6 +92,8 @@ class MoveReport:
     #: seconds the partition was frozen (its inputs refused `moved`): from the freeze written
     #: on every shard to the flip written on every shard
     frozen_s: float = 0.0
+    #: sessions of the partition its list on the source missed, added before the freeze
+    unlisted: int = 0
 
 
 Say = Callable[[MoveStep, str], None]
@@ -143,6 +145,7 @@ class Mover:
         plan = plan_move(placement, partition, to)
         self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
+        report.unlisted = self.check_listed(plan)
         self.frozen_at = time.monotonic()
         try:
             self.write_everywhere(plan, plan.frozen)
@@ -194,6 +197,20 @@ class Mover:
         self.shards.clients[plan.target].hdel(self.keys.config, copied_field(partition))
         self.say(MoveStep.CLEAN, f"shard {plan.source} cleaned of partition {partition}")
         return report
+
+    def check_listed(self, plan: MovePlan) -> int:
+        """Before the freeze, while P is still served: on an indexed source, P's sessions that
+        its list misses (committed last by a dispatcher of an older release, after the shard was
+        marked) are added, so that the copy, which reads the list, carries them. A scan of the
+        source, but outside the freeze: nobody waits on it. Returns how many it added."""
+        src = self.shards.clients[plan.source]
+        if not self.copier.indexed(src):
+            return 0  # the copy scans the source itself
+        added = self.copier.index(src, plan.frozen.partitions, only=plan.partition)
+        if added:
+            self.say(MoveStep.FREEZE, f"{added} session(s) of partition {plan.partition} were missing "
+                                      "from its list on the source (an older dispatcher's?): added")
+        return added
 
     def check_engine_keys(self, plan: MovePlan) -> None:
         """The moved streams may hold inputs the engine signed on the source (a sub-agent's

@@ -49,7 +49,7 @@ def rq_keys(r: redis.Redis) -> list[bytes]:
 
 
 def test_the_commit_writes_the_job_as_rqs_own_enqueue_does(store: Store, r: redis.Redis) -> None:
-    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 1) == COMMITTED
     jid = job_id(S, "llm-1", 1)
     ours = r.hgetall(Job.key_for(jid))
     assert r.lrange("rq:queue:llm", 0, -1) == [jid.encode()]
@@ -82,9 +82,9 @@ def test_the_commit_writes_the_job_as_rqs_own_enqueue_does(store: Store, r: redi
 
 
 def test_a_refused_commit_enqueues_nothing(store: Store, r: redis.Redis) -> None:
-    assert store.commit(S, "1", transition("1-0", [job(1)]), LEASE, TOKEN, 0) == CONFLICT
+    assert store.commit(S, "1", transition("1-0", [job(1)]), LEASE, TOKEN, 1) == CONFLICT
     r.set(LEASE, "someone-else")
-    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 0) == LEASE_LOST
+    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 1) == LEASE_LOST
     assert rq_keys(r) == [] and not r.exists(KEYS.inflight, KEYS.inflight_order("llm"))
 
 
@@ -93,7 +93,7 @@ def test_jobs_are_numbered_in_push_order_above_the_highest_queued(store: Store, 
     r.zadd(KEYS.inflight_order("llm"), {"parley-older": 7})
     tr = transition("1-0", [job(1, "llm-1"), IndexRemove(seq=2, interrupt_id="int-1"), job(3, "llm-2"),
                             job(4, "tool-1", kind=JobKind.TOOL)])
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == COMMITTED
     assert r.zrange(KEYS.inflight_order("llm"), 0, -1, withscores=True) == [
         (b"parley-older", 7.0), (job_id(S, "llm-1", 1).encode(), 8.0), (job_id(S, "llm-2", 1).encode(), 9.0)]
     assert r.zrange(KEYS.inflight_order("tools"), 0, -1, withscores=True) == [
@@ -103,9 +103,9 @@ def test_jobs_are_numbered_in_push_order_above_the_highest_queued(store: Store, 
 
 
 def test_a_cancel_in_a_later_transition_finds_the_job(store: Store, r: redis.Redis) -> None:
-    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 1) == COMMITTED
     assert store.commit(S, "1", transition("2-0", [Cancel(seq=2, job=JobKind.LLM, work="llm-1", attempt=1)]),
-                        LEASE, TOKEN, 0) == COMMITTED
+                        LEASE, TOKEN, 1) == COMMITTED
     Outbox(r, KEYS).flush_many([(S, store.pending_effects(S))])
     jid = job_id(S, "llm-1", 1)
     assert not r.exists(Job.key_for(jid)) and r.llen("rq:queue:llm") == 0
@@ -115,14 +115,14 @@ def test_a_cancel_in_a_later_transition_finds_the_job(store: Store, r: redis.Red
 
 def test_a_job_cancelled_in_its_own_transition_is_never_enqueued(store: Store, r: redis.Redis) -> None:
     tr = transition("1-0", [job(1), Cancel(seq=2, job=JobKind.LLM, work="llm-1", attempt=1)])
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == COMMITTED
     assert rq_keys(r) == [] and r.hlen(KEYS.outbox(S)) == 0 and not r.exists(KEYS.inflight)
 
 
 def test_the_outbox_enqueues_an_older_dispatchers_job_the_same_way(store: Store, r: redis.Redis) -> None:
     """An outbox an older dispatcher left (it enqueued in the settle): the flush writes what the
     commit would have written."""
-    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", transition("1-0", [job(1)]), LEASE, TOKEN, 1) == COMMITTED
     jid = job_id(S, "llm-1", 1)
     committed = {k: v for k, v in r.hgetall(Job.key_for(jid)).items() if k not in WHEN}
     r.delete(Job.key_for(jid), "rq:queue:llm", "rq:queues", KEYS.inflight, KEYS.inflight_order("llm"))

@@ -586,11 +586,11 @@ def test_version_conflict_is_retried_and_commits_once(
     real_commit = d.store.commit
     calls = []
 
-    def racing_commit(session, version, tr, lease_key, token, partition):  # type: ignore[no-untyped-def]
+    def racing_commit(session, version, tr, lease_key, token, partitions):  # type: ignore[no-untyped-def]
         calls.append(version)
         if len(calls) == 1:  # another writer committed in between load and commit
             r.hincrby(KEYS.meta(session), "ver", 1)
-        return real_commit(session, version, tr, lease_key, token, partition)
+        return real_commit(session, version, tr, lease_key, token, partitions)
 
     monkeypatch.setattr(d.store, "commit", racing_commit)
     send(r, "s-15", {"type": "message.create", "content": "race"})
@@ -861,9 +861,9 @@ def test_a_batch_is_applied_in_waves_with_the_result_of_one_entry_at_a_time(
         loads.append([s for s, _key in wanted])
         return real_load_many(wanted)
 
-    def commit_many(batch, lease_key, token, partition):  # type: ignore[no-untyped-def]
+    def commit_many(batch, lease_key, token, partitions):  # type: ignore[no-untyped-def]
         commits.append([s for s, _v, _tr in batch])
-        return real_commit_many(batch, lease_key, token, partition)
+        return real_commit_many(batch, lease_key, token, partitions)
 
     monkeypatch.setattr(d.store, "load_many", load_many)
     monkeypatch.setattr(d.store, "commit_many", commit_many)
@@ -892,11 +892,11 @@ def test_a_version_conflict_inside_a_wave_is_retried_alone_in_order(
     real_commit_many = d.store.commit_many
     raced: list[str] = []
 
-    def racing_commit_many(batch, lease_key, token, partition):  # type: ignore[no-untyped-def]
+    def racing_commit_many(batch, lease_key, token, partitions):  # type: ignore[no-untyped-def]
         if not raced:  # another writer commits to c-b between the wave's load and its commit
             raced.append("c-b")
             r.hincrby(KEYS.meta("c-b"), "ver", 1)
-        return real_commit_many(batch, lease_key, token, partition)
+        return real_commit_many(batch, lease_key, token, partitions)
 
     monkeypatch.setattr(d.store, "commit_many", racing_commit_many)
     for session, content in [("c-a", "a0"), ("c-b", "b0"), ("c-c", "c0"), ("c-b", "b1"), ("c-a", "a1")]:
@@ -920,11 +920,11 @@ def test_lease_lost_in_the_middle_of_a_wave_leaves_the_rest_to_the_next_owner(
     d1 = make_dispatcher(name="d1")
     real_commit_many = d1.store.commit_many
 
-    def commit_then_lose(batch, lease_key, token, partition):  # type: ignore[no-untyped-def]
+    def commit_then_lose(batch, lease_key, token, partitions):  # type: ignore[no-untyped-def]
         # the first commit lands, then another dispatcher takes the lease, fencing the others
-        first = real_commit_many(batch[:1], lease_key, token, partition)
+        first = real_commit_many(batch[:1], lease_key, token, partitions)
         r.set(lease_key, "d2:taken")
-        return first + real_commit_many(batch[1:], lease_key, token, partition)
+        return first + real_commit_many(batch[1:], lease_key, token, partitions)
 
     monkeypatch.setattr(d1.store, "commit_many", commit_then_lose)
     entries = {s: send(r, s, message(f"{s} hello")) for s in ("l-a", "l-b", "l-c")}
@@ -1054,8 +1054,8 @@ def test_a_dispatcher_stalled_past_its_lease_settles_nothing(
     stalled: list[str] = []
     real_commit_many = a.store.commit_many
 
-    def commit_then_stall(batch, lease_key, token, partition):  # type: ignore[no-untyped-def]
-        rcs = real_commit_many(batch, lease_key, token, partition)
+    def commit_then_stall(batch, lease_key, token, partitions):  # type: ignore[no-untyped-def]
+        rcs = real_commit_many(batch, lease_key, token, partitions)
         if not stalled:
             time.sleep(0.5)  # past A's lease
             tick(b, 1)  # B takes partition 0 and replays A's committed entry

@@ -43,7 +43,7 @@ def test_commit_copies_interrupt_and_turn_events_to_the_feed_whole(r: redis.Redi
     store = Store(r, KEYS)
     evs = [{"type": "message.created", "at": 1, "message": {"id": "msg-2"}}, RAISED, RESUMED,
            {"type": "turn.completed", "at": 3, "head": "msg-3"}]
-    assert store.commit(S, "0", transition("1-0", evs), LEASE, TOKEN, 0) == 1
+    assert store.commit(S, "0", transition("1-0", evs), LEASE, TOKEN, 1) == 1
     session_ids = [i.decode() for i, _ in r.xrange(KEYS.events(S))]
     entries = feed(r)
     assert [e["type"] for e in entries] == ["interrupt.raised", "interrupt.resumed", "turn.completed"]
@@ -57,10 +57,10 @@ def test_commit_copies_interrupt_and_turn_events_to_the_feed_whole(r: redis.Redi
 def test_a_refused_commit_writes_nothing_to_the_feed(r: redis.Redis) -> None:
     r.set(LEASE, TOKEN)
     store = Store(r, KEYS)
-    assert store.commit(S, "0", transition("1-0", [RAISED]), LEASE, TOKEN, 0) == 1
+    assert store.commit(S, "0", transition("1-0", [RAISED]), LEASE, TOKEN, 1) == 1
     # a replay computed from the old version conflicts: no second copy
-    assert store.commit(S, "0", transition("1-0", [RAISED]), LEASE, TOKEN, 0) == CONFLICT
-    assert store.commit(S, "1", transition("2-0", [RESUMED]), LEASE, "someone-else", 0) == LEASE_LOST
+    assert store.commit(S, "0", transition("1-0", [RAISED]), LEASE, TOKEN, 1) == CONFLICT
+    assert store.commit(S, "1", transition("2-0", [RESUMED]), LEASE, "someone-else", 1) == LEASE_LOST
     assert [e["type"] for e in feed(r)] == ["interrupt.raised"]
 
 
@@ -70,7 +70,7 @@ def test_the_feed_is_capped_near_feed_maxlen(r: redis.Redis) -> None:
     small = Store(r, KEYS, feed_maxlen=10)
     for version in range(200):
         evs = [dict(RAISED, interrupt_id=f"int-{version}")]
-        assert small.commit(S, str(version), transition(f"{version + 1}-0", evs), LEASE, TOKEN, 0) == 1
+        assert small.commit(S, str(version), transition(f"{version + 1}-0", evs), LEASE, TOKEN, 1) == 1
     assert 10 <= r.xlen(KEYS.feed) < 200
     assert orjson.loads(feed(r)[-1]["event"])["interrupt_id"] == "int-199"
 
@@ -79,5 +79,5 @@ def test_the_feed_key_follows_the_prefix(r: redis.Redis) -> None:
     keys = Keys("acme")
     r.set(keys.lease(0), TOKEN)
     assert keys.feed == "acme:feed"
-    assert Store(r, keys).commit(S, "0", transition("1-0", [RAISED]), keys.lease(0), TOKEN, 0) == 1
+    assert Store(r, keys).commit(S, "0", transition("1-0", [RAISED]), keys.lease(0), TOKEN, 1) == 1
     assert r.xlen("acme:feed") == 1 and r.exists("parley:feed") == 0

@@ -280,6 +280,42 @@ def test_repair_finishes_a_copied_move_and_undoes_any_other(r: redis.Redis, r1: 
     assert mover.repair() == []
 
 
+@pytest.mark.parametrize("indexed_target", [True, False])
+def test_a_copy_stopped_half_way_is_undone_whole_by_repair(r: redis.Redis, r1: redis.Redis,
+                                                           indexed_target: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mover dies after restoring P's keys on the target, before its members and mark: the
+    repair undoes it (unfreeze, clean the target) and leaves nothing of P there, whether the
+    target reads P's list (written before the keys) or is scanned."""
+    from parley.fleet.copying import Copier
+    from parley.schemas.moves import INDEXED_FIELD
+
+    build(r, r1)
+    if indexed_target:
+        r1.hset(K.config, INDEXED_FIELD, "1")
+    mover = Mover(shards(r, r1))
+    placement = mover.shards.placement
+    assert placement is not None
+    plan = plan_move(placement, P, 1)
+    mover.write_everywhere(plan, plan.frozen)
+    mover.fence(plan, 1)
+    mover.drain(plan, 0.1)
+
+    def died(*_args: Any) -> None:
+        raise KeyboardInterrupt  # the mover's process ends here
+
+    monkeypatch.setattr(Copier, "add_members", died)
+    with pytest.raises(KeyboardInterrupt):
+        mover.copy(plan)
+    assert r1.exists(K.meta(A))  # a partial copy: keys restored, no members, no mark
+    monkeypatch.undo()
+    [step] = Mover(shards(r, r1)).repair()
+    assert step.action == "unfreeze"
+    assert not any(r1.exists(k) for s in (A, B) for k in K.session_keys(s))
+    assert not r1.exists(K.partition_sessions(P)) and not members(r1, A)
+    assert r.exists(K.meta(A)) and members(r, A)  # the source serves it again, whole
+
+
 def test_repair_writes_a_table_written_on_some_shards_only_everywhere(
         r: redis.Redis, r1: redis.Redis) -> None:
     build(r, r1)

@@ -90,7 +90,7 @@ def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Stor
                IndexRemove(seq=2, interrupt_id="int-2")]
     tr = transition("5-0", messages=[msg(1)], evs=[event("session.created", 1), event("message.created", 2)],
                     effects=effects)
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == COMMITTED
 
     meta = r.hgetall(KEYS.meta(S))
     assert meta[b"ver"] == b"1"
@@ -114,7 +114,7 @@ def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Stor
     # the next transition is computed from version 1 and leaves version 2
     tr2 = transition("6-0", head="msg-2", messages=[msg(2, 1)], evs=[event("message.created", 3)],
                      shape=Shape(state.tree, stored=1))
-    assert store.commit(S, "1", tr2, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "1", tr2, LEASE, TOKEN, 1) == COMMITTED
     state, version = store.load(S)
     assert version == "2"
     assert state.core is not None and state.core.head == "msg-2"
@@ -126,22 +126,22 @@ def test_commit_writes_core_messages_events_outbox_and_bumps_version(store: Stor
 
 def test_pending_effects_are_sorted_by_numeric_seq(store: Store) -> None:
     effects = [IndexRemove(seq=n, interrupt_id=f"int-{n}") for n in (10, 2, 1)]
-    assert store.commit(S, "0", transition("1-0", effects=effects), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", transition("1-0", effects=effects), LEASE, TOKEN, 1) == COMMITTED
     assert [fx.seq for fx in store.pending_effects(S)] == [1, 2, 10]
 
 
 def test_stale_version_is_a_conflict_and_writes_nothing(store: Store, r: redis.Redis) -> None:
     first = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
                        effects=[IndexRemove(seq=1, interrupt_id="int-1")])
-    assert store.commit(S, "0", first, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", first, LEASE, TOKEN, 1) == COMMITTED
     before = snapshot(r)
 
     stale = transition("2-0", head="msg-2", messages=[msg(2, 1)],
                        evs=[event("message.created", 2), event("llm.started", 3)],
                        effects=[IndexRemove(seq=2, interrupt_id="int-2")],
                        idem="req-2")
-    assert store.commit(S, "0", stale, LEASE, TOKEN, 0) == CONFLICT  # computed from version 0
-    assert store.commit(S, "7", stale, LEASE, TOKEN, 0) == CONFLICT  # a version from nowhere
+    assert store.commit(S, "0", stale, LEASE, TOKEN, 1) == CONFLICT  # computed from version 0
+    assert store.commit(S, "7", stale, LEASE, TOKEN, 1) == CONFLICT  # a version from nowhere
     after = snapshot(r)
     assert after == before
     assert r.xlen(KEYS.events(S)) == 1
@@ -154,19 +154,19 @@ def test_stale_version_is_a_conflict_and_writes_nothing(store: Store, r: redis.R
 def test_wrong_lease_token_is_lease_lost_and_writes_nothing(store: Store, r: redis.Redis) -> None:
     tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
                     effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="req-1")
-    assert store.commit(S, "0", tr, LEASE, "dispatcher-b:9999", 0) == LEASE_LOST
+    assert store.commit(S, "0", tr, LEASE, "dispatcher-b:9999", 1) == LEASE_LOST
     assert snapshot(r) == {"meta": {}, "msgs": {}, "events": [], "outbox": {}, "idem": []}
 
     # fencing is checked before the version: a stale writer without the lease is told to stop
-    assert store.commit(S, "3", tr, LEASE, "dispatcher-b:9999", 0) == LEASE_LOST
+    assert store.commit(S, "3", tr, LEASE, "dispatcher-b:9999", 1) == LEASE_LOST
 
     # an expired (absent) lease fences every token, the former holder's included
     r.delete(LEASE)
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == LEASE_LOST
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == LEASE_LOST
     assert r.exists(KEYS.meta(S), KEYS.messages(S), KEYS.events(S), KEYS.outbox(S)) == 0
 
     r.set(LEASE, TOKEN)
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == COMMITTED
     assert r.hget(KEYS.meta(S), "ver") == b"1"
 
 
@@ -174,7 +174,7 @@ def test_idempotency_key_counts_for_24h_in_the_sessions_sorted_set(store: Store,
     assert IDEMPOTENCY_TTL_S == 24 * 3600
     before = int(time.time() * 1000)
     tr = transition("1-0", evs=[event("session.created", 1)], idem="req-7")
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == COMMITTED
     key = KEYS.idempotency_keys(S)
     assert key == "parley:{s-store}:idem"
     until = r.zscore(key, "req-7")
@@ -190,13 +190,13 @@ def test_an_expired_idempotency_key_no_longer_counts_and_the_next_commit_drops_i
     past = int(time.time() * 1000) - 1
     r.zadd(KEYS.idempotency_keys(S), {"old": past})
     assert store.load(S, "old")[0].duplicate is False  # its window is over: a new entry
-    assert store.commit(S, "0", transition("1-0", idem="new"), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", transition("1-0", idem="new"), LEASE, TOKEN, 1) == COMMITTED
     assert [m for m, _ in r.zrange(KEYS.idempotency_keys(S), 0, -1, withscores=True)] == [b"new"]
     assert store.load(S, "req-8")[0].duplicate is False
 
 
 def test_commit_without_idempotency_key_writes_no_key(store: Store, r: redis.Redis) -> None:
-    assert store.commit(S, "0", transition("1-0", evs=[event("session.created", 1)]), LEASE, TOKEN, 0) == 1
+    assert store.commit(S, "0", transition("1-0", evs=[event("session.created", 1)]), LEASE, TOKEN, 1) == 1
     assert r.exists(KEYS.idempotency_keys(S)) == 0
     assert r.ttl(KEYS.meta(S)) == -1
 
@@ -205,7 +205,7 @@ def test_commit_of_a_session_that_still_does_not_exist_keeps_only_markers(
         store: Store, r: redis.Redis) -> None:
     """An input ignored for an unknown session still marks its entry applied (exactly once)."""
     tr = transition("9-0", exists=False, evs=[event("input.ignored", 1)])
-    assert store.commit(S, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", tr, LEASE, TOKEN, 1) == COMMITTED
     meta = r.hgetall(KEYS.meta(S))
     assert set(meta) == {b"ver", b"applied"}
     state, version = store.load(S)
@@ -215,7 +215,7 @@ def test_commit_of_a_session_that_still_does_not_exist_keeps_only_markers(
 
 def test_commit_without_fencing_token_skips_the_lease_check(store: Store, r: redis.Redis) -> None:
     r.delete(LEASE)
-    assert store.commit(S, "0", transition("1-0"), LEASE, "", 0) == COMMITTED
+    assert store.commit(S, "0", transition("1-0"), LEASE, "", 1) == COMMITTED
     assert r.hget(KEYS.meta(S), "ver") == b"1"
 
 
@@ -226,7 +226,7 @@ def test_events_stream_is_trimmed_near_events_maxlen(r: redis.Redis) -> None:
     for version in range(200):
         evs = [event("message.created", total + j) for j in range(5)]
         total += 5
-        assert small.commit(S, str(version), transition(f"{version + 1}-0", evs=evs), LEASE, TOKEN, 0) == 1
+        assert small.commit(S, str(version), transition(f"{version + 1}-0", evs=evs), LEASE, TOKEN, 1) == 1
     assert total == 1000
     length = r.xlen(KEYS.events(S))
     assert 10 <= length < 200, length
@@ -239,7 +239,7 @@ def test_events_stream_is_trimmed_near_events_maxlen(r: redis.Redis) -> None:
     other = "s-other"
     for version in range(30):
         tr = transition(f"{version + 1}-0", evs=[event("message.created", version)], session=other)
-        assert default.commit(other, str(version), tr, LEASE, TOKEN, 0) == 1
+        assert default.commit(other, str(version), tr, LEASE, TOKEN, 1) == 1
     assert r.xlen(KEYS.events(other)) == 30
 
 
@@ -249,7 +249,7 @@ def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
     store = Store(r, keys)
     tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
                     effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="k")
-    assert store.commit("s:1.x-y", "0", tr, keys.lease(0), TOKEN, 0) == COMMITTED
+    assert store.commit("s:1.x-y", "0", tr, keys.lease(0), TOKEN, 1) == COMMITTED
     written = sorted(k.decode() for k in r.keys("*") if k.decode() != keys.lease(0))
     # the session's own keys, and its partition's list of sessions (shard-wide, by prefix)
     assert written == ["acme:partition:0:sessions", "acme:{s:1.x-y}:events", "acme:{s:1.x-y}:idem",
@@ -263,8 +263,8 @@ def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
 
 def test_load_many_reads_what_load_reads_in_one_round_trip(store: Store, r: redis.Redis) -> None:
     assert store.commit("s-a", "0", transition("1-0", session="s-a", messages=[msg(1)], idem="k-a"),
-                        LEASE, TOKEN, 0) == COMMITTED
-    assert store.commit("s-b", "0", transition("2-0", session="s-b"), LEASE, TOKEN, 0) == COMMITTED
+                        LEASE, TOKEN, 1) == COMMITTED
+    assert store.commit("s-b", "0", transition("2-0", session="s-b"), LEASE, TOKEN, 1) == COMMITTED
     wanted: list[tuple[str, str | None]] = [("s-a", "k-a"), ("s-b", None), ("s-none", "k"), ("s-a-2", None)]
     before = r.info("commandstats")
     many = store.load_many(wanted)
@@ -285,7 +285,7 @@ def test_a_session_stored_before_the_shape_was_kept_is_read_whole_once(store: St
     read the meta hash alone."""
     old = transition("1-0", messages=[msg(1), msg(2, 1)])
     old.tree_fields = {}  # what a commit before the shape wrote
-    assert store.commit(S, "0", old, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", old, LEASE, TOKEN, 1) == COMMITTED
     loaded: list[Any] = []
     calls = calls_of(r, lambda: loaded.append(store.load(S)))
     state, version = loaded[0]
@@ -293,7 +293,7 @@ def test_a_session_stored_before_the_shape_was_kept_is_read_whole_once(store: St
     assert calls["hgetall"] == 2  # the meta hash, then the messages hash (once)
     tx = Tx(state, Context(now_ms=2000, app=AppInfo()), S, owned=True)
     tx.c.head = "msg-1"
-    assert store.commit(S, version, tx.result(), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, version, tx.result(), LEASE, TOKEN, 1) == COMMITTED
     assert r.hexists(KEYS.meta(S), "tree:0")
     calls = calls_of(r, lambda: loaded.append(store.load(S)))
     assert loaded[1][0].tree == ["msg-1", -1, 0, "msg-2", 0, 1]
@@ -308,16 +308,16 @@ def test_a_shape_left_behind_by_an_older_dispatchers_commits_is_rebuilt(store: S
     so the new message is found (a walk from it reaches the root)."""
     new = transition("1-0", messages=[msg(1), msg(2, 1)])
     new.state.core.n_msgs = 2  # type: ignore[union-attr]
-    assert store.commit(S, "0", new, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "0", new, LEASE, TOKEN, 1) == COMMITTED
     old = transition("2-0", head="msg-3", messages=[msg(3, 2)])
     old.state.core.n_msgs = 3  # type: ignore[union-attr]
     old.tree_fields = {}  # what an older dispatcher's commit writes
-    assert store.commit(S, "1", old, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, "1", old, LEASE, TOKEN, 1) == COMMITTED
     state, version = store.load(S)
     assert state.tree is None and set(state.messages) == {"msg-1", "msg-2", "msg-3"}
     tx = Tx(state, Context(now_ms=2000, app=AppInfo()), S, owned=True)
     assert list(tx.shape.ancestors("msg-3")) == ["msg-3", "msg-2", "msg-1"]
-    assert store.commit(S, version, tx.result(), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(S, version, tx.result(), LEASE, TOKEN, 1) == COMMITTED
     again, _ = store.load(S)
     assert again.tree == ["msg-1", -1, 0, "msg-2", 0, 1, "msg-3", 1, 2] and again.messages == {}
 
@@ -329,7 +329,7 @@ def test_an_unreported_childs_load_reads_its_turns_tips_and_nothing_else(store: 
     assert tr.state.core is not None
     tr.state.core.parent = {"session": "p", "call_id": "call-1", "attempt": 1, "app": "a", "reply_to": "x"}
     tr.state.core.turns = {"msg-1": Turn(id="msg-1", tip="msg-3", replied=True)}
-    assert store.commit(child, "0", tr, LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit(child, "0", tr, LEASE, TOKEN, 1) == COMMITTED
     loaded: list[Any] = []
     calls = calls_of(r, lambda: loaded.append(store.load(child)))
     assert loaded[0][0].messages == {"msg-3": msg(3, 2)}
@@ -337,13 +337,13 @@ def test_an_unreported_childs_load_reads_its_turns_tips_and_nothing_else(store: 
 
 
 def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r: redis.Redis) -> None:
-    assert store.commit("s-b", "0", transition("1-0", session="s-b"), LEASE, TOKEN, 0) == COMMITTED
+    assert store.commit("s-b", "0", transition("1-0", session="s-b"), LEASE, TOKEN, 1) == COMMITTED
     batch = [("s-a", "0", transition("2-0", session="s-a", evs=[event("session.created", 1)])),
              ("s-b", "0", transition("3-0", session="s-b")),  # stale: s-b is at version 1
              ("s-c", "0", transition("4-0", session="s-c", idem="k-c",
                                      effects=[IndexRemove(seq=1, interrupt_id="int-1")]))]
     before = r.info("commandstats")["cmdstat_evalsha"]["calls"]
-    assert store.commit_many(batch, LEASE, TOKEN, 0) == [COMMITTED, CONFLICT, COMMITTED]
+    assert store.commit_many(batch, LEASE, TOKEN, 1) == [COMMITTED, CONFLICT, COMMITTED]
     assert r.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 3
     assert "cmdstat_script|exists" not in r.info("commandstats")  # no SCRIPT EXISTS round trip
     assert r.hget(KEYS.meta("s-a"), "ver") == b"1" and r.xlen(KEYS.events("s-a")) == 1
@@ -354,7 +354,7 @@ def test_commit_many_answers_for_each_transition_in_one_pipeline(store: Store, r
     # each commit is fenced on its own: without the lease, nothing is written
     r.set(LEASE, "dispatcher-b:9999")
     lost = [("s-d", "0", transition("5-0", session="s-d")), ("s-e", "0", transition("6-0", session="s-e"))]
-    assert store.commit_many(lost, LEASE, TOKEN, 0) == [LEASE_LOST, LEASE_LOST]
+    assert store.commit_many(lost, LEASE, TOKEN, 1) == [LEASE_LOST, LEASE_LOST]
     assert r.exists(KEYS.meta("s-d"), KEYS.meta("s-e")) == 0
 
 
@@ -362,5 +362,20 @@ def test_commit_many_loads_the_script_again_after_a_flush(store: Store, r: redis
     """A restarted Redis has no scripts: NOSCRIPT ran nothing, so the commits are sent again."""
     r.script_flush()
     batch = [("s-a", "0", transition("1-0", session="s-a")), ("s-b", "0", transition("2-0", session="s-b"))]
-    assert store.commit_many(batch, LEASE, TOKEN, 0) == [COMMITTED, COMMITTED]
+    assert store.commit_many(batch, LEASE, TOKEN, 1) == [COMMITTED, COMMITTED]
     assert r.hget(KEYS.meta("s-a"), "ver") == b"1" and r.hget(KEYS.meta("s-b"), "ver") == b"1"
+
+
+def test_a_session_is_listed_in_its_own_partition_whatever_stream_its_input_came_on(r: redis.Redis) -> None:
+    """A producer's stream of partition P may carry a session of another partition: its keys
+    are its own partition's, and so is the list that names it (a move of P must not take it)."""
+    from parley.schemas.keys import partition_of
+
+    keys = Keys()
+    session = next(f"x-{n}" for n in range(100) if partition_of(f"x-{n}", 4) == 3)
+    r.set(keys.lease(1), TOKEN)  # committed by partition 1's holder
+    store = Store(r, keys)
+    tr = transition("1-0", session=session)
+    assert store.commit(session, "0", tr, keys.lease(1), TOKEN, 4) == COMMITTED
+    assert r.zrange(keys.partition_sessions(3), 0, -1) == [session.encode()]
+    assert not r.exists(keys.partition_sessions(1))

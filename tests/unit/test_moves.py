@@ -170,29 +170,60 @@ def test_a_sessions_by_session_range_holds_its_members_only() -> None:
 
 def test_an_interrupts_details_name_the_listing_members_the_lua_writes() -> None:
     from parley.schemas.keys import Keys
-    from parley.schemas.moves import Holds, interrupt_candidates, listed_candidates, session_candidates
+    from parley.schemas.moves import Holds, interrupt_candidates, listed_candidates, lua_time
 
     keys = Keys()
     info = {"session": "s", "interrupt_id": "int-2", "raised_at": 1_700, "reason": "confirm",
             "anchor": "msg-3", "resumable_by": ["alice", "bob"]}
+    raised = lua_time(1_700)
     timed = "000000000001700\x1fs\x1fint-2"
-    names = {(c.key, c.member) for c in listed_candidates(keys, info)}
+    names = {(c.key, c.member) for c in listed_candidates(keys, info, raised)}
     assert names == {(keys.interrupts_by_time, timed), (keys.interrupts_of_reason("confirm"), timed),
                      (keys.interrupts_of_principal("alice"), timed),
                      (keys.interrupts_of_principal("bob"), timed), (keys.interrupt_anchors, "s\x1fmsg-3")}
-    anyone = {c.key for c in listed_candidates(keys, {**info, "resumable_by": None, "anchor": None})}
+    anyone = {c.key for c in listed_candidates(keys, {**info, "resumable_by": None, "anchor": None}, raised)}
     assert keys.interrupts_for_anyone in anyone
     assert (keys.interrupt_anchors, "s\x1f") in {(c.key, c.member) for c in listed_candidates(
-        keys, {**info, "anchor": None})}  # a global interrupt: the session's '' anchor
+        keys, {**info, "anchor": None}, raised)}  # a global interrupt: the session's '' anchor
     for nobody in ([], {}):  # an empty list (cjson writes it {}): in no principal's set, not anyone's
-        keys_of = {c.key for c in listed_candidates(keys, {**info, "resumable_by": nobody})}
+        keys_of = {c.key for c in listed_candidates(keys, {**info, "resumable_by": nobody}, raised)}
         assert not any(k.startswith(keys.interrupts_principal_prefix) for k in keys_of)
         assert keys.interrupts_for_anyone not in keys_of
-    assert listed_candidates(keys, {"session": "s"}) == []  # details that do not read: nothing
-    own = interrupt_candidates(keys, "s", "int-2", "000000000001700")
+    # details that do not read name their anchor only (the Lua counts it from the session alone)
+    assert [(c.key, c.member) for c in listed_candidates(keys, {"session": "s"}, raised)] == [
+        (keys.interrupt_anchors, "s\x1f")]
+    assert listed_candidates(keys, {"reason": "x"}, raised) == []
+    own = interrupt_candidates(keys, "s", "int-2", raised)
     assert [(c.key, c.holds) for c in own] == [
         (keys.interrupt_index, Holds.ZSET), (keys.interrupt_info, Holds.HASH),
         (keys.deadlines, Holds.ZSET), (keys.interrupts_by_session, Holds.ZSET)]
-    whole = session_candidates(keys, "s", ["web", "app"])
-    assert [(c.key, c.member) for c in whole] == [(keys.expiring, "s"), (keys.idle, "s"),
-                                                  (keys.pending("app"), "s"), (keys.pending("web"), "s")]
+    # rounded as printf's %.0f does, not truncated (a fractional raise time finds its members)
+    assert (lua_time(1_700.4), lua_time(1_700.6)) == ("000000000001700", "000000000001701")
+
+
+def test_a_sessions_record_names_every_status_its_metadata_and_its_sub_agent_timers() -> None:
+    from parley.schemas.ids import subagent_deadline
+    from parley.schemas.keys import Keys
+    from parley.schemas.moves import interrupts_of, session_candidates
+    from parley.schemas.state import Core, Interrupt, Work
+
+    keys = Keys()
+    core = Core.model_validate({"session": "s", "created_at": 42, "metadata": {"team": "a", "n": 3}})
+    core.work["call-1"] = Work.model_validate({"id": "call-1", "kind": "tool", "name": "ask", "deadline": 99,
+                                                      "turn": "msg-1"})
+    core.work["call-2"] = Work.model_validate({"id": "call-2", "kind": "tool", "name": "pay",
+                                               "turn": "msg-1"})
+    core.interrupts["int-9"] = Interrupt.model_validate(
+        {"id": "int-9", "reason": "r", "anchor": None, "turn": None, "origin": None, "raised_at": 1_234})
+    named = {(c.key, c.member) for c in session_candidates(keys, "s", core)}
+    member = "000000000000042\x1fs"
+    assert {(keys.sessions_of_status(st), member) for st in ("active", "parked", "closed")} <= named
+    assert {(keys.sessions_of_metadata("team", "a"), member),
+            (keys.sessions_of_metadata("n", "3"), member)} <= named
+    assert (keys.deadlines, Keys.index_member("s", subagent_deadline("call-1"))) in named
+    assert not any(m.endswith(subagent_deadline("call-2")) for _k, m in named)  # no deadline, no timer
+    assert {(keys.expiring, "s"), (keys.idle, "s")} <= named
+    assert session_candidates(keys, "s", None) == session_candidates(keys, "s", None)[:2]
+    # the interrupts of the index and those of the core not listed yet, each with its time
+    listed = ["s\x1f000000000000005\x1fint-1"]
+    assert interrupts_of(core, listed) == {"int-1": "000000000000005", "int-9": "000000000001234"}

@@ -54,7 +54,9 @@ def start_inbox(procs: Procs, redis_server: RedisServer, tmp_path: Path, port: i
                 env={"PARLEY_REDIS_URL": redis_server.url_as(login("parley-inbox")),
                      "PARLEY_PRODUCER": "inbox"})
     log = procs.started[-1][2]
-    eventually(lambda: "parley inbox: serving on" in log.read_text(errors="replace"), timeout=30)
+    # the log is made by the process as it starts: not there yet on a loaded box
+    eventually(lambda: log.exists() and "parley inbox: serving on" in log.read_text(errors="replace"),
+               timeout=30)
     return log
 
 

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley.runtime.logs import kv
-from parley.schemas.keyprints import Keyprints, departed, read_published
+from parley.schemas.keyprints import Keyprints, departed, read_published, text_of
 from parley.schemas.keys import Keys
 
 log = logging.getLogger("parley.dispatcher")
@@ -82,8 +82,8 @@ class KeyprintsPublisher:
         fields, registered = pipe.execute()
         found = read_published(fields)
         now_ms = int(time.time() * 1000)
-        gone = [name for name in departed(found, {_text(n): s for n, s in registered}, now_ms, self.GRACE_MS)
-                if name != self.name]
+        live = {text_of(n): s for n, s in registered}
+        gone = [name for name in departed(found, live, now_ms, self.GRACE_MS) if name != self.name]
         if gone:
             self.redis.hdel(self.keys.keyprints, *gone)
             log.info("fingerprints of departed dispatchers deleted",
@@ -95,7 +95,3 @@ class KeyprintsPublisher:
     def withdraw(self) -> None:
         """At a clean stop: this dispatcher verifies nothing any more."""
         self.redis.hdel(self.keys.keyprints, self.name)
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw

@@ -77,7 +77,8 @@ class PublishedKeys:
     unreadable: tuple[str, ...] = ()
 
 
-def _text(raw: bytes | str) -> str:
+def text_of(raw: bytes | str) -> str:
+    """A reply's bytes as text (a dispatcher's name, a field)."""
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
 
@@ -85,7 +86,7 @@ def read_published(fields: Mapping[Any, bytes | str]) -> PublishedKeys:
     """The records of a `parley:keyprints` hash (HGETALL), in dispatcher order; a field that
     does not parse is named in `unreadable` rather than failing the whole read."""
     records, unreadable = [], []
-    for name, raw in sorted((_text(k), v) for k, v in fields.items()):
+    for name, raw in sorted((text_of(k), v) for k, v in fields.items()):
         try:
             records.append(Published(name, Keyprints.model_validate_json(raw)))
         except ValidationError:

@@ -96,11 +96,12 @@ class Keys:
 
     def partition_sessions(self, partition: int) -> str:
         """Sorted set, score 0: the sessions of one partition that exist on this shard (a
-        sub-agent's child by its root's partition). Every commit of an existing session adds
-        it, the expiry sweep removes it with the session's keys; a move copies it with the
-        partition and so finds the partition's keys and members without scanning the shard
-        (schemas/moves.py, parley/fleet/copying.py). `<prefix>:config` field `partition_sessions`
-        says it is complete (`parley partitions index` filled it for the sessions older than it)."""
+        sub-agent's child by its root's partition). The commit that creates a session adds it,
+        the expiry sweep removes it with the session's keys; a move finds the partition's keys
+        and members from it without scanning the shard, writes it on the target and deletes it
+        on the source (schemas/moves.py, parley/fleet/copying.py). `<prefix>:config` field
+        `partition_sessions` says it is complete (`parley partitions index` filled it for the
+        sessions older than it)."""
         return f"{self.prefix}:partition:{partition}:sessions"
 
     @property

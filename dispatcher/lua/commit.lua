@@ -11,7 +11,7 @@
 -- then    4 keys per job enqueued: its RQ job hash, its queue (list), the queue's in-flight
 --         order (zset), its token key (string)
 --         KEYS[6] and on are outside the session's slot: Redis Cluster is not supported yet.
--- KEYS[#KEYS] (last, after the jobs') the partition's sessions (Keys.partition_sessions)
+-- KEYS[#KEYS] (last, after the jobs') the session's partition's list of sessions (Keys.partition_sessions)
 -- ARGV[1] expected version (what the transition was computed from)
 -- ARGV[2] lease token held by the committing dispatcher, or ''
 -- ARGV[3] core JSON ('' = the session still does not exist)
@@ -101,10 +101,10 @@ for j = 1, q do
   i = i + 4 + 2 * f
 end
 -- The session in its partition's list (a move finds the partition's sessions there, not by
--- scanning the shard): on every commit of an existing session, so one committed by a release
--- before the list is added as soon as it is committed again; a ZADD that changes nothing is
--- not written to the AOF.
-if ARGV[3] ~= '' then
+-- scanning the shard), by the transition that creates it: once, not on every commit. Sessions
+-- of an older release are listed by `parley partitions index`, and a move adds any its list
+-- lacks before its freeze (parley/fleet/moves.py check_listed).
+if ARGV[14] == '1' then
   redis.call('ZADD', KEYS[#KEYS], 0, ARGV[8])
 end
 -- Last, so the keys this commit wrote are covered: meta, messages, events, outbox, used keys.

@@ -51,7 +51,6 @@ class Client(Face):
         self.core = Core(keys, self.shards.clients, producer, moved_timeout_s, self.shards)
         # the threads that read every shard at once (`_each`), made on the first listing
         self._fanout: ThreadPoolExecutor | None = None
-        self._fanout_size = 0
         self._fanout_lock = threading.Lock()
 
     def _do(self, request: Request) -> Any:
@@ -75,14 +74,11 @@ class Client(Face):
         S shards costs one shard's round trips of wall time, not S times them."""
         if len(ops) <= 1:
             return [self._run(op) for op in ops]
-        with self._fanout_lock:
-            if self._fanout is None or self._fanout_size < len(ops):
-                if self._fanout is not None:
-                    self._fanout.shutdown(wait=False)
-                self._fanout = ThreadPoolExecutor(len(ops), thread_name_prefix="parley-shards")
-                self._fanout_size = len(ops)
-            pool = self._fanout
-        return list(pool.map(self._run, ops))
+        with self._fanout_lock:  # made on the first listing, one thread per shard
+            if self._fanout is None:
+                self._fanout = ThreadPoolExecutor(len(self.shards.clients),
+                                                  thread_name_prefix="parley-shards")
+        return list(self._fanout.map(self._run, ops))
 
     def _run(self, op: Op[T]) -> T:
         """Do what `op` asks, one request at a time, and return its result."""

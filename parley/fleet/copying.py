@@ -203,15 +203,23 @@ class Copier:
                     out.append((name, shared.holds, mine))
         return out
 
-    def stats_of(self, r: redis.Redis, sessions: set[str], anchors: list[Any]) -> tuple[int, int]:
-        """P's share of the `held` and `parked` counters on `r`."""
-        held = 0
-        for session in sorted(sessions):
-            core_raw = r.hget(self.keys.meta(session), "core")
-            outbox: Any = r.hvals(self.keys.outbox(session))
+    def stats_of(self, r: redis.Redis, sessions: set[str], anchors: list[Any]) -> tuple[int, int, set[str]]:
+        """P's share of the `held` and `parked` counters on `r`, and which of `sessions` exist
+        (their meta holds a core): one round trip, the partition being frozen meanwhile."""
+        ordered = sorted(sessions)
+        pipe = r.pipeline(transaction=False)
+        for session in ordered:
+            pipe.hget(self.keys.meta(session), "core")
+            pipe.hvals(self.keys.outbox(session))
+        replies = pipe.execute()
+        held, existing = 0, set()
+        for n, session in enumerate(ordered):
+            core_raw, outbox = replies[2 * n], replies[2 * n + 1]
+            if core_raw:
+                existing.add(session)
             core = orjson.loads(core_raw) if core_raw else None
             held += held_of(core, [orjson.loads(v) for v in outbox or []])
-        return held, parked_of(int(v) for v in anchors)
+        return held, parked_of(int(v) for v in anchors), existing
 
     # ---- the lists of sessions of a shard of an older release ------------------------------
     def index(self, r: redis.Redis, partitions: int, batch: int = 500, only: int | None = None) -> int:
@@ -263,10 +271,9 @@ class Copier:
         copied = self.restore_keys(src, dst, keys)
         self.copy_producers(src, dst, partition, partitions)
         count, anchors = self.add_members(dst, self.members_of(src, partition, partitions))
-        held, parked = self.stats_of(src, sessions, anchors)
         # names that hold no session (an input's refusal, kept for a while, names no session)
-        # leave the list
-        existing = set(self.existing(dst, sorted(sessions)))
+        # leave the list; the source's cores are the target's, P being frozen
+        held, parked, existing = self.stats_of(src, sessions, anchors)
         # the list, the counters and the mark in one MULTI: `repair` flips only a whole copy
         tx = dst.pipeline(transaction=True)
         if sessions - existing:
@@ -278,13 +285,6 @@ class Copier:
         tx.hset(self.keys.config, copied_field(partition), str(target))
         tx.execute()
         return len(sessions), copied, count
-
-    def existing(self, r: redis.Redis, sessions: list[str]) -> list[str]:
-        """Those of `sessions` that exist on `r` (their meta holds a core)."""
-        pipe = r.pipeline(transaction=False)
-        for session in sessions:
-            pipe.hexists(self.keys.meta(session), "core")
-        return [s for s, there in zip(sessions, pipe.execute(), strict=True) if there]
 
     def restore_keys(self, src: redis.Redis, dst: redis.Redis, keys: list[str]) -> int:
         """Each of `keys` DUMPed on `src` and RESTOREd (REPLACE) on `dst`, with its TTL; a key
@@ -347,7 +347,7 @@ class Copier:
         sessions = {s for s, _k in session_keys}
         tx = r.pipeline(transaction=True)
         if lower_stats:
-            held, parked = self.stats_of(r, sessions, [v for _m, v in anchors])
+            held, parked, _existing = self.stats_of(r, sessions, [v for _m, v in anchors])
             if held:
                 tx.hincrby(self.keys.stats, "held", -held)
             if parked:

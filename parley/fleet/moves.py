@@ -200,7 +200,7 @@ class Mover:
 
     def check_listed(self, plan: MovePlan) -> int:
         """Before the freeze, while P is still served: on an indexed source, P's sessions that
-        its list misses (committed last by a dispatcher of an older release, after the shard was
+        its list misses (created by a dispatcher of an older release, after the shard was
         marked) are added, so that the copy, which reads the list, carries them. A scan of the
         source, but outside the freeze: nobody waits on it. Returns how many it added."""
         src = self.shards.clients[plan.source]

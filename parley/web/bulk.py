@@ -34,7 +34,7 @@ class Pick:
 
 def pick_of(row: OpenInterrupt) -> str:
     """A row's checkbox value."""
-    return encode_token([row.session, row.interrupt_id])
+    return token_of(Pick(row.session, row.interrupt_id))
 
 
 def token_of(pick: Pick) -> str:

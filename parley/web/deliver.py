@@ -16,6 +16,7 @@ from parley.runtime.logs import kv
 from parley.schemas.resumes import ResumeOutcome
 from parley.web import followup, present
 from parley.web.followup import NextEvent
+from parley.web.live.replies import text_of
 from parley.web.present import AnswerResult, AnswerStatus
 from parley.web.state import Inbox
 
@@ -103,7 +104,7 @@ async def followed(inbox: Inbox, session: str, sent: Sent, payload: Any) -> Foll
 async def _events_after_answer(inbox: Inbox, session: str, entry: str) -> list[Mapping[str, Any]]:
     shard = await inbox.client.index_of_session(session)
     raw: Any = await inbox.shards[shard].xrevrange(inbox.redis_keys.events(session), count=LOOK_BACK)
-    entries = [(_text(i), e) for i, fields in reversed(raw or [])
+    entries = [(text_of(i), e) for i, fields in reversed(raw or [])
                if (e := followup.event_of(fields)) is not None]
     found = followup.events_after(entries, entry)
     if found is None:
@@ -119,10 +120,6 @@ async def _events_after_answer(inbox: Inbox, session: str, entry: str) -> list[M
         if event.get("type") in SETTLED or len(more) >= followup.MAX_NEXT_EVENTS:
             break
     return more
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def next_question(inbox: Inbox, principal: str, answered: set[tuple[str, str]]) -> OpenInterrupt | None:

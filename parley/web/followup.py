@@ -97,8 +97,15 @@ def event_of(fields: Any) -> dict[str, Any] | None:
     """The event of a session's events entry (its `event` field holds the JSON); None when it
     holds none that can be read."""
     raw = fields.get(b"event", fields.get("event")) if isinstance(fields, dict) else None
+    return event_json(raw)
+
+
+def event_json(raw: Any) -> dict[str, Any] | None:
+    """The JSON object of an entry's `event` field (None: missing, or not an object)."""
+    if raw is None:
+        return None
     try:
-        event = orjson.loads(raw) if raw is not None else None
+        event = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
     return event if isinstance(event, dict) else None

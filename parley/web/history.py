@@ -28,13 +28,13 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlencode
 
-import orjson
 from pydantic import BaseModel, ValidationError
 
 from parley.client.fanout import ShardPart, merge_parts
 from parley.schemas.events import InterruptCancelled, InterruptRaised, InterruptResumed
 from parley.schemas.ids import is_session_id
 from parley.web.conversation import pretty_json
+from parley.web.followup import event_json
 from parley.web.live.replies import stream_id, text_of
 from parley.web.query import QueryError
 
@@ -227,17 +227,6 @@ class HistoryQuery:
 # --- events into rows ------------------------------------------------------------------------
 
 
-def event_of(raw: Any) -> dict[str, Any] | None:
-    """The JSON object of an entry's `event` field (None: missing, or not an object)."""
-    if raw is None:
-        return None
-    try:
-        event = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
 def known(model: type[BaseModel], event: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of `event` that `model` has: the event models refuse fields they do not know
     (the engine must write none), but a reader of history must go on reading the events of a
@@ -276,7 +265,7 @@ def stream_entries(reply: Any) -> list[tuple[str, dict[str, Any] | None]]:
     entries: list[tuple[str, dict[str, Any] | None]] = []
     for entry_id, fields in reply or []:
         named = {text_of(k): v for k, v in (fields or {}).items()}
-        entries.append((text_of(entry_id), event_of(named.get("event"))))
+        entries.append((text_of(entry_id), event_json(named.get("event"))))
     return entries
 
 
@@ -412,7 +401,7 @@ class FeedScan:
         # the entry's `type` says what it is without parsing its event: most are not answers
         if text_of(named.get("type", b"")) != "interrupt.resumed":
             return None
-        event = event_of(named.get("event"))
+        event = event_json(named.get("event"))
         row = None if event is None else ending_of(text_of(named.get("session", b"")), event, position.key)
         if row is None or not row.session:
             self.unreadable += 1

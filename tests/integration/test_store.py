@@ -38,9 +38,10 @@ def event(kind: str, n: int) -> dict[str, Any]:
 def transition(entry: str, *, head: str | None = "msg-1", messages: list[dict[str, Any]] | None = None,
                evs: list[dict[str, Any]] | None = None, effects: list[Effect] | None = None,
                idem: str | None = None, exists: bool = True, session: str = S,
-               shape: Shape | None = None) -> Transition:
+               shape: Shape | None = None, created: bool = False) -> Transition:
     """A transition as the core makes one; `shape`: the tree's shape as loaded, to which the new
-    messages are added (None: a session whose shape is not stored yet)."""
+    messages are added (None: a session whose shape is not stored yet); `created`: it creates
+    the session."""
     shape = shape if shape is not None else Shape(stored=None)
     for m in messages or []:
         shape.add(m["id"], m["parent_id"], m["turn"])
@@ -49,7 +50,8 @@ def transition(entry: str, *, head: str | None = "msg-1", messages: list[dict[st
                 n_msgs=len(shape)) if exists else None
     return Transition(state=SessionState(core=core, applied={"parley:inputs": entry}),
                       new_messages=messages or [], events=evs or [], effects=effects or [],
-                      idempotency_key=idem, tree_fields=shape.dirty_fields() if exists else {})
+                      idempotency_key=idem, tree_fields=shape.dirty_fields() if exists else {},
+                      created=created)
 
 
 def calls_of(r: redis.Redis, action: Any) -> dict[str, int]:
@@ -248,7 +250,7 @@ def test_every_session_key_carries_the_hash_tag(r: redis.Redis) -> None:
     r.set(keys.lease(0), TOKEN)
     store = Store(r, keys)
     tr = transition("1-0", messages=[msg(1)], evs=[event("message.created", 1)],
-                    effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="k")
+                    effects=[IndexRemove(seq=1, interrupt_id="int-1")], idem="k", created=True)
     assert store.commit("s:1.x-y", "0", tr, keys.lease(0), TOKEN, 1) == COMMITTED
     written = sorted(k.decode() for k in r.keys("*") if k.decode() != keys.lease(0))
     # the session's own keys, and its partition's list of sessions (shard-wide, by prefix)
@@ -375,7 +377,7 @@ def test_a_session_is_listed_in_its_own_partition_whatever_stream_its_input_came
     session = next(f"x-{n}" for n in range(100) if partition_of(f"x-{n}", 4) == 3)
     r.set(keys.lease(1), TOKEN)  # committed by partition 1's holder
     store = Store(r, keys)
-    tr = transition("1-0", session=session)
+    tr = transition("1-0", session=session, created=True)
     assert store.commit(session, "0", tr, keys.lease(1), TOKEN, 4) == COMMITTED
     assert r.zrange(keys.partition_sessions(3), 0, -1) == [session.encode()]
     assert not r.exists(keys.partition_sessions(1))

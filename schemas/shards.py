@@ -109,6 +109,27 @@ class Placement:
         moving = {p: t for p, t in self.moving.items() if p != partition}
         return replace(self, version=self.version + 1, table=tuple(table), moving=moving)
 
+    def grow(self, added: int) -> Placement:
+        """The table once `added` empty shards join: shards S..S+added-1, holding no partition
+        until one is moved there (`parley partitions rebalance`), so every route stays valid and
+        a client given only the first S URLs still reaches every session."""
+        if added < 1:
+            raise PlacementError(f"add at least one shard, not {added}")
+        if self.moving:
+            raise PlacementError(f"partition(s) {sorted(self.moving)} are being moved: let the move end, "
+                                 "or run `parley partitions repair`, before adding shards")
+        if self.shards + added > MAX_SHARDS:
+            raise PlacementError(f"a deployment has at most {MAX_SHARDS} shards: {self.shards} + {added} is more")
+        if self.shards + added > self.partitions:
+            raise PlacementError(f"{self.partitions} partitions cannot spread over {self.shards + added} "
+                                 "shards: a deployment has at most one shard per partition")
+        return replace(self, version=self.version + 1, shards=self.shards + added)
+
+    def highest_shard_used(self) -> int:
+        """The highest shard index any partition is on or moving to: a client needs the URLs
+        up to it to reach every session."""
+        return max([*self.table, *self.moving.values()])
+
     def unfreeze(self, partition: int) -> Placement:
         """A move given up before its flip: the partition is served where it was."""
         if partition not in self.moving:
@@ -226,7 +247,10 @@ def newest_placement_of(views: Sequence[ShardView]) -> Placement | None:
     if not held:
         return None
     newest = max(held, key=lambda p: p.version)
-    if newest.shards != len(views):
+    # Fewer URLs than shards is fine while no partition is on the ones missing: shards just
+    # added (`parley partitions add-shards`) hold nothing until a partition moves there, so the
+    # clients of a growing deployment keep working until they are given the new URLs.
+    if newest.shards < len(views) or newest.highest_shard_used() >= len(views):
         raise PlacementError(f"the deployment has {newest.shards} shards and this client was given "
                              f"{len(views)} URLs: give every shard's URL, in order")
     return newest

@@ -65,6 +65,79 @@ def move(ctx: click.Context, partition: int, to: int, drain_timeout: float) -> N
                f"frozen {report.frozen_s:.3f} s)")
 
 
+@partitions.command("add-shards")
+@click.pass_context
+def add_shards(ctx: click.Context) -> None:
+    """Join new, empty shards to the deployment: give every shard's URL, in order, then the new
+    shards' URLs after them. Nothing moves (the new shards hold no partition until `rebalance`
+    or `move` gives them some), so the deployment runs on meanwhile; start the new shards'
+    dispatchers and workers, with every URL, before moving partitions there."""
+    from parley.fleet.adding import add_shards as add
+
+    try:
+        added = add(_mover(ctx))
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"shards {added.before}-{added.after - 1} added: the deployment has {added.after} shards "
+               f"(table version {added.version}); no partition is on the new ones yet")
+
+
+@partitions.command("rebalance")
+@click.option("--drain", "drain", type=click.IntRange(0), multiple=True,
+              help="A shard to empty (before removing it): it gives every partition away. Repeatable.")
+@click.option("--parallel", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="How many moves run at once (each partition is frozen only for its own move).")
+@click.option("--drain-timeout", type=click.FloatRange(0), default=DEFAULT_DRAIN_TIMEOUT_S, show_default=True,
+              help="As for `move`: seconds each move waits for its partition's jobs.")
+@click.option("--yes", is_flag=True, help="Apply the plan without asking.")
+@click.option("--dry-run", is_flag=True, help="Show the plan and change nothing.")
+@click.pass_context
+def rebalance(ctx: click.Context, drain: tuple[int, ...], parallel: int, drain_timeout: float,
+              yes: bool, dry_run: bool) -> None:
+    """Move partitions so that every shard holds its share (N // S or one more), or so that the
+    --drain shards hold none: the plan (the fewest moves that do it) is shown, then applied,
+    --parallel moves at a time, while the deployment runs."""
+    from parley.schemas.rebalance import plan_rebalance
+
+    mover = _mover(ctx)
+    try:
+        placement = mover.shards.check()
+        assert placement is not None  # a Mover is of several shards
+        plan = plan_rebalance(placement, drain)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from None
+    counts = enumerate(zip(plan.before, plan.after, strict=True))
+    click.echo("partitions per shard: " + ", ".join(f"{s}: {b}" + (f" -> {a}" if a != b else "")
+                                                    for s, (b, a) in counts))
+    if plan.empty:
+        click.echo("balanced already: nothing to move")
+        return
+    for t in plan.transfers:
+        click.echo(f"  move partition {t.partition}: shard {t.source} -> {t.target}")
+    if dry_run:
+        click.echo(f"{len(plan.transfers)} move(s) planned; --dry-run: nothing changed")
+        return
+    if not yes:
+        click.confirm(f"apply these {len(plan.transfers)} move(s)?", abort=True)
+    try:
+        results = mover.move_many([(t.partition, t.target) for t in plan.transfers], parallel=parallel,
+                                  drain_timeout_s=drain_timeout)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from None
+    failed = [r for r in results if isinstance(r, Exception)]
+    for r in results:
+        if isinstance(r, Exception):
+            click.echo(f"not moved: {r}", err=True)
+        else:
+            click.echo(f"partition {r.partition} moved from shard {r.source} to shard {r.target} "
+                       f"({r.sessions} sessions; frozen {r.frozen_s:.3f} s)")
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(results)} move(s) not done (see above); run "
+                                   "`parley partitions repair` if one says so, then rebalance again")
+    slowest = max(r.frozen_s for r in results if not isinstance(r, Exception))
+    click.echo(f"rebalanced: {len(results)} partition(s) moved; the longest freeze {slowest:.3f} s")
+
+
 @partitions.command("index")
 @click.pass_context
 def index(ctx: click.Context) -> None:

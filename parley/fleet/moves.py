@@ -47,8 +47,10 @@ parley/fleet/draining.py (P's jobs on the source) and parley/fleet/copying.py (P
 from __future__ import annotations
 
 import secrets
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +74,7 @@ from parley.schemas.moves import (
     plan_move,
     plan_repair,
 )
-from parley.schemas.shards import Placement
+from parley.schemas.shards import Placement, PlacementError
 
 #: how long the fence waits, by default, for the source's dispatchers to give P's lease back
 DEFAULT_FENCE_TIMEOUT_S = 120.0
@@ -115,8 +117,11 @@ class Mover:
         self.say = say
         self.poll_s = poll_s
         self.lock: MoveLock | None = None
-        #: when the move under way began its freeze (time.monotonic())
-        self.frozen_at = 0.0
+        # Moves run at once (`move_many`) change one table: each change is made from the table
+        # as it is now, and written everywhere, one at a time (each write only over the version
+        # before it, so a change computed from a stale table would be refused, not lost).
+        self._table_change = threading.Lock()
+        self._half_written = False
         self.tables = PlacementWriter(shards, lambda: self.lock is not None and self.lock.lost)
         self.copier = Copier(self.keys)
 
@@ -134,21 +139,81 @@ class Mover:
              fence_timeout_s: float = DEFAULT_FENCE_TIMEOUT_S) -> MoveReport:
         lock = self.locked()
         try:
-            return self._move(partition, to, drain_timeout_s, fence_timeout_s)
+            placement = self.shards.check()
+            assert placement is not None  # sharded: check() raises rather than find none
+            return self._move(plan_move(placement, partition, to), drain_timeout_s, fence_timeout_s)
         finally:
             lock.__exit__(None, None, None)
             self.lock = None
 
-    def _move(self, partition: int, to: int, drain_timeout_s: float, fence_timeout_s: float) -> MoveReport:
-        placement = self.shards.check()
-        assert placement is not None  # sharded: check() raises rather than find none
-        plan = plan_move(placement, partition, to)
+    def move_many(self, moves: Sequence[tuple[int, int]], parallel: int = 1,
+                  drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+                  fence_timeout_s: float = DEFAULT_FENCE_TIMEOUT_S) -> list[MoveReport | MoveError]:
+        """Each (partition, target) of `moves`, up to `parallel` at once, under one move lock;
+        each a whole move (its own freeze, drain, copy and flip), so a partition is frozen only
+        for its own move. Every move is checked against the table before any starts (MoveError:
+        none started). After a move fails, no other is started; those under way finish. Returns,
+        in `moves`' order, each move's report or its MoveError (None started: its error says so)."""
+        if parallel < 1:
+            raise MoveError(f"moves at once must be at least 1, not {parallel}")
+        lock = self.locked()
+        try:
+            placement = self.shards.check()
+            assert placement is not None
+            partitions = [p for p, _to in moves]
+            if len(set(partitions)) != len(partitions):
+                raise MoveError("a partition is named twice: each moves once")
+            try:
+                plans = [plan_move(placement, p, to) for p, to in moves]
+            except PlacementError as exc:
+                raise MoveError(f"{exc}: no move was started") from None
+            failed = threading.Event()
+
+            def one(plan: MovePlan) -> MoveReport | MoveError:
+                if failed.is_set():
+                    return MoveError(f"partition {plan.partition}: not started, as another move failed")
+                try:
+                    return self._move(plan, drain_timeout_s, fence_timeout_s)
+                except MoveError as exc:
+                    failed.set()
+                    return exc
+
+            with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="move") as pool:
+                return list(pool.map(one, plans))
+        finally:
+            lock.__exit__(None, None, None)
+            self.lock = None
+
+    def change_table(self, plan: MovePlan, change: Callable[[Placement], Placement]) -> Placement:
+        """`change` made to the table as it is now (other moves may have changed it since
+        `plan` was made), written on every shard in `plan`'s order; the table written."""
+        with self._table_change:
+            if self._half_written:
+                # shards hold two versions now: a change over either would leave two tables of
+                # one version on different shards, which no reader could order
+                raise TableChanged("an earlier table write of this command stopped half way: nothing "
+                                   "more is written", 0)
+            current = self.shards.placement
+            assert current is not None
+            changed = change(current)
+            try:
+                self.write_everywhere(plan, changed)
+            except TableChanged as exc:
+                self._half_written = exc.written > 0  # refused on the first shard: none written
+                raise
+            except BaseException:
+                self._half_written = True  # a shard may or may not hold the new table
+                raise
+            return changed
+
+    def _move(self, plan: MovePlan, drain_timeout_s: float, fence_timeout_s: float) -> MoveReport:
+        partition, to = plan.partition, plan.target
         self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
         report.unlisted = self.check_listed(plan)
-        self.frozen_at = time.monotonic()
+        frozen_at = time.monotonic()
         try:
-            self.write_everywhere(plan, plan.frozen)
+            frozen = self.change_table(plan, lambda table: table.freeze(partition, to))
         except TableChanged as exc:
             if exc.written == 0:
                 raise  # refused on the first shard: nothing changed
@@ -156,7 +221,7 @@ class Mover:
         except BaseException as exc:
             raise self.left_frozen(plan, exc) from exc
         try:
-            return self._moved(plan, report, drain_timeout_s, fence_timeout_s)
+            return self._moved(plan, frozen, frozen_at, report, drain_timeout_s, fence_timeout_s)
         except MoveError as exc:
             if getattr(exc, "unfrozen", False):
                 raise
@@ -172,14 +237,14 @@ class Mover:
         return MoveError(f"{why}: partition {plan.partition} is left frozen (moving to {plan.target}): "
                          "run `parley partitions repair`")
 
-    def _moved(self, plan: MovePlan, report: MoveReport, drain_timeout_s: float,
-               fence_timeout_s: float) -> MoveReport:
+    def _moved(self, plan: MovePlan, frozen: Placement, frozen_at: float, report: MoveReport,
+               drain_timeout_s: float, fence_timeout_s: float) -> MoveReport:
         partition = plan.partition
-        self.say(MoveStep.FREEZE, f"partition {partition} frozen (table version {plan.frozen.version})")
+        self.say(MoveStep.FREEZE, f"partition {partition} frozen (table version {frozen.version})")
         try:
             token = self.fence(plan, fence_timeout_s)
         except MoveError as exc:
-            self.write_everywhere(plan, plan.frozen.unfreeze(partition))
+            self.change_table(plan, lambda table: table.unfreeze(partition))
             exc.unfrozen = True  # type: ignore[attr-defined]
             raise
         self.say(MoveStep.FENCE, f"lease of partition {partition} on shard {plan.source} taken")
@@ -188,11 +253,11 @@ class Mover:
         report.sessions, report.keys, report.members = self.copy(plan)
         self.say(MoveStep.COPY, f"{report.sessions} sessions, {report.keys} keys and {report.members} "
                                 f"members copied to shard {plan.target}")
-        self.write_everywhere(plan, plan.flipped)
-        report.frozen_s = time.monotonic() - self.frozen_at
+        flipped = self.change_table(plan, lambda table: table.flip(partition))
+        report.frozen_s = time.monotonic() - frozen_at
         self.say(MoveStep.FLIP, f"partition {partition} is on shard {plan.target} "
-                                f"(table version {plan.flipped.version}; frozen {report.frozen_s:.3f} s)")
-        self.clean(plan.source, partition, plan.flipped.partitions, lower_stats=True)
+                                f"(table version {flipped.version}; frozen {report.frozen_s:.3f} s)")
+        self.clean(plan.source, partition, flipped.partitions, lower_stats=True)
         self.release_fence(plan.source, partition, token)
         self.shards.clients[plan.target].hdel(self.keys.config, copied_field(partition))
         self.say(MoveStep.CLEAN, f"shard {plan.source} cleaned of partition {partition}")

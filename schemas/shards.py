@@ -119,7 +119,8 @@ class Placement:
             raise PlacementError(f"partition(s) {sorted(self.moving)} are being moved: let the move end, "
                                  "or run `parley partitions repair`, before adding shards")
         if self.shards + added > MAX_SHARDS:
-            raise PlacementError(f"a deployment has at most {MAX_SHARDS} shards: {self.shards} + {added} is more")
+            raise PlacementError(f"a deployment has at most {MAX_SHARDS} shards: {self.shards} + {added} "
+                                 "is more")
         if self.shards + added > self.partitions:
             raise PlacementError(f"{self.partitions} partitions cannot spread over {self.shards + added} "
                                  "shards: a deployment has at most one shard per partition")

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # and each pytest process rewrites and compiles all 130 test modules (12 CPU-s a process here).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system-packages screenshots demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke bench bench-smoke clean
+.PHONY: install system-packages screenshots demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke fleet fleet-smoke bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,17 @@ chaos-shards: $(STAMP)
 # The bounded version CI runs (under two minutes), with the same restart, failover and moves.
 chaos-shards-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_chaos_shards --sessions 24 --spread 20 --timeout 100
+
+# A fleet that grows while it runs (tests/chaos/run_fleet.py): 16 shards as deployed, 64
+# partitions, a dispatcher and a worker per shard, the seed scenario on every session; 4 shards
+# added under load and the partitions rebalanced over all 20, four moves at once; every session
+# checked (applied once, on its shard only), each move's freeze time in fleet.json (a few minutes).
+fleet: $(STAMP)
+	$(BIN)/python -m tests.chaos.run_fleet
+
+# The bounded version CI runs (under a minute): 4 shards grown to 6, 16 partitions.
+fleet-smoke: $(STAMP)
+	$(BIN)/python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40 --timeout 120
 
 # The benchmark (bench/README.md): thirteen scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.

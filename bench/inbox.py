@@ -9,7 +9,7 @@ it; Redis's commands per page come from INFO commandstats.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,36 @@ QUERIES: dict[str, InterruptFilter] = {
 }
 
 
-def commands(r: redis.Redis) -> int:
-    return sum(int(v["calls"]) for v in r.info("commandstats").values())
+def open_interrupts(outboxes: Sequence[Outbox], shard_of: Callable[[str], int], start: int,
+                    stop: int) -> None:
+    """Interrupts `start` to `stop - 1` opened, FILL_BATCH at a time, each through the outbox of
+    its session's shard (`shard_of`; one MULTI per shard per batch). One outbox and `shard_of`
+    always 0: scenario 7's one Redis."""
+    for lo in range(start, stop, FILL_BATCH):
+        by_shard: dict[int, list[tuple[str, list[Any]]]] = {}
+        for i in range(lo, min(stop, lo + FILL_BATCH)):
+            session, items = interrupt(i)
+            by_shard.setdefault(shard_of(session), []).append((session, items))
+        for shard, batch in by_shard.items():
+            outboxes[shard].flush_many(batch)
 
 
-def walk_pages(r: redis.Redis, fetch: Callable[[str | None], Any], pages: int,
-               dist: Callable[[list[float]], dict[str, Any]]) -> dict[str, Any]:
+def servers(r: redis.Redis | Sequence[redis.Redis]) -> list[redis.Redis]:
+    return [r] if isinstance(r, redis.Redis) else list(r)
+
+
+def commands(r: redis.Redis | Sequence[redis.Redis]) -> int:
+    """Commands Redis has run (INFO commandstats), summed over every shard given."""
+    return sum(int(v["calls"]) for c in servers(r) for v in c.info("commandstats").values())
+
+
+def walk_pages(r: redis.Redis | Sequence[redis.Redis], fetch: Callable[[str | None], Any], pages: int,
+               dist: Callable[[list[float]], dict[str, Any]],
+               keep: list[Any] | None = None) -> dict[str, Any]:
     """Up to `pages` pages from the first on (`fetch(cursor)` reads one: anything with `items`
-    and `cursor`), each timed; Redis commands per page."""
+    and `cursor`), each timed; Redis commands per page, summed over every shard in `r` (one
+    client, or each shard's). With `keep`, every row walked is appended to it (after its
+    page's time is taken)."""
     times: list[float] = []
     rows = 0
     cursor: str | None = None
@@ -66,17 +88,20 @@ def walk_pages(r: redis.Redis, fetch: Callable[[str | None], Any], pages: int,
         page = fetch(cursor)
         times.append((time.perf_counter() - t) * 1000)
         rows += len(page.items)
+        if keep is not None:
+            keep.extend(page.items)
         cursor = page.cursor
         if cursor is None:
             break
-    spent = commands(r) - before - 1  # less the first INFO
+    spent = commands(r) - before - len(servers(r))  # less the first INFO of each shard
     return {"pages": len(times), "rows": rows, "page_ms": dist(times),
             "redis_commands_per_page": round(spent / len(times), 2)}
 
 
-def walk(r: redis.Redis, client: Client, where: InterruptFilter, pages: int, limit: int,
-         dist: Callable[[list[float]], dict[str, Any]]) -> dict[str, Any]:
-    return walk_pages(r, lambda cursor: client.interrupt_page(where, limit, cursor), pages, dist)
+def walk(r: redis.Redis | Sequence[redis.Redis], client: Client, where: InterruptFilter, pages: int,
+         limit: int, dist: Callable[[list[float]], dict[str, Any]],
+         keep: list[Any] | None = None) -> dict[str, Any]:
+    return walk_pages(r, lambda cursor: client.interrupt_page(where, limit, cursor), pages, dist, keep)
 
 
 def listing_rows(workdir: Path, sizes: list[int], pages: int, limit: int,
@@ -90,10 +115,8 @@ def listing_rows(workdir: Path, sizes: list[int], pages: int, limit: int,
         opened = 0
         for size in sizes:
             t = time.perf_counter()
-            while opened < size:
-                upto = min(size, opened + FILL_BATCH)
-                outbox.flush_many([interrupt(i) for i in range(opened, upto)])
-                opened = upto
+            open_interrupts([outbox], lambda _session: 0, opened, size)
+            opened = max(opened, size)
             fill_s = time.perf_counter() - t
             row: dict[str, Any] = {"open": size, "limit": limit, "fill_s": round(fill_s, 2),
                                    "used_memory_mib": round(int(r.info("memory")["used_memory"]) / 2**20, 1)}

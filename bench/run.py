@@ -1,4 +1,4 @@
-"""Parley's benchmark: real processes on a private Redis, thirteen scenarios, one table.
+"""Parley's benchmark: real processes on a private Redis, fourteen scenarios, one table.
 
     python -m bench.run            (make bench: default sizes, 6-9 minutes on 2 cores)
     python -m bench.run --smoke    (make bench-smoke: every scenario, tiny, under a minute)
@@ -23,6 +23,8 @@
    (oldest first, newest first, "answerable by me") as whole HTTP requests
 13. Long sessions: a transition (a branch switch) and `parley show` on a session of 3,000
    messages of ~4 KB, on one of 1,000 branches, and on a fresh one
+14. The inbox listing at many shards: a page of `Client.interrupt_page` (each filter of 7) with
+   the same 10,000 open interrupts on 1, 4 and 16 shards (the client reads every shard at once)
 
 Prints a table and writes the figures, the machine, the versions and the settings to
 bench/results/latest.json (see bench/README.md for what each figure means). This module only
@@ -54,6 +56,7 @@ from bench.scenarios.parked_memory import parked_memory
 from bench.scenarios.scaling import scaling
 from bench.scenarios.seed_cycle import seed_cycle_and_floor
 from bench.scenarios.session_list import session_list
+from bench.scenarios.shard_listing import shard_listing
 from bench.scenarios.shards import shards
 from bench.scenarios.soak import soak
 from bench.scenarios.sweeps import sweeps_with_backlog
@@ -79,6 +82,8 @@ RUN_ORDER: tuple[tuple[str, tuple[str, ...], Scenario], ...] = (
     ("12", ("12",), inbox_page),
     # before 4 too: it has goals
     ("13", ("13",), long_sessions),
+    # before 4 too: short (about 15 s)
+    ("14", ("14",), shard_listing),
     ("4", ("4",), scaling),
 )
 
@@ -102,6 +107,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.inbox_sizes = parse_ints(args.inbox_sizes)
     args.list_sizes = parse_ints(args.list_sizes)
     args.shard_counts = parse_ints(args.shard_counts)
+    args.listing_shard_counts = parse_ints(args.listing_shard_counts)
+    if any(not 1 <= n <= args.listing_shard_partitions for n in args.listing_shard_counts):
+        ap.error(f"--listing-shard-counts: each 1 to --listing-shard-partitions "
+                 f"({args.listing_shard_partitions}), not {args.listing_shard_counts}")
     args.only = set(args.only.split(","))
     return args
 
@@ -110,7 +119,7 @@ def add_cycle_options(ap: argparse.ArgumentParser) -> None:
     """Which scenarios, and the sizes of scenarios 1 to 5 (the seed cycle, its floor, the pause,
     scaling, the peer)."""
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: every scenario, under a minute")
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13",
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14",
                     help="scenarios to run (2 runs with 1)")
     ap.add_argument("--sessions", type=int, default=2000, help="scenario 1 sessions per row")
     ap.add_argument("--workers", type=int, default=2, help="scenario 1 (and floor) worker processes")
@@ -138,7 +147,7 @@ def add_cycle_options(ap: argparse.ArgumentParser) -> None:
 
 
 def add_other_options(ap: argparse.ArgumentParser) -> None:
-    """The sizes of scenarios 6 to 13."""
+    """The sizes of scenarios 6 to 14."""
     ap.add_argument("--backlog-jobs", type=int, default=50_000, help="scenario 6 jobs queued")
     ap.add_argument("--backlog-ticks", type=int, default=500, help="scenario 6 ticks measured")
     ap.add_argument("--backlog-lost", type=int, default=250,
@@ -169,6 +178,13 @@ def add_other_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--long-branches", type=int, default=1_000, help="scenario 13 branches")
     ap.add_argument("--long-transitions", type=int, default=200, help="scenario 13 branch switches each")
     ap.add_argument("--long-shows", type=int, default=10, help="scenario 13 `parley show` runs per session")
+    ap.add_argument("--listing-shard-counts", default="1,4,16", help="scenario 14 rows: shards in each")
+    ap.add_argument("--listing-shard-open", type=int, default=10_000,
+                    help="scenario 14 open interrupts, the same in every row")
+    ap.add_argument("--listing-shard-partitions", type=int, default=64,
+                    help="scenario 14 partitions placed over the shards (p mod S)")
+    ap.add_argument("--listing-shard-pages", type=int, default=100, help="scenario 14 pages walked per query")
+    ap.add_argument("--listing-shard-limit", type=int, default=50, help="scenario 14 rows per page")
 
 
 def add_run_options(ap: argparse.ArgumentParser) -> None:
@@ -194,6 +210,7 @@ def smoke_sizes(args: argparse.Namespace) -> None:
     args.shards_sessions, args.shards_parked, args.shards_partitions = 20, 20, 4
     args.page_open, args.page_requests = 300, 5
     args.long_messages, args.long_branches, args.long_transitions, args.long_shows = 200, 50, 20, 3
+    args.listing_shard_counts, args.listing_shard_open, args.listing_shard_pages = "1,4", 200, 5
     args.budget = max(args.budget, 600)
 
 

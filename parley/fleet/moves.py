@@ -96,6 +96,8 @@ class MoveReport:
     frozen_s: float = 0.0
     #: sessions of the partition its list on the source missed, added before the freeze
     unlisted: int = 0
+    #: the flip is written on every shard (what an error after it leaves: an uncleaned source)
+    flipped: bool = False
 
 
 Say = Callable[[MoveStep, str], None]
@@ -217,21 +219,21 @@ class Mover:
         except TableChanged as exc:
             if exc.written == 0:
                 raise  # refused on the first shard: nothing changed
-            raise self.left_frozen(plan, exc) from exc
+            raise self.left_frozen(plan, report, exc) from exc
         except BaseException as exc:
-            raise self.left_frozen(plan, exc) from exc
+            raise self.left_frozen(plan, report, exc) from exc
         try:
             return self._moved(plan, frozen, frozen_at, report, drain_timeout_s, fence_timeout_s)
         except MoveError as exc:
             if getattr(exc, "unfrozen", False):
                 raise
-            raise self.left_frozen(plan, exc) from exc
+            raise self.left_frozen(plan, report, exc) from exc
         except BaseException as exc:  # a Redis error, Ctrl-C: the table says frozen, say so
-            raise self.left_frozen(plan, exc) from exc
+            raise self.left_frozen(plan, report, exc) from exc
 
-    def left_frozen(self, plan: MovePlan, exc: BaseException) -> MoveError:
+    def left_frozen(self, plan: MovePlan, report: MoveReport, exc: BaseException) -> MoveError:
         why = str(exc) or type(exc).__name__
-        if self.shards.placement is not None and plan.partition not in self.shards.placement.moving:
+        if report.flipped:
             return MoveError(f"{why}: partition {plan.partition} is on shard {plan.target} but shard "
                              f"{plan.source} is not cleaned of it: run `parley partitions repair`")
         return MoveError(f"{why}: partition {plan.partition} is left frozen (moving to {plan.target}): "
@@ -254,6 +256,7 @@ class Mover:
         self.say(MoveStep.COPY, f"{report.sessions} sessions, {report.keys} keys and {report.members} "
                                 f"members copied to shard {plan.target}")
         flipped = self.change_table(plan, lambda table: table.flip(partition))
+        report.flipped = True
         report.frozen_s = time.monotonic() - frozen_at
         self.say(MoveStep.FLIP, f"partition {partition} is on shard {plan.target} "
                                 f"(table version {flipped.version}; frozen {report.frozen_s:.3f} s)")

@@ -533,3 +533,122 @@ def test_sessions_rebuild_lists_the_sessions_of_every_shard(
     assert out.exit_code == 0, out.output
     assert "listed 3 of 3 sessions" in out.output
     assert sum(int(r1.zcard(k)) for k in lists) == 2 and sum(int(r.zcard(k)) for k in lists) == 1
+
+
+# ---- several moves at once (rebalance) --------------------------------------------------------
+
+
+def test_moves_at_once_each_flip_over_the_table_as_it_is_then(r: redis.Redis, r1: redis.Redis) -> None:
+    """Two moves at once: each freeze and flip is made from the table as it is when it is
+    written, so both land, and every shard ends holding the same table (version 1 + 4)."""
+    build(r, r1)
+    results = Mover(shards(r, r1)).move_many([(P, 1), (2, 1)], parallel=2, drain_timeout_s=0.3)
+    assert all(not isinstance(x, Exception) for x in results), results
+    views = [read_view(c, K, i).placement for i, c in enumerate((r, r1))]
+    assert views[0] == views[1] and views[0] is not None
+    assert views[0].version == 5 and views[0].serves(1, P) and views[0].serves(1, 2) and not views[0].moving
+    assert r1.exists(K.meta(A)) and not r.exists(K.meta(A))
+
+
+def test_after_a_move_fails_no_other_starts(r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    r.set(K.lease(P), "old-dispatcher:1", px=60_000)  # the first move's fence times out
+    results = Mover(shards(r, r1)).move_many([(P, 1), (2, 1), (3, 1)], parallel=1, fence_timeout_s=0.3)
+    assert [type(x) for x in results] == [MoveError] * 3
+    assert "still holds partition 1's lease" in str(results[0])
+    assert all("not started" in str(x) for x in results[1:])
+    placement = shards(r, r1).check()
+    assert placement is not None and not placement.moving
+    assert placement.partitions_of(1) == []  # nothing moved, the failed one unfrozen
+
+
+def test_moves_at_once_are_checked_before_any_starts(r: redis.Redis, r1: redis.Redis) -> None:
+    build(r, r1)
+    mover = Mover(shards(r, r1))
+    with pytest.raises(MoveError, match="named twice"):
+        mover.move_many([(P, 1), (P, 1)])
+    with pytest.raises(MoveError, match="already on shard 0: no move was started"):
+        mover.move_many([(2, 1), (3, 0)])
+    with pytest.raises(MoveError, match="at least 1"):
+        mover.move_many([(2, 1)], parallel=0)
+    placement = shards(r, r1).check()
+    assert placement is not None and placement.version == 1 and not placement.moving
+
+
+def test_a_table_write_stopped_half_way_stops_every_later_one(r: redis.Redis, r1: redis.Redis,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards holding two versions: a later change over either would leave two different tables
+    of one version, so none is written; the moves say to repair, and repair mends it."""
+    build(r, r1)
+    mover = Mover(shards(r, r1))
+    write = mover.tables.write
+    calls = {"n": 0}
+
+    def failing_second_write(shard: int, placement: Placement, expected: int | None, written: int = 0) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first move's freeze: written on the target, not the source
+            raise redis.ConnectionError("shard 0 went away")
+        write(shard, placement, expected, written)
+
+    monkeypatch.setattr(mover.tables, "write", failing_second_write)
+    results = mover.move_many([(P, 1), (2, 1)], parallel=1)
+    assert "left frozen" in str(results[0]) and "repair" in str(results[0])
+    assert "not started" in str(results[1])
+    mover2 = Mover(Shards([r, r1], K))
+    steps = mover2.repair()
+    assert [s.partition for s in steps] == [P]
+    placement = shards(r, r1).check()
+    assert placement is not None and not placement.moving and placement.serves(0, P)
+
+
+def test_the_half_written_guard_refuses_a_change_from_another_move(r: redis.Redis, r1: redis.Redis,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    build(r, r1)
+    mover = Mover(shards(r, r1))
+    mover._half_written = True  # as after a write that stopped half way
+    results = mover.move_many([(2, 1)])
+    assert isinstance(results[0], MoveError) and "stopped half way" in str(results[0])
+    placement = shards(r, r1).check()
+    assert placement is not None and placement.version == 1  # nothing was written
+
+
+# ---- adding shards ------------------------------------------------------------------------------
+
+
+def test_add_shards_writes_the_grown_table_and_refuses_what_it_cannot(r: redis.Redis, r1: redis.Redis,
+                                                                      tmp_path: Path) -> None:
+    from parley.fleet.adding import add_shards
+
+    third = RedisServer(tmp_path / "redis-2").start()
+    try:
+        r2 = redis.Redis.from_url(third.url)
+        build(r, r1)
+        with pytest.raises(MoveError, match="as many URLs were given"):
+            add_shards(Mover(Shards([r, r1], K)))
+        r2.set("parley:leftover", "1")
+        with pytest.raises(MoveError, match="shard 2 is not empty"):
+            add_shards(Mover(Shards([r, r1, r2], K)))
+        assert r2.hget(K.config, "placement") is None and r.hget(K.config, "placement") is not None
+        r2.delete("parley:leftover")
+        added = add_shards(Mover(Shards([r, r1, r2], K)))
+        assert (added.before, added.after, added.version) == (2, 3, 2)
+        tables = [read_view(c, K, i) for i, c in enumerate((r, r1, r2))]
+        assert all(v.placement == tables[0].placement for v in tables)
+        assert tables[2].shard == 2 and r2.hget(K.config, "partition_sessions") == b"1"
+        assert tables[0].placement is not None and tables[0].placement.partitions_of(2) == []
+        # a run stopped half way (the old shards not written yet) is finished by running it again
+        grown = tables[0].placement
+        r3s = RedisServer(tmp_path / "redis-3").start()
+        try:
+            r3 = redis.Redis.from_url(r3s.url)
+            more = grown.grow(1)
+            write_placement(r3, K, 3, more)
+            again = add_shards(Mover(Shards([r, r1, r2, r3], K)))
+            assert (again.before, again.after, again.version) == (3, 4, more.version)
+            assert all(read_view(c, K, i).placement == more for i, c in enumerate((r, r1, r2, r3)))
+            r3.close()
+        finally:
+            r3s.stop(kill=True)
+        r2.close()
+    finally:
+        third.stop(kill=True)

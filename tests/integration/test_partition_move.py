@@ -584,7 +584,8 @@ def test_a_table_write_stopped_half_way_stops_every_later_one(r: redis.Redis, r1
     write = mover.tables.write
     calls = {"n": 0}
 
-    def failing_second_write(shard: int, placement: Placement, expected: int | None, written: int = 0) -> None:
+    def failing_second_write(shard: int, placement: Placement, expected: int | None,
+                             written: int = 0) -> None:
         calls["n"] += 1
         if calls["n"] == 2:  # the first move's freeze: written on the target, not the source
             raise redis.ConnectionError("shard 0 went away")

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from bench.common import dist, ints, log, out_of_time
+from bench.common import dist, ints, log, out_of_time, percentile
 from bench.fleet import cpu_seconds, machine_busy_seconds
 from bench.inbox import QUERIES, open_interrupts, walk
 from bench.report import save
@@ -49,6 +49,14 @@ class ShardListingError(RuntimeError):
 
 
 RowKey = tuple[str, str]
+
+
+def dist95(values: list[float]) -> dict[str, Any]:
+    """`dist` (p50/p90/p99/max/mean, ms) and p95."""
+    out = dist(values)
+    if values:
+        out["p95"] = round(percentile(values, 0.95), 2)
+    return out
 
 
 def shard_listing_row(workdir: Path, shards: int, opened: int, partitions: int, pages: int,
@@ -87,7 +95,7 @@ def shard_listing_row(workdir: Path, shards: int, opened: int, partitions: int, 
         walked: dict[str, list[RowKey]] = {}
         for name, where in QUERIES.items():
             items: list[Any] = []
-            row[name] = walk(clients, client, where, pages, limit, dist, keep=items)
+            row[name] = walk(clients, client, where, pages, limit, dist95, keep=items)
             walked[name] = [(x.session, x.interrupt_id) for x in items]
         if shards > 1:
             started = [th for th in threading.enumerate()
@@ -144,8 +152,8 @@ def fanout(clients: list[redis.Redis], keys: Keys, limit: int, repeats: int, thr
         t = time.perf_counter()
         merged_page(where, limit, pages, placed)
         merge.append((time.perf_counter() - t) * 1000)
-    return {"threads": threads, "shard_pages_one_after_another_ms": dist(serial),
-            "merge_ms": dist(merge), "placement_read_ms": dist(placement)}
+    return {"threads": threads, "shard_pages_one_after_another_ms": dist95(serial),
+            "merge_ms": dist95(merge), "placement_read_ms": dist95(placement)}
 
 
 def check_same(shards: int, walked: dict[str, list[RowKey]], reference: dict[str, list[RowKey]],

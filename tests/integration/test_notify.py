@@ -266,6 +266,30 @@ def test_the_feeds_of_two_shards_are_forwarded_in_time_order_across_them(
         eventually(lambda shard=shard: shard.xpending(FEED, GROUP)["pending"] == 0, timeout=10)
 
 
+def test_one_notifier_per_shard_delivers_each_entry_once(
+        procs: Procs, two_shards: list[redis.Redis], receivers: Callable[[Behaviour], Receiver]) -> None:
+    """Issue 35: `notify` scaled out, one process per shard (`--shard i`) and a second one on
+    shard 0 in the same group: every entry of both feeds is posted once, each acknowledged on
+    its own shard."""
+    order = write_interleaved(two_shards, 40)
+    rec = receivers(lambda n: 200)
+    second = two_shards[1].connection_pool.connection_kwargs
+    urls = f"{procs.url} redis://{second['host']}:{second['port']}/0"
+    for shard in ("0", "1", "0"):
+        procs.start("notify", "examples.seed_app", "--webhook", rec.url, "--shard", shard,
+                    env={"PARLEY_WEBHOOK_SECRET": SECRET, "PARLEY_REDIS_URLS": urls})
+    eventually(lambda: len(rec.accepted_ids()) >= 40, timeout=30)
+    for shard in two_shards:
+        eventually(lambda shard=shard: shard.xpending(FEED, GROUP)["pending"] == 0, timeout=10)
+    time.sleep(0.5)  # a duplicate would be posted by now
+    with rec.lock:
+        sessions = [a["session"] for a in rec.accepted]
+    assert sorted(sessions) == sorted(order) and len(set(sessions)) == 40, sessions
+    # shard 1's one notifier posts its entries in its feed's order (shard 0's two share theirs)
+    odd = [x for x in order if int(x.split("-")[1]) % 2 == 1]
+    assert [x for x in sessions if x in odd] == odd
+
+
 def write_interleaved(shards: list[redis.Redis], n: int, tie_last: bool = False) -> list[str]:
     """Feed entries k = 0..n-1 at millisecond 1000 + k on shard k mod 2 (with `tie_last`, the
     last two share a millisecond: the tie goes to shard 0); their sessions in time order."""

@@ -85,7 +85,7 @@ fleet: $(STAMP)
 fleet-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40 --timeout 120
 
-# The benchmark (bench/README.md): thirteen scenarios on real processes, a table, and
+# The benchmark (bench/README.md): fourteen scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.
 bench: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'

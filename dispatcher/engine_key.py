@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley.runtime.logs import kv
 from parley.schemas.keys import Keys
@@ -83,7 +85,7 @@ def share_engine_key(shards: Sequence[Redis], keys: Keys, own: int) -> bool:
     already holds another key (it made its own before it joined): kept, as entries signed
     with it may be pending there, and the move refuses to move a partition between shards
     whose keys differ."""
-    first = EngineKey(shards[0], keys).load()
+    first = deployment_engine_key(shards, keys)
     mine = shards[own]
     mine.set(keys.engine_key, first, nx=True)
     raw: Any = mine.get(keys.engine_key)
@@ -95,3 +97,32 @@ def share_engine_key(shards: Sequence[Redis], keys: Keys, own: int) -> bool:
             extra=kv(shard=own))
         return False
     return True
+
+
+def deployment_engine_key(shards: Sequence[Redis], keys: Keys) -> str:
+    """The deployment's engine key: shard 0's (made there first if needed). With shard 0 not
+    answering, the key a majority of the shards holds (each dispatcher copied it to its own
+    shard as it started), so a dispatcher can start while shard 0 is down. RuntimeError when
+    neither can be had: signing with a key of its own would split the deployment's."""
+    try:
+        return EngineKey(shards[0], keys).load()
+    except (RedisConnectionError, RedisTimeoutError):
+        if len(shards) == 1:
+            raise
+    held: dict[str, int] = {}
+    for r in shards[1:]:
+        try:
+            raw: Any = r.get(keys.engine_key)
+        except (RedisConnectionError, RedisTimeoutError):
+            continue
+        if raw:
+            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            held[key] = held.get(key, 0) + 1
+    best = max(held.items(), key=lambda kv_: kv_[1], default=None)
+    if best is None or best[1] < len(shards) // 2 + 1:
+        raise RuntimeError("shard 0 does not answer and no majority of the other shards holds one engine "
+                           "key: start this dispatcher once shard 0 is back")
+    logging.getLogger("parley.dispatcher").warning(
+        "shard 0 does not answer: the engine key is the one a majority of the shards holds",
+        extra=kv(shards=best[1]))
+    return best[0]

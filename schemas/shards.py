@@ -200,6 +200,24 @@ class ShardView:
     has_data: bool = False  # the shard already serves a deployment (a published `partitions`)
 
 
+def majority(shards: int) -> int:
+    """How many of `shards` make a majority: any two majorities share a shard, so a table
+    written on a majority is seen by a read of any majority."""
+    return shards // 2 + 1
+
+
+class ShardsDown(PlacementError):
+    """Fewer shards answer than a majority: the placement cannot be known."""
+
+
+def check_quorum(views: Sequence[ShardView], total: int) -> None:
+    """ShardsDown unless a majority of the `total` shards answered (`views` are theirs)."""
+    if len(views) < majority(total):
+        down = sorted(set(range(total)) - {v.index for v in views})
+        raise ShardsDown(f"only {len(views)} of {total} shards answer (shard(s) {down} do not): the "
+                         f"placement is read from a majority, {majority(total)}")
+
+
 def check_order(views: Sequence[ShardView]) -> None:
     """PlacementError when a shard recorded another index than its URL's position: the URLs are
     in another order than at first start (every call would go to the wrong shard)."""
@@ -209,17 +227,26 @@ def check_order(views: Sequence[ShardView]) -> None:
                                  "the order they were first given (shard 0 first)")
 
 
-def agreed_placement(views: Sequence[ShardView]) -> Placement | None:
-    """The one placement every shard holds, checked against the URLs this process was given;
+def agreed_placement(views: Sequence[ShardView], total: int | None = None) -> Placement | None:
+    """The one placement every shard that answered holds, checked against the URLs this process
+    was given (`total` of them; `views` are the shards that answered, every one by default);
     None when no shard holds one yet (a fresh deployment: see `initial_placement`).
 
-    Raises PlacementError, saying what disagrees, when: a shard recorded another index (the URLs
-    are in another order than at first start); the shards hold different tables (a move was
-    interrupted between shards: `parley partitions repair`); the table names another number of
-    shards than there are URLs; some shards hold a table and others none."""
+    Raises PlacementError, saying what disagrees, when: fewer than a majority answered; a shard
+    recorded another index (the URLs are in another order than at first start); the shards hold
+    different tables (a move was interrupted between shards: `parley partitions repair`); the
+    table names another number of shards than there are URLs; some shards hold a table and
+    others none; no shard holds one and some do not answer (a deployment's first table is
+    written on every shard)."""
+    total = len(views) if total is None else total
+    check_quorum(views, total)
     check_order(views)
     held = [v for v in views if v.placement is not None]
     if not held:
+        if len(views) < total:
+            down = sorted(set(range(total)) - {v.index for v in views})
+            raise ShardsDown(f"shard(s) {down} do not answer and no other holds a placement: a new "
+                             "deployment's first start needs every shard")
         return None
     if len(held) != len(views):
         missing = [v.index for v in views if v.placement is None]
@@ -232,17 +259,21 @@ def agreed_placement(views: Sequence[ShardView]) -> Placement | None:
             raise PlacementError(f"shards 0 and {v.index} hold different placements (versions "
                                  f"{first.version} and {v.placement.version}): a move stopped half "
                                  "way; run `parley partitions repair`")
-    if first.shards != len(views):
+    if first.shards != total:
         raise PlacementError(f"the deployment has {first.shards} shards and this process was given "
-                             f"{len(views)} URLs: give every shard's URL, in order")
+                             f"{total} URLs: give every shard's URL, in order")
     return first
 
 
-def newest_placement_of(views: Sequence[ShardView]) -> Placement | None:
+def newest_placement_of(views: Sequence[ShardView], total: int | None = None) -> Placement | None:
     """What a client routes by: the newest table any shard holds (a move writes them one after
     another, so two may differ for a moment: not an error for a reader), once the URLs are
     checked against the shards (PlacementError for URLs in another order, or too few or many:
-    every call would otherwise be refused `moved`, or go to a shard that is not the session's)."""
+    every call would otherwise be refused `moved`, or go to a shard that is not the session's).
+    `views` may be those of a majority of the `total` shards (the others not answering): a
+    table is written on a majority at least, so the newest is among them."""
+    total = len(views) if total is None else total
+    check_quorum(views, total)
     check_order(views)
     held = [v.placement for v in views if v.placement is not None]
     if not held:
@@ -251,9 +282,9 @@ def newest_placement_of(views: Sequence[ShardView]) -> Placement | None:
     # Fewer URLs than shards is fine while no partition is on the ones missing: shards just
     # added (`parley partitions add-shards`) hold nothing until a partition moves there, so the
     # clients of a growing deployment keep working until they are given the new URLs.
-    if newest.shards < len(views) or newest.highest_shard_used() >= len(views):
+    if newest.shards < total or newest.highest_shard_used() >= total:
         raise PlacementError(f"the deployment has {newest.shards} shards and this client was given "
-                             f"{len(views)} URLs: give every shard's URL, in order")
+                             f"{total} URLs: give every shard's URL, in order")
     return newest
 
 

@@ -42,6 +42,8 @@ def list_partitions(ctx: click.Context) -> None:
         return
     click.echo(f"placement version {placement.version}: {placement.partitions} partitions "
                f"over {placement.shards} shards")
+    if shards.down:
+        click.echo(f"shard(s) {shards.down} do not answer: read from the others (a majority)")
     for p, shard, state in partition_states(placement):
         click.echo(f"{p:>4}  shard {shard}  {state}")
 

@@ -145,7 +145,10 @@ def resolve_partitions(ctx: click.Context, shard: int | None, partitions: int | 
         placement = shards.check(partitions or DEFAULT_SHARDED_PARTITIONS, create=True)
     except PlacementError as exc:
         raise click.ClickException(f"shard {shard}: {exc}") from None
-    share_engine_key(shards.clients, shards.keys, shard)
+    try:
+        share_engine_key(shards.clients, shards.keys, shard)
+    except RuntimeError as exc:  # shard 0 down and no majority holding one key
+        raise click.ClickException(f"shard {shard}: {exc}") from None
     return int(placement.partitions)
 
 

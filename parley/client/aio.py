@@ -6,7 +6,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley.client.core import Command, Core, Each, Face, Op, Request, Round, T
 from parley.client.export import SessionExport
@@ -53,6 +55,10 @@ class AsyncClient(Face):
             return await method(*request.call.args, **request.call.kwargs)
         except ResponseError as err:
             if not request.refusable:
+                raise
+            return err
+        except (RedisConnectionError, RedisTimeoutError) as err:
+            if not request.unreachable_ok:
                 raise
             return err
 

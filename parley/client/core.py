@@ -65,6 +65,8 @@ class Command:
     shard: int
     call: Call
     refusable: bool = False
+    #: a shard that does not answer (ConnectionError, TimeoutError): the error is the reply
+    unreachable_ok: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,11 +178,15 @@ class Core:
         PlacementError when the clients are not the deployment's shards in order."""
         if not self.sharded:
             return None
-        views = []
-        for i in range(self.count):
-            views.append(view_of(i, (yield Command(i, Call("hmget", (self.keys.config, VIEW_FIELDS))))))
-        self.placed.placement = newest_placement_of(views)
+        # every shard at once; a majority answering is enough (schemas/shards.py, `majority`)
+        replies: list[Any] = yield Each([self._view_read(i) for i in range(self.count)])
+        views = [view_of(i, raw) for i, raw in enumerate(replies) if not isinstance(raw, Exception)]
+        self.placed.placement = newest_placement_of(views, self.count)
         return self.placed.placement
+
+    def _view_read(self, shard: int) -> Op[Any]:
+        reply = yield Command(shard, Call("hmget", (self.keys.config, VIEW_FIELDS)), unreachable_ok=True)
+        return reply
 
     def shard_of(self, session: str) -> Op[int]:
         """The shard of `session` (0 with one Redis); the placement is read once, and again

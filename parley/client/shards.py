@@ -173,6 +173,8 @@ class Shards:
         self.clients = list(clients)
         self.keys = keys
         self.placement: Placement | None = None
+        #: the shards that did not answer the last read of the views (`views(answering=True)`)
+        self.down: list[int] = []
 
     @classmethod
     def from_urls(cls, urls: Sequence[str], keys: Keys, **kwargs: Any) -> Shards:
@@ -185,8 +187,20 @@ class Shards:
     def sharded(self) -> bool:
         return len(self.clients) > 1
 
-    def views(self) -> list[ShardView]:
-        return [read_view(r, self.keys, i) for i, r in enumerate(self.clients)]
+    def views(self, answering: bool = False) -> list[ShardView]:
+        """Every shard's view; with `answering`, of the shards that answer only (a shard down,
+        or timing out, is left out and listed in `down`)."""
+        if not answering:
+            self.down = []
+            return [read_view(r, self.keys, i) for i, r in enumerate(self.clients)]
+        views, down = [], []
+        for i, r in enumerate(self.clients):
+            try:
+                views.append(read_view(r, self.keys, i))
+            except (redis.ConnectionError, redis.TimeoutError):
+                down.append(i)
+        self.down = down
+        return views
 
     def check(self, partitions: int | None = None, create: bool = False,
               settle_s: float = 5.0) -> Placement | None:
@@ -197,10 +211,11 @@ class Shards:
         if not self.sharded:
             return None
         deadline = time.monotonic() + settle_s
+        total = len(self.clients)
         while True:
-            views = self.views()
+            views = self.views(answering=True)  # a majority of the shards is enough
             try:
-                placement = agreed_placement(views)
+                placement = agreed_placement(views, total)
                 break
             except PlacementError:
                 if time.monotonic() >= deadline:
@@ -219,7 +234,7 @@ class Shards:
                         # partition's list from its first commit (schemas/moves.py)
                         self.clients[i].hsetnx(self.keys.config, INDEXED_FIELD, "1")
                     write_placement(self.clients[i], self.keys, i, placement)
-            placement = agreed_placement(self.views())  # another dispatcher may have won
+            placement = agreed_placement(self.views(), total)  # another dispatcher may have won
         self.placement = placement
         return placement
 
@@ -229,7 +244,7 @@ class Shards:
         if not self.sharded:
             return None
         # the URLs are checked at every read (PlacementError in the wrong order): a few bytes more
-        self.placement = newest_placement_of(self.views())
+        self.placement = newest_placement_of(self.views(answering=True), len(self.clients))
         return self.placement
 
     def index_of_session(self, session: str) -> int:

@@ -7,7 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, overload
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from parley.client.core import Command, Core, Each, Face, Op, Request, Round, T
 from parley.client.export import SessionExport
@@ -27,6 +29,10 @@ def shards_of(redis: "Redis | Shards | Sequence[Redis]", keys: Keys) -> Shards:
     if isinstance(redis, Shards):
         return redis
     return Shards(list(redis) if isinstance(redis, Sequence) else [redis], keys)
+
+
+#: the name of the fan-out pool's threads (`Client._each`)
+FANOUT_THREAD = "parley-shards"
 
 
 class Client(Face):
@@ -67,17 +73,23 @@ class Client(Face):
             if request.refusable:
                 return err
             raise
+        except (RedisConnectionError, RedisTimeoutError) as err:
+            if request.unreachable_ok:
+                return err
+            raise
 
     def _each(self, ops: "list[Op[Any]]") -> list[Any]:
         """Several shards' operations at once, one thread each (redis-py's clients are safe to
         share between threads: each command takes a connection of its pool), so a listing over
         S shards costs one shard's round trips of wall time, not S times them."""
-        if len(ops) <= 1:
+        if len(ops) <= 1 or threading.current_thread().name.startswith(FANOUT_THREAD):
+            # one op, or asked from one of the pool's own threads (a read that looks the
+            # placement up again): waiting on the pool from inside it could wait for ever
             return [self._run(op) for op in ops]
         with self._fanout_lock:  # made on the first listing, one thread per shard
             if self._fanout is None:
                 self._fanout = ThreadPoolExecutor(len(self.shards.clients),
-                                                  thread_name_prefix="parley-shards")
+                                                  thread_name_prefix=FANOUT_THREAD)
         return list(self._fanout.map(self._run, ops))
 
     def _run(self, op: Op[T]) -> T:

@@ -110,7 +110,9 @@ def _check_empty(mover: Mover, index: int) -> None:
     """A shard to add holds no key of this deployment's prefix (another deployment's data, or
     keys left by a test, would be served as this one's)."""
     r = mover.shards.clients[index]
-    found = next(iter(r.scan_iter(match=f"{mover.keys.prefix}:*", count=1000)), None)
+    lock = mover.keys.partitions_lock  # this command's own lock, taken on every shard given
+    found = next((k for k in r.scan_iter(match=f"{mover.keys.prefix}:*", count=1000)
+                  if (k.decode() if isinstance(k, bytes) else k) != lock), None)
     if found is not None:
         raise MoveError(f"shard {index} is not empty (it holds keys under `{mover.keys.prefix}:`): a shard "
                         "joins a deployment empty; nothing was written to it")

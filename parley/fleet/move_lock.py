@@ -1,11 +1,11 @@
-"""The move lock: one `parley partitions move` or `repair` at a time in a deployment.
+"""The move lock: one `parley partitions move`, `rebalance`, `add-shards` or `repair` at a time.
 
 Each writes the placement table at version v+1 from the v it read; two at once would each
 write their own v+1 and, shard by shard, the last write would win (a freeze lost, inputs of
-a partition accepted on two shards). So each takes `<prefix>:partitions:lock` on shard 0 first
-(SET NX with an expiry and a token naming its holder), renews it from a thread while it runs,
-and deletes it at the end only if it still holds it. A mover killed with -9 leaves its lock
-until the expiry; the refusal says who holds it and how to clear it by hand.
+a partition accepted on two shards). So each takes `<prefix>:partitions:lock` on a majority of
+the shards first (SET NX with an expiry and a token naming its holder), renews it from a thread
+while it runs, and deletes it at the end only where it still holds it. A mover killed with -9
+leaves its lock until the expiry; the refusal says who holds it and how to clear it by hand.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -34,12 +35,20 @@ class LockHeld(Exception):
     """Another move or repair holds the lock: the message names it and how to clear it."""
 
 
-class MoveLock:
-    """Held with `with MoveLock(shard0, key):`; `lost` once a renewal found it gone or taken."""
+_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
-    def __init__(self, r: redis.Redis, key: str, lock_ms: int = LOCK_MS,
+
+class MoveLock:
+    """Held with `with MoveLock(shards, key):`; `lost` once a renewal found it gone or taken.
+
+    The lock is the key `key` on every shard, held once a majority of them took it (SET NX, one
+    token): any two majorities share a shard, so two movers never both hold it, and a shard
+    that does not answer (down, for good or a while) does not stop a move between the others.
+    A renewal that keeps it on fewer than a majority marks it `lost`."""
+
+    def __init__(self, shards: redis.Redis | Sequence[redis.Redis], key: str, lock_ms: int = LOCK_MS,
                  renew_every_s: float = RENEW_EVERY_S):
-        self.r = r
+        self.clients = [shards] if isinstance(shards, redis.Redis) else list(shards)
         self.key = key
         self.lock_ms = lock_ms
         self.renew_every_s = renew_every_s
@@ -48,30 +57,56 @@ class MoveLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def needed(self) -> int:
+        return len(self.clients) // 2 + 1
+
     def __enter__(self) -> MoveLock:
-        if not self.r.set(self.key, self.token, nx=True, px=self.lock_ms):
-            holder: Any = self.r.get(self.key)
-            name = holder.decode() if isinstance(holder, bytes) else holder
+        taken, holders = [], set()
+        for i, r in enumerate(self.clients):
+            try:
+                if r.set(self.key, self.token, nx=True, px=self.lock_ms):
+                    taken.append(i)
+                else:
+                    holder: Any = r.get(self.key)
+                    if holder is not None:
+                        holders.add(holder.decode() if isinstance(holder, bytes) else str(holder))
+            except _DOWN:
+                continue
+        if len(taken) < self.needed:
+            self._release(taken)
+            where = "shard 0" if len(self.clients) == 1 else "the shards"
+            if not holders:
+                raise LockHeld(f"the move lock ({self.key}) needs a majority of the shards, "
+                               f"{self.needed} of {len(self.clients)}, and only {len(taken)} answered")
             raise LockHeld(
-                f"another `parley partitions move` or `repair` is running ({name} holds {self.key} "
-                f"on shard 0): wait for it to end; if its process is gone, the lock expires within "
-                f"{self.lock_ms // 1000} s, or delete {self.key} on shard 0 by hand")
+                f"another `parley partitions move` or `repair` is running ({', '.join(sorted(holders))} "
+                f"holds {self.key} on {where}): wait for it to end; if its process is gone, the lock "
+                f"expires within {self.lock_ms // 1000} s, or delete {self.key} on {where} by hand")
         self._thread = threading.Thread(target=self._renew, name="move-lock", daemon=True)
         self._thread.start()
         return self
 
     def _renew(self) -> None:
         while not self._stop.wait(self.renew_every_s):
-            try:
-                if not self.r.eval(_RENEW, 1, self.key, self.token, self.lock_ms):
-                    self.lost = True
-                    return
-            except redis.RedisError:
-                continue  # shard 0 unreachable a moment: the expiry leaves room for retries
+            kept = answered = 0
+            for r in self.clients:
+                try:
+                    kept += int(bool(r.eval(_RENEW, 1, self.key, self.token, self.lock_ms)))
+                    answered += 1
+                except _DOWN:
+                    continue  # a shard unreachable a moment: the expiry leaves room for retries
+            if answered >= self.needed and kept < self.needed:
+                self.lost = True
+                return
+
+    def _release(self, shards: Sequence[int]) -> None:
+        for i in shards:
+            with contextlib.suppress(redis.RedisError):  # unreachable: it expires by itself
+                self.clients[i].eval(_RELEASE, 1, self.key, self.token)
 
     def __exit__(self, *_exc: Any) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        with contextlib.suppress(redis.RedisError):  # unreachable: it expires by itself
-            self.r.eval(_RELEASE, 1, self.key, self.token)
+        self._release(range(len(self.clients)))

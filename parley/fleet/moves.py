@@ -54,7 +54,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from parley.client.shards import Shards, read_view
+import redis
+
+from parley.client.shards import Shards
 from parley.fleet.copying import Copier, text
 from parley.fleet.draining import drain
 from parley.fleet.move_errors import MoveError, TableChanged
@@ -129,7 +131,7 @@ class Mover:
 
     def locked(self) -> MoveLock:
         """The move lock on shard 0, taken (MoveError naming its holder when another has it)."""
-        lock = MoveLock(self.shards.clients[0], self.keys.partitions_lock)
+        lock = MoveLock(self.shards.clients, self.keys.partitions_lock)
         try:
             self.lock = lock.__enter__()
         except LockHeld as exc:
@@ -344,7 +346,10 @@ class Mover:
     def copied_marks(self) -> dict[int, int]:
         marks: dict[int, int] = {}
         for r in self.shards.clients:
-            fields: Any = r.hgetall(self.keys.config)
+            try:
+                fields: Any = r.hgetall(self.keys.config)
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue  # a shard down holds no mark a repair could act on now
             for name, value in (fields or {}).items():
                 field = text(name)
                 if field.startswith(COPIED_FIELD_PREFIX):
@@ -362,13 +367,18 @@ class Mover:
             self.lock = None
 
     def _repair(self) -> list[RepairStep]:
-        stored = [read_view(r, self.keys, i).placement for i, r in enumerate(self.shards.clients)]
+        views = self.shards.views(answering=True)
         placement = self.newest()
         order = list(range(len(self.shards.clients)))
-        for s in order:  # a table written on some shards only: the newest everywhere
-            held = stored[s]
+        for view in views:  # a table written on some shards only: the newest everywhere
+            held = view.placement
             if held != placement:
-                self.tables.write(s, placement, None if held is None else held.version)
+                self.tables.write(view.index, placement, None if held is None else held.version)
+                self.say(MoveStep.FLIP, f"shard {view.index}: table version {placement.version} written "
+                                        f"(it held {'none' if held is None else held.version})")
+        if self.shards.down:
+            self.say(MoveStep.FLIP, f"shard(s) {self.shards.down} do not answer: run repair again once "
+                                    "they are back, to give them the newest table")
         steps = plan_repair(placement, self.copied_marks())
         for step in steps:
             p, n = step.partition, placement.partitions

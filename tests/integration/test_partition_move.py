@@ -653,3 +653,25 @@ def test_add_shards_writes_the_grown_table_and_refuses_what_it_cannot(r: redis.R
         r2.close()
     finally:
         third.stop(kill=True)
+
+
+def test_the_move_lock_is_held_on_a_majority_and_a_shard_down_does_not_stop_it(
+        r: redis.Redis, r1: redis.Redis) -> None:
+    from parley.fleet.move_lock import LockHeld, MoveLock
+    from parley.runtime.procs import free_port
+
+    down = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry_on_error=[], retry=None)
+    with MoveLock([r, r1, down], K.partitions_lock) as lock:
+        assert r.get(K.partitions_lock) == lock.token.encode() == r1.get(K.partitions_lock)
+        with pytest.raises(LockHeld, match="holds parley:partitions:lock"):
+            MoveLock([r, r1, down], K.partitions_lock).__enter__()
+    assert not r.exists(K.partitions_lock) and not r1.exists(K.partitions_lock)
+    # one of three answering is not a majority: refused, and what it took given back
+    with pytest.raises(LockHeld, match="needs a majority of the shards, 2 of 3"):
+        MoveLock([r, down, down], K.partitions_lock).__enter__()
+    assert not r.exists(K.partitions_lock)
+    # another holds it on one of the two that answer: refused, naming it, and ours given back
+    r1.set(K.partitions_lock, "someone:1")
+    with pytest.raises(LockHeld, match="someone:1"):
+        MoveLock([r, r1, down], K.partitions_lock).__enter__()
+    assert r1.get(K.partitions_lock) == b"someone:1" and not r.exists(K.partitions_lock)

@@ -264,7 +264,8 @@ def test_an_idle_follower_reads_the_placement_at_most_every_second() -> None:
         run(follow.read(), Shards(table, clock), asked)
     reads = [r for r in asked if isinstance(r, Command) and r.call.name == "xread"]
     # empty reads end at 100.25, 100.5, ... 102.5 s: the placement read after those at 100.25, 101.25, 102.25
-    assert len(reads) == 10 and len([r for r in asked if r.call.name == "hmget"]) == 6
+    placement_reads = [r for r in asked if isinstance(r, Command) and r.call.name == "hmget"]
+    assert len(reads) == 10 and len(placement_reads) == 6
 
 
 def test_a_session_not_found_is_looked_for_again_where_the_placement_now_puts_it() -> None:

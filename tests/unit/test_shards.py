@@ -246,3 +246,39 @@ def test_a_worker_refuses_shards_that_disagree_at_once() -> None:
 
     with pytest.raises(PlacementError, match="URL #0 is shard 1"):
         await_placement(check, 60, sleep=lambda _s: pytest.fail("must not wait"))
+
+
+# ---- a majority of the shards (a shard that does not answer) -----------------------------------
+
+
+def test_a_majority_is_more_than_half() -> None:
+    from parley.schemas.shards import majority
+
+    assert [majority(n) for n in (1, 2, 3, 4, 5, 16, 20)] == [1, 2, 2, 3, 3, 9, 11]
+
+
+def test_the_placement_is_read_from_a_majority_and_not_from_fewer() -> None:
+    from parley.schemas.shards import ShardsDown
+
+    p = Placement.default(6, 3)
+    views = [ShardView(index=i, placement=p, shard=i, partitions=6, has_data=True) for i in (1, 2)]
+    assert agreed_placement(views, total=3) == p
+    assert newest_placement_of(views, total=3) == p
+    with pytest.raises(ShardsDown, match=r"only 1 of 3 shards answer \(shard\(s\) \[0, 2\] do not\)"):
+        newest_placement_of(views[:1], total=3)
+    with pytest.raises(ShardsDown):
+        agreed_placement(views[:1], total=3)
+    # four shards: two answering are not a majority
+    p4 = Placement.default(8, 4)
+    four = [ShardView(index=i, placement=p4, shard=i, partitions=8, has_data=True) for i in (0, 1)]
+    with pytest.raises(ShardsDown, match="a majority, 3"):
+        agreed_placement(four, total=4)
+
+
+def test_a_first_table_needs_every_shard() -> None:
+    from parley.schemas.shards import ShardsDown
+
+    fresh = [ShardView(index=i, placement=None, shard=None, partitions=None) for i in (0, 1)]
+    assert agreed_placement(fresh, total=2) is None
+    with pytest.raises(ShardsDown, match="first start needs every shard"):
+        agreed_placement(fresh, total=3)

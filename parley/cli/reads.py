@@ -122,6 +122,7 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
         else:
             page = client.interrupt_page(where, limit or DEFAULT_LIMIT, cursor)
             rows, next_cursor = [row.model_dump() for row in page.items], page.cursor
+            _say_unreachable(page.unreachable)
     except ValueError as err:
         raise click.ClickException(str(err)) from err
     if as_json:
@@ -134,6 +135,12 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
                    f"open {age:.0f}s")
     if next_cursor is not None:
         click.echo(f"next page: --cursor {next_cursor}")
+
+
+def _say_unreachable(shards: list[int]) -> None:
+    """On stderr, so that --json's output stays the page: shards whose rows a page lacks."""
+    if shards:
+        click.echo(f"shard(s) {shards} did not answer: this page holds the other shards' rows only", err=True)
 
 
 def _meta_pair(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -196,6 +203,7 @@ def sessions(ctx: click.Context, statuses: tuple[str, ...], metadata: dict[str, 
                                      limit=limit, cursor=cursor, newest_first=newest_first)
     except ValueError as err:  # a bad cursor, or a --meta pair no session is listed under
         raise click.BadParameter(str(err), param_hint=_sessions_hint(str(err))) from None
+    _say_unreachable(page.unreachable)
     if as_json:
         click.echo(orjson.dumps({"items": [row.model_dump(mode="json") for row in page.items],
                                  "cursor": page.cursor}).decode())

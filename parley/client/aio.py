@@ -47,7 +47,14 @@ class AsyncClient(Face):
         if isinstance(request, Round):
             return await pipeline_of(self.clients[request.shard], request.calls).execute()
         if isinstance(request, Each):  # the shards' reads at once
-            return await asyncio.gather(*(self._run(op) for op in request.ops))
+            if not request.unreachable_ok:
+                return await asyncio.gather(*(self._run(op) for op in request.ops))
+            got = await asyncio.gather(*(self._run(op) for op in request.ops), return_exceptions=True)
+            for result in got:  # only a shard that does not answer is a result; anything else raises
+                if isinstance(result, BaseException) and not isinstance(
+                        result, (RedisConnectionError, RedisTimeoutError)):
+                    raise result
+            return got
         if not isinstance(request, Command):
             return await asyncio.sleep(request.seconds)
         method = getattr(self.clients[request.shard], request.call.name)

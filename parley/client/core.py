@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
+from pydantic import BaseModel
 from redis.exceptions import ResponseError
 
 from parley.client import inbox
@@ -83,6 +84,9 @@ class Each:
     several at once: their results, in order."""
 
     ops: "list[Op[Any]]"
+    #: an operation whose shard does not answer (ConnectionError, TimeoutError) gives the
+    #: error as its result instead of failing them all
+    unreachable_ok: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,7 @@ def xread(shard: int, stream: str, after: str, block_ms: int) -> Command:
 
 
 F = TypeVar("F", contravariant=True)
-P = TypeVar("P")
+P = TypeVar("P", bound=BaseModel)
 
 
 class Listing(Protocol[F, P]):
@@ -359,9 +363,18 @@ class Core:
         if not self.sharded:
             return (yield from on(0, kind.page_steps(self.keys, where, limit, cursor)))
         after = kind.merged_after(where, cursor)
-        pages = yield Each([on(i, kind.shard_page_steps(self.keys, where, limit, after))
-                            for i in range(self.count)])
-        return kind.merged_page(where, limit, pages, (yield from self.refresh()))
+        got: list[Any] = yield Each([on(i, kind.shard_page_steps(self.keys, where, limit, after))
+                                     for i in range(self.count)], unreachable_ok=True)
+        # A shard that does not answer: the page is of the others, and says which it lacks
+        # (its rows come again on a later walk; the cursor is one position for every shard).
+        down = [i for i, page in enumerate(got) if isinstance(page, Exception)]
+        if len(down) == len(got):
+            raise got[0]
+        read = [page for page in got if not isinstance(page, Exception)]
+        empty = read[0].model_copy(update={"items": [], "cursor": None})
+        pages = [empty if isinstance(page, Exception) else page for page in got]
+        merged = kind.merged_page(where, limit, pages, (yield from self.refresh()))
+        return merged.model_copy(update={"unreachable": down}) if down else merged
 
     def interrupt_page(self, where: InterruptFilter | None, limit: int,
                        cursor: str | None) -> Op[InterruptPage]:

@@ -72,6 +72,8 @@ class SessionPage(BaseModel):
     #: pass it back for the next page; null: nothing more. A page may hold fewer rows than
     #: asked (even none) with a cursor when combined filters stopped its scan.
     cursor: str | None = None
+    #: with several shards, those that did not answer: the page is of the others' rows
+    unreachable: list[int] = []
 
 
 @dataclass(frozen=True, slots=True)

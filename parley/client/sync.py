@@ -63,7 +63,7 @@ class Client(Face):
         if isinstance(request, Round):
             return pipeline_of(self.shards.clients[request.shard], request.calls).execute()
         if isinstance(request, Each):
-            return self._each(request.ops)
+            return self._each(request.ops, request.unreachable_ok)
         if not isinstance(request, Command):
             return time.sleep(request.seconds)
         name, args, kwargs = request.call.name, request.call.args, request.call.kwargs
@@ -78,19 +78,25 @@ class Client(Face):
                 return err
             raise
 
-    def _each(self, ops: "list[Op[Any]]") -> list[Any]:
+    def _each(self, ops: "list[Op[Any]]", unreachable_ok: bool = False) -> list[Any]:
         """Several shards' operations at once, one thread each (redis-py's clients are safe to
         share between threads: each command takes a connection of its pool), so a listing over
         S shards costs one shard's round trips of wall time, not S times them."""
         if len(ops) <= 1 or threading.current_thread().name.startswith(FANOUT_THREAD):
             # one op, or asked from one of the pool's own threads (a read that looks the
             # placement up again): waiting on the pool from inside it could wait for ever
-            return [self._run(op) for op in ops]
+            return [(self._run_or_unreachable if unreachable_ok else self._run)(op) for op in ops]
         with self._fanout_lock:  # made on the first listing, one thread per shard
             if self._fanout is None:
                 self._fanout = ThreadPoolExecutor(len(self.shards.clients),
                                                   thread_name_prefix=FANOUT_THREAD)
-        return list(self._fanout.map(self._run, ops))
+        return list(self._fanout.map(self._run_or_unreachable if unreachable_ok else self._run, ops))
+
+    def _run_or_unreachable(self, op: "Op[Any]") -> Any:
+        try:
+            return self._run(op)
+        except (RedisConnectionError, RedisTimeoutError) as err:
+            return err
 
     def _run(self, op: Op[T]) -> T:
         """Do what `op` asks, one request at a time, and return its result."""

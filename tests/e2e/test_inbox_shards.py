@@ -68,3 +68,34 @@ def test_the_list_merges_every_shard_and_answers_reach_each_shard(deploy: Deploy
             assert resumed["principal"] == "alice"
         left = re.findall(r'data-session="([^"]+)"', web.get("/?session=web-shard-&order=newest").text)
         assert sorted(left) == sorted(sessions[1:-1])
+
+
+def test_a_shard_that_does_not_answer_leaves_the_others_listed_and_says_so(tmp_path: Path) -> None:
+    deploy = Deployment(tmp_path, 3)
+    try:
+        users = tmp_path / "users.json"
+        users.write_text(json.dumps({"alice": {"password": hash_password("alice-password")}}))
+        deploy.start("dispatcher", "tests.apps.scenarios")
+        deploy.start("worker", "tests.apps.scenarios")
+        wait_ready(deploy)
+        sessions = sessions_on_every_shard(deploy, 1, "down-shard-")
+        for s in sessions:
+            deploy.client(s).send(s, {"type": "message.create", "content": "email bob: hi"})
+        for s in sessions:
+            wait_for(deploy.client(s), s, lambda e: e["type"] == "interrupt.raised")
+        placement = deploy.shards().refresh()
+        assert placement is not None
+        on_2 = [s for s in sessions if placement.shard_of_session(s) == 2]
+        deploy.servers[2].stop(kill=True)
+        config = InboxConfig(secure_cookies=False, redis_urls=tuple(deploy.urls), users_file=str(users),
+                             page_size=10)
+        with TestClient(create_app(config), follow_redirects=False) as web:
+            token = re.findall(r'name="csrf" value="([^"]+)"', web.get("/signin").text)[0]
+            assert web.post("/signin", data={"principal": "alice", "secret": "alice-password",
+                                             "csrf": token}).status_code == 303
+            html = web.get("/?session=down-shard-").text
+            listed = re.findall(r'<tr class="interrupt" data-session="([^"]+)"', html)
+            assert sorted(listed) == sorted(s for s in sessions if s not in on_2), html[:2000]
+            assert 'id="list-partial"' in html and "Shard 2 did not answer" in html
+    finally:
+        deploy.stop()

@@ -8,7 +8,8 @@ With shard 0 down, the rest of the deployment goes on: a new client reads the pl
 the majority and routes to shards 1 and 2, a dispatcher of shard 1 restarted from nothing
 starts (the placement and the engine key from the majority), `partitions list` answers and a
 partition moves from shard 1 to shard 2 under the move lock held on the majority. A session
-of shard 0's is refused with the Redis error, not routed elsewhere. Once shard 0 is back
+of shard 0's is refused with the Redis error, not routed elsewhere; a page of the open
+interrupts holds the other shards' rows and says shard 0 did not answer. Once shard 0 is back
 (from its AOF), `repair` gives it the newest table and its dispatcher serves it again."""
 
 import itertools
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.e2e
 K = Keys()
 N = 6  # partition p on shard p mod 3
 APP = "examples.seed_app"
+EMAIL = "Email bob@example.com: the launch moved to Friday."
 
 
 @pytest.fixture
@@ -57,10 +59,11 @@ def urls_as(servers: list[RedisServer], user: str | None) -> list[str]:
     return [s.url if user is None else s.url_as(login(user)) for s in servers]
 
 
-def parley(servers: list[RedisServer], *args: str) -> subprocess.CompletedProcess[str]:
+def parley(servers: list[RedisServer], *args: str,
+           command: str = "partitions") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     flags = [a for url in urls_as(servers, None) for a in ("--redis-url", url)]
-    return forkserver.run_parley([*flags, "partitions", *args], env, text=True, timeout=240)
+    return forkserver.run_parley([*flags, command, *args], env, text=True, timeout=240)
 
 
 def dispatcher_of(procs: Procs, servers: list[RedisServer], shard: int) -> subprocess.Popen[bytes]:
@@ -98,8 +101,19 @@ def test_the_deployment_goes_on_without_shard_0(procs: Procs, servers: list[Redi
     for p in range(N):  # every shard serves
         finished(producer, reader, in_partition(p, "before"))
 
+    asks = {p: in_partition(p, "asks") for p in (0, 1)}  # an open interrupt on shards 0 and 1
+    for session in asks.values():
+        producer.send(session, {"type": "message.create", "content": EMAIL}, f"{session}-email")
+        wait_for(reader, session, lambda e: e["type"] == "interrupt.raised", timeout=60)
+
     servers[0].stop(kill=True)  # shard 0 lost
     producer, reader = clients(servers)  # new clients: the placement read from shards 1 and 2
+    # the listing goes on without it, and says what it lacks
+    page = reader.interrupt_page()
+    assert page.unreachable == [0] and [r.session for r in page.items] == [asks[1]]
+    listed = parley(servers, "--limit", "10", command="interrupts")
+    assert listed.returncode == 0 and asks[1] in listed.stdout and asks[0] not in listed.stdout
+    assert "shard(s) [0] did not answer" in listed.stderr, listed.stderr
     finished(producer, reader, in_partition(1, "without-0"))
     finished(producer, reader, in_partition(2, "without-0"))
     with pytest.raises(redis.ConnectionError):

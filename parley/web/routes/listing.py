@@ -25,9 +25,10 @@ async def list_page(request: Request, principal: str) -> Response:
                                                    limit=inbox.config.page_size, cursor=query.cursor)
     except (QueryError, ValueError) as exc:
         return page(request, "list.html", {"query": ListQuery(), "rows": [], "error": str(exc),
-                                           "next_page": None, "may_answer_of": {}}, status=400)
+                                           "next_page": None, "may_answer_of": {}, "unreachable": []},
+                    status=400)
     return page(request, "list.html", {
-        "query": query, "rows": result.items, "error": None,
+        "query": query, "rows": result.items, "error": None, "unreachable": result.unreachable,
         "next_page": None if result.cursor is None else "/" + query.query_string(result.cursor),
         "may_answer_of": {(r.session, r.interrupt_id): inbox.may_answer(principal, r)
                           for r in result.items},

@@ -25,10 +25,13 @@ from parley.schemas.moves import in_partition, session_of_job
 
 
 def jobs_of(r: redis.Redis, keys: Keys, partition: int, partitions: int) -> dict[str, dict[str, Any]]:
-    """P's jobs in flight or running: job id -> its record."""
+    """P's jobs in flight or running: job id -> its record. Both hashes read whole, in one
+    MULTI (a take moving a job from one to the other cannot hide it between the reads)."""
+    pipe = r.pipeline(transaction=True)
+    pipe.hgetall(keys.inflight)
+    pipe.hgetall(keys.running)
     found: dict[str, dict[str, Any]] = {}
-    for where in (keys.inflight, keys.running):
-        raw: Any = r.hgetall(where)
+    for raw in pipe.execute():
         for job, rec in (raw or {}).items():
             session = session_of_job(rec)
             if session is not None and in_partition(session, partition, partitions):
@@ -36,19 +39,38 @@ def jobs_of(r: redis.Redis, keys: Keys, partition: int, partitions: int) -> dict
     return found
 
 
+def still_there(r: redis.Redis, keys: Keys, jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Which of `jobs` are still in flight or running, with their records now: two HMGETs of
+    those ids, in one MULTI, whatever else the shard runs."""
+    ids = list(jobs)
+    pipe = r.pipeline(transaction=True)
+    pipe.hmget(keys.inflight, ids)
+    pipe.hmget(keys.running, ids)
+    inflight, running = pipe.execute()
+    left: dict[str, dict[str, Any]] = {}
+    for job, a, b in zip(ids, inflight, running, strict=True):
+        rec = b if b is not None else a
+        if rec is not None:
+            left[job] = orjson.loads(rec)
+    return left
+
+
 def drain(src: redis.Redis, keys: Keys, partition: int, partitions: int, timeout_s: float,
           poll_s: float) -> int:
-    """Wait for P's jobs on `src` to finish; record the rest lost at the timeout. Returns how many."""
+    """Wait for P's jobs on `src` to finish; record the rest lost at the timeout. Returns how many.
+
+    The shard's job records are read whole once; then only P's jobs found there are watched.
+    No new job of P can appear meanwhile: the partition is frozen and its lease fenced, so
+    nobody commits (and enqueues for) its sessions."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        jobs = jobs_of(src, keys, partition, partitions)
-        if not jobs:
-            return 0
+    jobs = jobs_of(src, keys, partition, partitions)
+    while jobs:
         if time.monotonic() >= deadline:
-            break
+            record_lost(src, keys, jobs, partitions)
+            return len(jobs)
         time.sleep(poll_s)
-    record_lost(src, keys, jobs, partitions)
-    return len(jobs)
+        jobs = still_there(src, keys, jobs)
+    return 0
 
 
 def record_lost(src: redis.Redis, keys: Keys, jobs: dict[str, dict[str, Any]], partitions: int) -> None:

@@ -100,6 +100,12 @@ class MoveReport:
     unlisted: int = 0
     #: the flip is written on every shard (what an error after it leaves: an uncleaned source)
     flipped: bool = False
+    #: when the freeze was written (time.monotonic()); 0: not yet
+    frozen_at: float = 0.0
+
+    def frozen_for(self) -> str:
+        """How long the partition has been frozen, for a message (empty before the freeze)."""
+        return f", frozen for {time.monotonic() - self.frozen_at:.3f} s so far" if self.frozen_at else ""
 
 
 Say = Callable[[MoveStep, str], None]
@@ -215,7 +221,7 @@ class Mover:
         self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
         report.unlisted = self.check_listed(plan)
-        frozen_at = time.monotonic()
+        frozen_at = report.frozen_at = time.monotonic()
         try:
             frozen = self.change_table(plan, lambda table: table.freeze(partition, to))
         except TableChanged as exc:
@@ -238,8 +244,8 @@ class Mover:
         if report.flipped:
             return MoveError(f"{why}: partition {plan.partition} is on shard {plan.target} but shard "
                              f"{plan.source} is not cleaned of it: run `parley partitions repair`")
-        return MoveError(f"{why}: partition {plan.partition} is left frozen (moving to {plan.target}): "
-                         "run `parley partitions repair`")
+        return MoveError(f"{why}: partition {plan.partition} is left frozen (moving to {plan.target}"
+                         f"{report.frozen_for()}): run `parley partitions repair`")
 
     def _moved(self, plan: MovePlan, frozen: Placement, frozen_at: float, report: MoveReport,
                drain_timeout_s: float, fence_timeout_s: float) -> MoveReport:
@@ -249,8 +255,10 @@ class Mover:
             token = self.fence(plan, fence_timeout_s)
         except MoveError as exc:
             self.change_table(plan, lambda table: table.unfreeze(partition))
-            exc.unfrozen = True  # type: ignore[attr-defined]
-            raise
+            undone = MoveError(f"{exc}; partition {partition} was frozen "
+                               f"{time.monotonic() - frozen_at:.3f} s")
+            undone.unfrozen = True  # type: ignore[attr-defined]
+            raise undone from exc
         self.say(MoveStep.FENCE, f"lease of partition {partition} on shard {plan.source} taken")
         report.drained_lost = self.drain(plan, drain_timeout_s)
         self.say(MoveStep.DRAIN, f"jobs drained ({report.drained_lost} recorded lost at the timeout)")

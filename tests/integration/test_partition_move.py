@@ -448,7 +448,8 @@ def test_an_error_mid_move_says_the_partition_is_left_frozen_and_how_to_repair(
     out = run("--redis-url", redis_server.url, "--redis-url", second.url,
               "partitions", "move", str(P), "--to", "1", "--drain-timeout", "0.1")
     assert out.exit_code == 1
-    assert f"partition {P} is left frozen (moving to 1): run `parley partitions repair`" in out.output
+    assert re.search(rf"partition {P} is left frozen \(moving to 1, frozen for [\d.]+ s so far\): "
+                     r"run `parley partitions repair`", out.output), out.output
     assert "Connection closed by server." in out.output
     assert not r.exists(K.partitions_lock)
     monkeypatch.undo()
@@ -465,7 +466,8 @@ def test_ctrl_c_mid_move_says_the_partition_is_left_frozen(r: redis.Redis, r1: r
         if step is MoveStep.FENCE:
             raise KeyboardInterrupt
 
-    with pytest.raises(MoveError, match=rf"partition {P} is left frozen \(moving to 1\): run "
+    with pytest.raises(MoveError, match=rf"partition {P} is left frozen "
+                                        r"\(moving to 1, frozen for [\d.]+ s so far\): run "
                                         r"`parley partitions repair`"):
         Mover(Shards([r, r1], K), interrupted).move(P, 1, drain_timeout_s=0.1)
     assert not r.exists(K.partitions_lock)
@@ -675,3 +677,37 @@ def test_the_move_lock_is_held_on_a_majority_and_a_shard_down_does_not_stop_it(
     with pytest.raises(LockHeld, match="someone:1"):
         MoveLock([r, r1, down], K.partitions_lock).__enter__()
     assert r1.get(K.partitions_lock) == b"someone:1" and not r.exists(K.partitions_lock)
+
+
+def test_the_drain_reads_the_shards_job_records_whole_once_then_only_the_partitions(
+        r: redis.Redis) -> None:
+    """Issue 35: the drain's polls cost P's jobs, not the shard's. With 2,000 jobs of other
+    partitions in flight and P's job finishing after a few polls, both hashes are read whole
+    once (one MULTI), then only P's job is looked up (HMGET)."""
+    from parley.fleet.draining import drain
+
+    others = {f"job-{i}": orjson.dumps({"session": C, "kind": "llm", "work": f"w{i}", "attempt": 1})
+              for i in range(2000)}
+    r.hset(K.inflight, mapping=others)
+    r.hset(K.running, "job-of-a", orjson.dumps({"session": A, "kind": "llm", "work": "w", "attempt": 1}))
+    pipe_calls: list[str] = []
+    real_pipeline = r.pipeline
+
+    def pipeline(transaction: bool = True) -> Any:
+        p = real_pipeline(transaction=transaction)
+        real_exec = p.execute
+
+        def execute(*a: Any, **k: Any) -> Any:
+            pipe_calls.extend(str(c[0][0]).upper() for c in p.command_stack)
+            if pipe_calls.count("HMGET") >= 6:  # a few polls on: its outcome posted, it leaves
+                r.hdel(K.running, "job-of-a")
+            return real_exec(*a, **k)
+
+        p.execute = execute  # type: ignore[method-assign]
+        return p
+
+    r.pipeline = pipeline  # type: ignore[method-assign]
+    assert drain(r, K, P, N, timeout_s=10, poll_s=0.01) == 0
+    assert pipe_calls.count("HGETALL") == 2  # one MULTI reading both hashes, once
+    assert pipe_calls.count("HMGET") >= 6 and set(pipe_calls) <= {"HGETALL", "HMGET"}
+    assert r.hlen(K.inflight) == 2000  # the other partitions' jobs untouched

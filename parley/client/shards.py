@@ -35,6 +35,7 @@ from parley.schemas.shards import (
     ShardView,
     agreed_placement,
     initial_placement,
+    majority,
     newest_placement_of,
 )
 
@@ -193,13 +194,16 @@ class Shards:
         if not answering:
             self.down = []
             return [read_view(r, self.keys, i) for i, r in enumerate(self.clients)]
-        views, down = [], []
+        views, down, errors = [], [], []
         for i, r in enumerate(self.clients):
             try:
                 views.append(read_view(r, self.keys, i))
-            except (redis.ConnectionError, redis.TimeoutError):
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
                 down.append(i)
+                errors.append(exc)
         self.down = down
+        if errors and len(views) < majority(len(self.clients)):
+            raise errors[0]  # an outage, as a caller of one shard would see it: retried as one
         return views
 
     def check(self, partitions: int | None = None, create: bool = False,

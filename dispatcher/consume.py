@@ -56,7 +56,7 @@ from parley.runtime.redis_errors import group_gone
 from parley.runtime.retry import backoff
 from parley.schemas.codec import InputError, entry_bytes, input_refs, session_of
 from parley.schemas.codes import RefusalCode
-from parley.schemas.keys import Keys, partition_of
+from parley.schemas.keys import Keys, partition_of, stream_of_partition
 from parley.schemas.producers import Producer
 from parley.schemas.signing import Keyring
 
@@ -376,6 +376,7 @@ class Dispatcher:
         (take_fair); the rest wait, pending, in the backlog. A bad entry is rejected at once,
         after the entries of its session that precede it. The rest go in waves (Applier). A
         lost lease stops here and leaves the rest pending for the next owner."""
+        entries = self.forward_strays(p, stream, entries)
         now, later = take_fair(self.hold(p, stream, entries))
         if later:
             self.backlog[stream] = later
@@ -402,6 +403,35 @@ class Dispatcher:
             self.leases.lost(p)
             for s in p.streams:
                 self.backlog.pop(s, None)
+
+    def forward_strays(self, p: Partition, stream: str, entries: list[Any]) -> list[Any]:
+        """Inputs on `p`'s stream whose session is in another partition: a producer still using
+        the partition count from before a `parley partitions resize` (or a hand-made XADD). Each
+        is moved, its fields as they are (a signature stays valid), to that partition's stream of
+        the same name on this shard and acknowledged here, in one MULTI, so it is applied once,
+        by its partition's dispatcher. The rest are returned. (After a resize to k x N, every
+        session's partition is on the shard of the old one.)"""
+        n = max(1, self.leases.partitions)
+        if n == 1 or not p.is_input_stream(stream):
+            return entries
+        keep = []
+        for entry in entries:
+            entry_id, fields = entry
+            session = session_of(fields)
+            right = None if session is None else partition_of(session, n)
+            if right is None or right == p.n:
+                keep.append(entry)
+                continue
+            target = stream_of_partition(stream, right)
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.xadd(target, fields)
+            pipe.xack(stream, self.keys.GROUP, entry_id)
+            pipe.xdel(stream, entry_id)
+            pipe.execute()
+            log.warning("an input on another partition's stream moved to its own (a producer with the "
+                        "partition count from before a resize?)",
+                        extra=kv(session=session, stream=stream, to=target))
+        return keep
 
     def settle(self, batch: Batch, read_next: bool = False) -> None:
         """One MULTI for what a batch did: the effects its commits left in their outboxes, the

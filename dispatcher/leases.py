@@ -52,6 +52,10 @@ class Partition:
     # its pending entries were claimed and applied since the lease was taken (or Redis came back)
     recovered: bool = False
 
+    def is_input_stream(self, stream: str) -> bool:
+        """One of the partition's input streams (its own or a producer's), not its results."""
+        return stream in self.streams and stream != self.streams[1]
+
 
 def get_partitions(redis: Redis, keys: Keys, default: int = 1) -> int:
     """N is published in `parley:config`; the first dispatcher writes its own default. On a

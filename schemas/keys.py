@@ -30,6 +30,14 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+def stream_of_partition(stream: str, partition: int) -> str:
+    """A partitioned stream's name for another partition: `<base>:<p>` -> `<base>:<partition>`."""
+    base, _, suffix = stream.rpartition(":")
+    if not base or not suffix.isdigit():
+        raise ValueError(f"{stream} is not a partitioned stream")
+    return f"{base}:{partition}"
+
+
 def partition_of(session: str, partitions: int) -> int:
     """The partition of a session: n = crc32(root session id) mod N (docs/design.md). By the
     root (schemas/ids.py `root_session`): a sub-agent `S:sub-1` is in `S`'s partition, so

@@ -41,6 +41,21 @@ ROUTE_FIELD_PREFIX = "route:"
 #: a route's value while its partition moves: `moving:<to>`
 MOVING_ROUTE_PREFIX = "moving:"
 
+#: the most partitions a deployment may have (`--partitions`, `parley partitions resize`)
+MAX_PARTITIONS = 1024
+
+
+def check_resize(now: int, to: int) -> None:
+    """PlacementError unless `to` partitions is a multiple of `now`, larger, and allowed: only
+    then does every session keep its shard (see `Placement.resized`)."""
+    if not now < to <= MAX_PARTITIONS:
+        raise PlacementError(f"a deployment of {now} partitions can be resized to more, at most "
+                             f"{MAX_PARTITIONS}: not {to}")
+    if to % now:
+        raise PlacementError(f"{to} is not a multiple of {now}: resize to k x {now} partitions (every "
+                             "session then stays on its shard)")
+
+
 def route_field(partition: int) -> str:
     return f"{ROUTE_FIELD_PREFIX}{partition}"
 
@@ -125,6 +140,17 @@ class Placement:
             raise PlacementError(f"{self.partitions} partitions cannot spread over {self.shards + added} "
                                  "shards: a deployment has at most one shard per partition")
         return replace(self, version=self.version + 1, shards=self.shards + added)
+
+    def resized(self, partitions: int) -> Placement:
+        """The table at `partitions` = k x N partitions (`parley partitions resize`): partition
+        p' on the shard of p' mod N. A session's new partition, crc32 mod kN, is congruent to its
+        old one mod N, so every session stays on its shard: nothing moves but the count."""
+        check_resize(self.partitions, partitions)
+        if self.moving:
+            raise PlacementError(f"partition(s) {sorted(self.moving)} are being moved: let the move end, "
+                                 "or run `parley partitions repair`, before resizing")
+        table = tuple(self.table[p % self.partitions] for p in range(partitions))
+        return replace(self, version=self.version + 1, partitions=partitions, table=table)
 
     def highest_shard_used(self) -> int:
         """The highest shard index any partition is on or moving to: a client needs the URLs

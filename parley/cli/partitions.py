@@ -140,6 +140,25 @@ def rebalance(ctx: click.Context, drain: tuple[int, ...], parallel: int, drain_t
     click.echo(f"rebalanced: {len(results)} partition(s) moved; the longest freeze {slowest:.3f} s")
 
 
+@partitions.command("resize")
+@click.option("--to", "to", type=click.IntRange(2, 1024), required=True,
+              help="The new partition count: a multiple of the present one.")
+@click.pass_context
+def resize_command(ctx: click.Context, to: int) -> None:
+    """Multiply the partition count of a STOPPED deployment (every dispatcher, worker and
+    producer stopped, every input applied): no session changes shard. Refused, saying why and
+    changing nothing, while anything runs. Start the processes again afterwards."""
+    from parley.fleet.resizing import resize
+
+    try:
+        done = resize(shards_of(ctx), to)
+    except PlacementError as exc:
+        raise click.ClickException(str(exc)) from None
+    table = "" if done.version is None else f" (table version {done.version})"
+    click.echo(f"resized from {done.before} to {done.after} partitions{table}: {done.relisted} session(s) "
+               "listed under their new partitions; start the dispatchers, workers and producers again")
+
+
 @partitions.command("index")
 @click.pass_context
 def index(ctx: click.Context) -> None:

@@ -120,3 +120,45 @@ def test_every_plan_is_even_minimal_and_deterministic(seed: int) -> None:
     assert len(plan.transfers) == surplus
     table = applied(placement, plan)
     assert [table.count(s) for s in range(shards)] == list(plan.after)
+
+
+# ---- more partitions (resize) ------------------------------------------------------------------
+
+
+def test_a_resized_table_keeps_every_session_on_its_shard() -> None:
+    from parley.schemas.keys import partition_of
+
+    before = Placement(4, 3, (0, 1, 2, 2), version=7)
+    after = before.resized(12)
+    assert (after.partitions, after.shards, after.version) == (12, 3, 8)
+    for i in range(500):
+        s = f"s-{i}"
+        assert after.shard_of_session(s) == before.shard_of_session(s)
+        assert partition_of(s, 12) % 4 == partition_of(s, 4)
+
+
+@pytest.mark.parametrize(("now", "to", "says"), [
+    (4, 6, "not a multiple of 4"),
+    (4, 4, "can be resized to more"),
+    (4, 2, "can be resized to more"),
+    (512, 2048, "at most 1024"),
+])
+def test_a_resize_to_what_cannot_keep_sessions_in_place_is_refused(now: int, to: int, says: str) -> None:
+    from parley.schemas.shards import check_resize
+
+    with pytest.raises(PlacementError, match=says):
+        check_resize(now, to)
+
+
+def test_a_table_being_moved_is_not_resized() -> None:
+    with pytest.raises(PlacementError, match="being moved"):
+        Placement.default(4, 2).freeze(1, 0).resized(8)
+
+
+def test_a_partitioned_streams_name_for_another_partition() -> None:
+    from parley.schemas.keys import stream_of_partition
+
+    assert stream_of_partition("parley:in:app:3", 7) == "parley:in:app:7"
+    assert stream_of_partition("parley:inputs:0", 12) == "parley:inputs:12"
+    with pytest.raises(ValueError, match="not a partitioned stream"):
+        stream_of_partition("parley:inputs", 1)

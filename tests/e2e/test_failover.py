@@ -257,6 +257,28 @@ def _until(what: str, predicate: Any, within_s: float = 20) -> None:
         time.sleep(0.01)
 
 
+def _nodes_state(rs: ReplicaSet, session: str) -> str:
+    """Each node's role, the session's input stream, its group's pending entries and the lease,
+    and who is connected: for a failure's message."""
+    keys = Keys()
+    out = []
+    for server in rs.servers:
+        try:
+            c = redis.Redis.from_url(server.url, socket_timeout=2)
+            stream = keys.inputs(0, 1)
+            held = bool(c.exists(stream))
+            out.append(f"node {server.port}: role {c.info('replication').get('role')}, "
+                       f"{stream} {c.xrange(stream)}, groups {c.xinfo_groups(stream) if held else []}, "
+                       f"pending {c.xpending_range(stream, Keys.GROUP, '-', '+', 10) if held else []}, "
+                       f"lease {c.get(keys.lease(0))!r} ttl {c.pttl(keys.lease(0))}, "
+                       f"meta {c.exists(keys.meta(session))}, clients "
+                       f"{[(x.get('name'), x.get('user'), x.get('cmd')) for x in c.client_list()]}")
+            c.close()
+        except redis.RedisError as err:
+            out.append(f"node {server.port}: {err!r}")
+    return "\n".join(out)
+
+
 def test_a_take_the_failover_lost_is_never_run(replica_set: ReplicaSet, fleet: Procs) -> None:
     """Issue 29 (`tools-6` of the shards chaos smoke), reproduced: the dispatcher commits a
     transition on the primary alone (its replica cut off), the worker takes its job there, the
@@ -304,7 +326,10 @@ def test_a_take_the_failover_lost_is_never_run(replica_set: ReplicaSet, fleet: P
         _let_go(dispatcher)
         os.kill(replica.proc.pid, signal.SIGCONT)
     ends = ("turn.completed", "llm.failed")
-    seen = [e["type"] for e in wait_for(client, session, lambda e: e["type"] in ends, timeout=40)]
+    try:
+        seen = [e["type"] for e in wait_for(client, session, lambda e: e["type"] in ends, timeout=40)]
+    except AssertionError as exc:  # what every node holds, to tell where the input went
+        raise AssertionError(f"{exc}\n{_nodes_state(rs, session)}") from None
     assert "llm.failed" not in seen and seen[-1] == "turn.completed", seen
     # the model call ran once, on the replay's job: no outcome of the lost take was ever posted.
     # Read from the worker's log (a file, outside the Redis that failed over), not the results

@@ -77,13 +77,14 @@ chaos-shards-smoke: $(STAMP)
 # A fleet that grows while it runs (tests/chaos/run_fleet.py): 16 shards as deployed, 64
 # partitions, a dispatcher and a worker per shard, the seed scenario on every session; 4 shards
 # added under load and the partitions rebalanced over all 20, four moves at once; every session
-# checked (applied once, on its shard only), each move's freeze time in fleet.json (a few minutes).
+# checked (applied once, on its shard only), each move's freeze time in fleet.json; then shard 0
+# killed for good, and a partition moved between two others without it (a few minutes).
 fleet: $(STAMP)
-	$(BIN)/python -m tests.chaos.run_fleet
+	$(BIN)/python -m tests.chaos.run_fleet --lose 0
 
-# The bounded version CI runs (under a minute): 4 shards grown to 6, 16 partitions.
+# The bounded version CI runs (under a minute): 4 shards grown to 6, 16 partitions, shard 0 lost.
 fleet-smoke: $(STAMP)
-	$(BIN)/python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40 --timeout 120
+	$(BIN)/python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40 --timeout 120 --lose 0
 
 # The benchmark (bench/README.md): fourteen scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.

@@ -1,7 +1,8 @@
 """A fleet that grows while it runs: many small shards on one box, more added under load.
 
-    python -m tests.chaos.run_fleet                       (make fleet: 16 shards + 4, 64 partitions)
-    python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40   (make fleet-smoke)
+    python -m tests.chaos.run_fleet --lose 0              (make fleet: 16 shards + 4, 64 partitions)
+    python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40 --lose 0
+                                                          (make fleet-smoke)
 
 Every shard is a redis-server as deployed (tests/deployed.py: the shipped redis.conf and
 users.acl, `maxmemory` small), with one `parley dispatcher --shard i` and one `parley worker
@@ -16,7 +17,11 @@ While they run, `--add` new, empty shards are started and joined with `parley pa
 add-shards` (the harness's admin, an operator's login), their dispatchers and workers started,
 the sender and resumer given the new URLs, and `parley partitions rebalance --yes --parallel
 K` spreads the partitions evenly over every shard, several moves at once. The sender goes on
-throughout; then every session must finish.
+throughout; then every session must finish. With `--lose S`, shard S is then killed for good
+(its Redis and its processes, -9): the sender skips the sessions it would route there, the
+resumer's listing pages go on without it (and say so), `partitions list` answers and one
+partition moves between two other shards, with the control plane read and written on the
+majority; every session of the other shards must finish.
 
 Checked for every session (on the shard the final table names): its message applied once, one
 `confirm` interrupt raised and resumed once, one completed turn, no refused input, its keys on
@@ -76,6 +81,8 @@ def args_of(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sessions", type=int, default=320, help="seed sessions sent in all")
     ap.add_argument("--parallel", type=int, default=4, help="moves at once in the rebalance")
     ap.add_argument("--timeout", type=float, default=300, help="seconds for every session to finish")
+    ap.add_argument("--lose", type=int, default=None,
+                    help="after the rebalance, kill this shard for good (its Redis and processes, -9)")
     ap.add_argument("--workdir", type=Path, default=None)
     return ap.parse_args(argv)
 
@@ -87,6 +94,7 @@ class Fleet:
         self.workdir = workdir
         self.servers: list[RedisServer] = []
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.of_shard: dict[int, list[subprocess.Popen[bytes]]] = {}
         self.env = {**os.environ, "PARLEY_APP": APP, "PARLEY_LOG_LEVEL": "INFO",
                     "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
@@ -107,7 +115,17 @@ class Fleet:
         for kind, user, extra in (("dispatcher", DISPATCHER, dispatcher), ("worker", WORKER, [])):
             env = {**self.env, "PARLEY_REDIS_URLS": " ".join(self.urls_as(user))}
             log = self.workdir / f"{kind}-{shard}.log"
-            self.procs.append(start_parley([kind, "--shard", str(shard), *extra], env, log))
+            proc = start_parley([kind, "--shard", str(shard), *extra], env, log)
+            self.procs.append(proc)
+            self.of_shard.setdefault(shard, []).append(proc)
+
+    def lose(self, shard: int) -> None:
+        """The shard's host gone: its Redis and its processes killed -9, for good."""
+        for proc in self.of_shard.pop(shard, []):
+            proc.kill()
+            proc.wait()
+            self.procs.remove(proc)
+        self.servers[shard].stop(kill=True)
 
     def parley(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`parley --redis-url ... partitions ...` as an operator runs it (the admin login)."""
@@ -162,6 +180,11 @@ class Driver:
         self.stop = threading.Event()
         self.pace = threading.Event()  # set: send freely; clear: hold (between phases)
         self.pace.set()
+        #: a shard lost for good: its sessions are not sent to (each send would wait out
+        #: redis-py's retries, then fail), and counted
+        self.lost: int | None = None
+        self.not_sent = 0
+        self.unreachable_pages = 0
 
     def send_loop(self) -> None:
         for i in itertools.count():
@@ -171,6 +194,9 @@ class Driver:
             session = f"fleet-{i}"
             try:
                 producer, _ = self.clients.now()
+                if self.lost is not None and producer.shards.index_of_session(session) == self.lost:
+                    self.not_sent += 1
+                    continue
                 producer.send(session, {"type": "message.create", "content": MESSAGE}, f"{session}-m1")
                 self.sent.append(session)
             except (redis.RedisError, PlacementError) as exc:
@@ -182,12 +208,19 @@ class Driver:
         while not self.stop.is_set():
             producer, reader = self.clients.now()
             try:
-                t = time.perf_counter()
-                rows = reader.interrupts()
-                shards = len(reader.shards.clients)
-                self.page_ms.setdefault(shards, []).append((time.perf_counter() - t) * 1000)
+                rows, cursor = [], None
+                while True:  # page by page: a page goes on without a shard that does not answer
+                    t = time.perf_counter()
+                    page = reader.interrupt_page(limit=100, cursor=cursor)
+                    self.page_ms.setdefault(len(reader.shards.clients), []).append(
+                        (time.perf_counter() - t) * 1000)
+                    self.unreachable_pages += bool(page.unreachable)
+                    rows += page.items
+                    cursor = page.cursor
+                    if cursor is None:
+                        break
                 for row in rows:
-                    session, interrupt_id = row["session"], row["interrupt_id"]
+                    session, interrupt_id = row.session, row.interrupt_id
                     producer.resume(session, interrupt_id, {"approved": True},
                                     idempotency_key=f"{session}-{interrupt_id}-yes")
                     self.resumed[session] = self.resumed.get(session, 0) + 1
@@ -204,7 +237,7 @@ def events_of(reader: Client, session: str) -> list[dict[str, Any]]:
     return [e for _id, e in reader.events(session, block_ms=1, until=time.monotonic() + 0.05)]
 
 
-def check_session(reader: Client, admin: Shards, session: str) -> list[str]:
+def check_session(reader: Client, admin: Shards, session: str, lost: int | None = None) -> list[str]:
     events = events_of(reader, session)
     kinds = [e["type"] for e in events]
     users = [e for e in events if e["type"] == "message.created" and e["message"]["role"] == "user"]
@@ -215,7 +248,7 @@ def check_session(reader: Client, admin: Shards, session: str) -> list[str]:
     placement = admin.placement
     assert placement is not None
     on = placement.shard_of_session(session)
-    held = [i for i, c in enumerate(admin.clients) if c.exists(KEYS.meta(session))]
+    held = [i for i, c in enumerate(admin.clients) if i != lost and c.exists(KEYS.meta(session))]
     if held != [on]:
         bad.append(f"{session}: its record is on shard(s) {held}, the table says {on}")
     return bad
@@ -231,6 +264,41 @@ def wait_finished(reader_of: Any, sessions: list[str], timeout: float) -> list[s
         if left:
             time.sleep(1)
     return left
+
+
+def on_lost(clients: Clients, session: str, lost: int | None) -> bool:
+    producer, _ = clients.now()
+    return lost is not None and producer.shards.index_of_session(session) == lost
+
+
+def lose_a_shard(fleet: Fleet, driver: Driver, shard: int, report: dict[str, Any]) -> list[str]:
+    """`shard` killed for good under load; then, without it, a partition moved between two live
+    shards and the table listed: the control plane read and written on the majority."""
+    bad = []
+    fleet.lose(shard)
+    driver.lost = shard
+    report["lost_shard"] = shard
+    time.sleep(3)  # sessions go on meanwhile
+    listed = fleet.parley("list")
+    if listed.returncode != 0 or f"shard(s) [{shard}] do not answer" not in listed.stdout:
+        bad.append(f"partitions list without shard {shard}: exit {listed.returncode} {listed.stdout[:300]} "
+                   f"{listed.stderr[:300]}")
+    admin = fleet.admin()
+    placement = admin.refresh()
+    assert placement is not None
+    live = [s for s in range(placement.shards) if s != shard]
+    source, target = live[0], live[1]
+    partition = placement.partitions_of(source)[0]
+    began = time.monotonic()
+    moved = fleet.parley("move", str(partition), "--to", str(target), "--drain-timeout", "30")
+    report["move_without_the_shard"] = {"partition": partition, "from": source, "to": target,
+                                        "exit": moved.returncode, "s": round(time.monotonic() - began, 2),
+                                        "freeze_s": freezes(moved.stdout).get(partition)}
+    print(moved.stdout, moved.stderr, flush=True)
+    if moved.returncode != 0:
+        bad.append(f"a move between live shards without shard {shard}: exit {moved.returncode} "
+                   f"{moved.stderr}")
+    return bad
 
 
 def freezes(output: str) -> dict[int, float]:
@@ -315,10 +383,21 @@ def main(argv: list[str] | None = None) -> int:
         report["moves"] = len(moved)
         report["freeze_s"] = {str(k): v for k, v in sorted(moved.items())}
         report["freeze_max_s"] = max(moved.values(), default=None)
+        placement = admin.refresh()
+        assert placement is not None
+        counts = [len(placement.partitions_of(s)) for s in range(placement.shards)]
+        report["partitions_per_shard"] = counts
+        if placement.moving or max(counts) - min(counts) > 1 or placement.shards != args.shards + args.add:
+            violations.append(f"the table is not even after the rebalance: {counts}, "
+                              f"moving {placement.moving}")
+
+        if args.lose is not None:
+            violations += lose_a_shard(fleet, driver, args.lose, report)
 
         while len(driver.sent) < args.sessions and not driver.errors:
             time.sleep(0.1)
-        left = wait_finished(clients.now, list(driver.sent), args.timeout)
+        left = wait_finished(clients.now, [s for s in driver.sent if not on_lost(clients, s, args.lose)],
+                             args.timeout)
         driver.stop.set()
         for thread in threads:
             thread.join(30)
@@ -326,16 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         violations += [f"{s}: not finished within {args.timeout:g} s" for s in left]
 
         admin.refresh()
+        _, reader = clients.now()
         placement = admin.placement
         assert placement is not None
-        counts = [len(placement.partitions_of(s)) for s in range(placement.shards)]
-        report["partitions_per_shard"] = counts
-        if placement.moving or max(counts) - min(counts) > 1 or placement.shards != args.shards + args.add:
-            violations.append(f"the table is not even: {counts}, moving {placement.moving}")
-        _, reader = clients.now()
-        for session in driver.sent:
-            violations += check_session(reader, admin, session)
+        kept = [s for s in driver.sent if placement.shard_of_session(s) != args.lose]
+        report["lost_with_the_shard"] = len(driver.sent) - len(kept)
+        for session in kept:
+            violations += check_session(reader, admin, session, args.lose)
         report["sessions"] = len(driver.sent)
+        report["not_sent_to_the_lost_shard"] = driver.not_sent
+        report["listing_pages_without_a_shard"] = driver.unreachable_pages
         report["listing_page_ms"] = {str(k): {"n": len(v), "p50": p(v, 50), "p95": p(v, 95)}
                                      for k, v in sorted(driver.page_ms.items())}
     except Exception as exc:  # reported as a violation, the fleet stopped below

@@ -253,6 +253,22 @@ def inbox_listing_lines(out: dict[str, Any]) -> list[str]:
     return section(title, hdr, s7, lambda r: [r["open"]], lambda r: pages_cells(r, "open", QUERIES))
 
 
+def shard_listing_lines(out: dict[str, Any]) -> list[str]:
+    """Scenario 14."""
+    s14 = [r for r in out.get("scenario_14", []) if "all" in r or "skipped" in r]
+    if not s14:
+        return []
+    first = next((r for r in s14 if "all" in r), {})
+    title = (f"14. The inbox listing at many shards: {first.get('open', '?')} open over S shards, one page "
+             f"({first.get('limit', '?')} rows) per query, ms p50/p99, commands per page over every shard")
+
+    def cells(r: Row) -> list[Any]:
+        return [*pages_cells(r, "shards", QUERIES), fmt(r["all"].get("page_p50_vs_one_shard"), 2)]
+
+    hdr = ["shards", "fill s", *(f"{q} ms" for q in QUERIES), "commands/page", "all p50 vs 1"]
+    return section(title, hdr, s14, lambda r: [r["shards"]], cells)
+
+
 def soak_lines(out: dict[str, Any]) -> list[str]:
     """Scenario 8."""
     title = ("8. Soak: sessions run to their end (seed flow), closed as idle, archived, expired; "
@@ -367,8 +383,8 @@ def profile_lines(out: dict[str, Any]) -> list[str]:
 # they ran in.
 BLOCKS: tuple[Callable[[dict[str, Any]], list[str]], ...] = (
     seed_cycle_lines, floor_lines, parked_memory_lines, scaling_lines, langgraph_lines, sweeps_lines,
-    inbox_listing_lines, soak_lines, session_list_lines, flood_lines, shards_lines, inbox_page_lines,
-    long_sessions_lines, goals_lines, profile_lines)
+    inbox_listing_lines, shard_listing_lines, soak_lines, session_list_lines, flood_lines, shards_lines,
+    inbox_page_lines, long_sessions_lines, goals_lines, profile_lines)
 
 
 def report(out: dict[str, Any]) -> str:

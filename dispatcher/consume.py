@@ -48,6 +48,7 @@ from parley.dispatcher.store import (
     DEFAULT_FEED_MAXLEN,
     DEFAULT_UNKNOWN_SESSION_TTL_S,
     Store,
+    load_script,
 )
 from parley.dispatcher.sweeps import Sweeps
 from parley.runtime import metrics
@@ -122,6 +123,7 @@ class Dispatcher:
         self.functions.ensure()
         # the fingerprints of the keys we verify with, for the inbox's check (dispatcher/keyprints.py)
         self.keyprints = KeyprintsPublisher(redis, keys, self.name)
+        self._forward = load_script(redis, "forward_entry")
 
     def run(self, stop: threading.Event) -> None:
         """Tick until `stop`; Redis outages and refused commands are waited out with backoff."""
@@ -405,12 +407,14 @@ class Dispatcher:
                 self.backlog.pop(s, None)
 
     def forward_strays(self, p: Partition, stream: str, entries: list[Any]) -> list[Any]:
-        """Inputs on `p`'s stream whose session is in another partition: a producer still using
-        the partition count from before a `parley partitions resize` (or a hand-made XADD). Each
-        is moved, its fields as they are (a signature stays valid), to that partition's stream of
-        the same name on this shard and acknowledged here, in one MULTI, so it is applied once,
-        by its partition's dispatcher. The rest are returned. (After a resize to k x N, every
-        session's partition is on the shard of the old one.)"""
+        """Inputs on `p`'s stream whose session is in another partition: a hand-made XADD, or
+        one written with the partition count from before a `parley partitions resize` (the
+        submit function refuses those `moved`, and the client reads the count again). Applied
+        here, they would give their session two writers. Each is moved, its fields as they are
+        (a signature stays valid), to that partition's stream of the same name, acknowledged
+        here in the same step (lua/forward_entry.lua), when this shard serves that partition
+        (after a resize to k x N it does: each session's partition is on the shard of its old
+        one); else acknowledged and dropped, loudly. The rest are returned."""
         n = max(1, self.leases.partitions)
         if n == 1 or not p.is_input_stream(stream):
             return entries
@@ -422,15 +426,19 @@ class Dispatcher:
             if right is None or right == p.n:
                 keep.append(entry)
                 continue
+            if not self.leases.serves_partition(right):
+                self.redis.xack(stream, self.keys.GROUP, entry_id)
+                self.redis.xdel(stream, entry_id)
+                log.error("an input on another partition's stream, whose partition this shard does not "
+                          "serve: dropped (send through the submit function)",
+                          extra=kv(session=session, stream=stream, partition=right))
+                continue
             target = stream_of_partition(stream, right)
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.xadd(target, fields)
-            pipe.xack(stream, self.keys.GROUP, entry_id)
-            pipe.xdel(stream, entry_id)
-            pipe.execute()
-            log.warning("an input on another partition's stream moved to its own (a producer with the "
-                        "partition count from before a resize?)",
-                        extra=kv(session=session, stream=stream, to=target))
+            pairs = [x for kv_ in fields.items() for x in kv_]
+            if self._forward(keys=[stream, target], args=[self.keys.GROUP, entry_id, *pairs]):
+                log.warning("an input on another partition's stream moved to its own (a producer with the "
+                            "partition count from before a resize?)",
+                            extra=kv(session=session, stream=stream, to=target))
         return keep
 
     def settle(self, batch: Batch, read_next: bool = False) -> None:

@@ -9,7 +9,7 @@
 -- admission checks. Every command it runs is ACL-checked against the CALLING login, so it
 -- gives a producer nothing its login lacks; a producer that bypasses it (plain XADD to its own
 -- stream) skips only the synchronous refusals, which dispatchers apply again.
-local VERSION = 3
+local VERSION = 4
 
 -- Defaults of the limits, used while `<prefix>:config` has none (dispatchers write theirs there).
 local DEFAULTS = {limit_input_bytes = 1048576, limit_pending = 100, limit_messages = 10000,
@@ -66,6 +66,57 @@ local function moved(prefix, key)
     return refuse('moved', 'partition ' .. p .. ' is moving to shard ' .. string.sub(route, 8))
   end
   return refuse('moved', 'partition ' .. p .. ' is on shard ' .. tostring(route or '?'))
+end
+
+-- crc32 (IEEE, as Python's zlib.crc32), for the session's partition: crc32(root id) mod N.
+-- Its table is made at the first call (a library's load may not use `bit`).
+local CRC_TABLE = nil
+
+local function crc_table()
+  local t = {}
+  for i = 0, 255 do
+    local c = i
+    for _ = 1, 8 do
+      if bit.band(c, 1) == 1 then c = bit.bxor(bit.rshift(c, 1), 0xEDB88320) else c = bit.rshift(c, 1) end
+    end
+    t[i] = c
+  end
+  return t
+end
+
+local function crc32(s)
+  CRC_TABLE = CRC_TABLE or crc_table()
+  local crc = 0xFFFFFFFF
+  for i = 1, #s do
+    crc = bit.bxor(bit.rshift(crc, 8), CRC_TABLE[bit.band(bit.bxor(crc, string.byte(s, i)), 0xFF)])
+  end
+  crc = bit.bnot(crc)
+  if crc < 0 then crc = crc + 4294967296 end  -- BitOp's results are signed 32-bit
+  return crc
+end
+
+-- A sub-agent `<parent>:sub-<n>` (nested) is in its root's partition (schemas/ids.py).
+local function root_session(session)
+  local root = session
+  while true do
+    local cut = string.gsub(root, ':sub%-%d+$', '')
+    if cut == root then return root end
+    root = cut
+  end
+end
+
+-- The stream must be the session's partition's under the count published now: a producer still
+-- using the count from before `parley partitions resize` is refused `moved` (retryable: the
+-- client reads the count and the placement again) instead of writing where the session's
+-- partition is not (one dispatcher per session: docs/design.md).
+local function wrong_partition(prefix, key, session)
+  local n = tonumber(redis.call('HGET', prefix .. ':config', 'partitions')) or 1
+  local suffix = string.match(key, ':(%d+)$')
+  local want = crc32(root_session(session)) % n
+  if n <= 1 and suffix == nil then return nil end
+  if n > 1 and suffix ~= nil and tonumber(suffix) == want then return nil end
+  return refuse('moved', 'session ' .. session .. ' is in partition ' .. want .. ' of ' .. n
+                .. ': read the partition count again')
 end
 
 local function limits(prefix)
@@ -129,6 +180,8 @@ local function submit(keys, args)
   if not valid_session(session) then
     return refuse('invalid_input', '`session` must be 1-128 characters of [A-Za-z0-9._:/-]')
   end
+  local misplaced = wrong_partition(prefix, keys[1], session)
+  if misplaced then return misplaced end
   -- Read even when no count is needed: a login scoped to one tenant's keys may not read another
   -- tenant's meta, and that refusal is the tenant check at submit.
   local counts = redis.pcall('HMGET', prefix .. ':{' .. session .. '}:meta', 'n_msgs', 'n_branches')

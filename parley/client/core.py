@@ -270,6 +270,7 @@ class Core:
             if delay is None:
                 raise retry.gave_up(session) from None
             yield Sleep(delay)
+            self._partitions.clear()  # refused for a count changed since (`partitions resize`)
             yield from self.refresh()
 
     def resume(self, session: str, interrupt_id: str, payload: Any, idempotency_key: str | None,

@@ -4,7 +4,8 @@ through the producer login), 4 partitions, sessions parked on an interrupt and f
 every process stopped, `parley partitions resize --to 8` (the harness's admin, an operator's
 login), every process started again. The parked sessions resume and finish where they were
 (no session changed shard), new sessions use all 8 partitions, and a producer left running
-from before still gets each input applied once. While anything runs, or for a count that is not
+from before is refused `moved` on its old partition's stream, reads the count again and gets
+each input applied once. While anything runs, or for a count that is not
 a multiple, the resize is refused and changes nothing."""
 
 import itertools
@@ -133,7 +134,7 @@ def test_a_stopped_deployment_resized_to_more_partitions_loses_and_doubles_nothi
     for s in fresh:
         producer.send(s, {"type": "message.create", "content": "hello"}, f"{s}-hello")
     late = named("late", 2, lambda s: partition_of(s, 8) != partition_of(s, 4))
-    for s in late:  # sent to the stream of its old partition: moved to its own, applied once
+    for s in late:  # refused `moved` on its old partition's stream: the count read again, sent once
         stale.send(s, {"type": "message.create", "content": "hello"}, f"{s}-hello")
     for s in parked + fresh + late:
         wait_for(reader, s, lambda e: e["type"] == "turn.completed", timeout=60)
@@ -150,7 +151,7 @@ def test_a_stopped_deployment_resized_to_more_partitions_loses_and_doubles_nothi
         shard = admin[placement.shard_of_session(s)]
         assert shard.zscore(K.partition_sessions(partition_of(s, 8)), s) is not None
     logs = "".join(log.read_text() for kind, _proc, log in procs.started if kind == "dispatcher")
-    assert logs.count("moved to its own") == len(late), logs[-3000:]
+    assert "moved to its own" not in logs  # none went astray: the submit function refused them
     assert stop_processes(fleet, timeout=30) == [0] * 4  # before the servers' teardown stops Redis
     for proc in fleet:
         procs.forget(proc)

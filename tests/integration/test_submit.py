@@ -325,3 +325,40 @@ def test_the_library_survives_a_redis_restart_from_its_aof(redis_server: RedisSe
     conn = redis.Redis.from_url(redis_server.url)
     assert Functions(conn).loaded_version() == Functions(conn).version
     conn.close()
+
+
+# ---- the session's partition under the count published now (issue 35: `partitions resize`) ----
+
+
+def test_an_input_is_taken_only_on_its_sessions_partition_stream(r: redis.Redis, loaded: Functions) -> None:
+    """The function computes crc32(root id) mod N as Python's zlib does: over 300 ids (sub-agents
+    among them), the stream of the partition Python names is taken and every other refused
+    `moved`, so a producer with an old count reads it again instead of writing astray."""
+    n = 7
+    r.hset(KEYS.config, "partitions", n)
+    ids = [f"s-{i}" for i in range(150)] + [f"team/a.b_{i}:sub-{i % 3}:sub-2" for i in range(150)]
+    for session in ids:
+        right = partition_of(session, n)
+        submit(r, *entry(session, MESSAGE), keys=(KEYS.producer_inputs("app", right, n), PENDING))
+        wrong = (right + 1 + (len(session) % (n - 1))) % n
+        says = rf"PARLEY moved session \S+ is in partition {right} of 7"
+        with pytest.raises(redis.ResponseError, match=says):
+            submit(r, *entry(session, MESSAGE), keys=(KEYS.producer_inputs("app", wrong, n), PENDING))
+    assert sum(r.xlen(KEYS.producer_inputs("app", p, n)) for p in range(n)) == len(ids)
+    # with one partition, the unsuffixed stream only; a suffixed one is refused
+    r.hset(KEYS.config, "partitions", 1)
+    submit(r, *entry("s-1", MESSAGE))
+    with pytest.raises(redis.ResponseError, match="PARLEY moved"):
+        submit(r, *entry("s-1", MESSAGE), keys=(KEYS.producer_inputs("app", 0, 4), PENDING))
+
+
+def test_a_client_with_an_old_partition_count_reads_it_again_when_refused(r: redis.Redis,
+                                                                         app: Client) -> None:
+    r.hset(KEYS.config, "partitions", 4)
+    session = next(f"c-{i}" for i in range(100) if partition_of(f"c-{i}", 8) != partition_of(f"c-{i}", 4))
+    app.send("warm", MESSAGE, "warm")  # the client has read the count 4
+    r.hset(KEYS.config, "partitions", 8)  # resized meanwhile
+    app.send(session, MESSAGE, f"{session}-1")
+    assert r.xlen(KEYS.producer_inputs("app", partition_of(session, 8), 8)) == 1
+    assert [f[b"session"] for _i, f in r.xrange(KEYS.producer_inputs("app", partition_of(session, 4), 4))] \
+        in ([], [b"warm"])

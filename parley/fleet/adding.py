@@ -3,9 +3,9 @@
 The command is given every shard's URL, in order, then the new shards' URLs after them. The
 new shards must be empty (no Parley key under the prefix). The grown table
 (`Placement.grow`: the same partitions on the same shards, more shards, version + 1) is
-written on the new shards first, then on the old ones, each only over the version read, under
-the move lock: so no move runs meanwhile, and a process that finds the grown table on shard 0
-finds it everywhere. Nothing moves: the new shards hold no partition until `parley partitions
+written on the old shards first, then on the new ones, each only over the version read, under
+the move lock (taken on a majority of the old shards), so no move runs meanwhile. Nothing
+moves: the new shards hold no partition until `parley partitions
 rebalance` (or `move`) gives them some, so the running processes go on as they were (each
 dispatcher reads only its own shard's table; clients with the old URLs still reach every
 session until a partition moves to a new shard).
@@ -18,10 +18,11 @@ writes the newest table everywhere too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parley.client.shards import read_view
 from parley.fleet.move_errors import MoveError
+from parley.fleet.move_lock import LockHeld, MoveLock
 from parley.schemas.moves import INDEXED_FIELD
 from parley.schemas.shards import PlacementError, check_order
 
@@ -42,7 +43,16 @@ def add_shards(mover: Mover) -> Added:
     """The shards given after the deployment's own joined to it (see the module's docstring).
     MoveError, nothing written, when: no shard holds a table yet; no URL was added; the old
     shards disagree (a move stopped half way: repair); a new shard is not empty."""
-    lock = mover.locked()
+    # The lock on a majority of the deployment's own shards, those holding a table: counted
+    # over every URL given, the new (empty) shards alone could make a majority while another
+    # mover, given the old URLs, holds it on the old ones.
+    shards = mover.shards
+    own = [r for i, r in enumerate(shards.clients) if read_view(r, mover.keys, i).placement is not None]
+    lock = MoveLock(own or shards.clients[:1], mover.keys.partitions_lock)
+    try:
+        mover.lock = lock.__enter__()
+    except LockHeld as exc:
+        raise MoveError(str(exc)) from None
     try:
         return _add(mover)
     finally:
@@ -93,9 +103,11 @@ def _add(mover: Mover) -> Added:
     new = [v for v in views if v.placement is None]
     for v in new:
         _check_empty(mover, v.index)
-    # the new shards first, then the old from the last to shard 0: a process that finds the
-    # grown table on shard 0 finds it everywhere
-    for v in [*new, *reversed([v for v in views if v.placement is not None])]:
+    # The old shards first (from the last to shard 0), then the new: once an old shard holds
+    # the grown table, a mover given the old URLs finds more shards than URLs and refuses, and
+    # one given every URL finds a new shard without a table and refuses, so nothing writes a
+    # table of the same version meanwhile; running this again finishes it.
+    for v in [*reversed([v for v in views if v.placement is not None]), *new]:
         if v.placement == grown:
             continue
         if v.placement is None:
@@ -110,9 +122,15 @@ def _check_empty(mover: Mover, index: int) -> None:
     """A shard to add holds no key of this deployment's prefix (another deployment's data, or
     keys left by a test, would be served as this one's)."""
     r = mover.shards.clients[index]
-    lock = mover.keys.partitions_lock  # this command's own lock, taken on every shard given
-    found = next((k for k in r.scan_iter(match=f"{mover.keys.prefix}:*", count=1000)
-                  if (k.decode() if isinstance(k, bytes) else k) != lock), None)
+    def ours(key: Any) -> bool:
+        # what a run of this command stopped half way leaves on a new shard: its config with
+        # only the `indexed` mark
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        if name == mover.keys.config:
+            return {f.decode() if isinstance(f, bytes) else f for f in r.hkeys(name)} <= {INDEXED_FIELD}
+        return name == mover.keys.partitions_lock
+
+    found = next((k for k in r.scan_iter(match=f"{mover.keys.prefix}:*", count=1000) if not ours(k)), None)
     if found is not None:
         raise MoveError(f"shard {index} is not empty (it holds keys under `{mover.keys.prefix}:`): a shard "
                         "joins a deployment empty; nothing was written to it")

@@ -711,3 +711,37 @@ def test_the_drain_reads_the_shards_job_records_whole_once_then_only_the_partiti
     assert pipe_calls.count("HGETALL") == 2  # one MULTI reading both hashes, once
     assert pipe_calls.count("HMGET") >= 6 and set(pipe_calls) <= {"HGETALL", "HMGET"}
     assert r.hlen(K.inflight) == 2000  # the other partitions' jobs untouched
+
+
+def test_add_shards_takes_the_lock_on_the_old_shards_and_finishes_a_stopped_run(
+        r: redis.Redis, r1: redis.Redis, tmp_path: Path) -> None:
+    """Review of issue 35: the new, empty shards must not make the lock's majority (two old, two
+    new: another mover holding it on the old shards would run at once); and a run stopped half way
+    (the old shards written, a new one holding only its `indexed` mark) is finished by the next."""
+    from parley.fleet.adding import add_shards
+
+    extra = [RedisServer(tmp_path / f"redis-new-{i}").start() for i in range(2)]  # N = 4: 4 shards at most
+    try:
+        new = [redis.Redis.from_url(s.url) for s in extra]
+        build(r, r1)
+        # another mover holds it on one of the two old shards: over all four, shard 0 and the
+        # two new ones would make a majority (3); over the old ones, one of two is not
+        r1.set(K.partitions_lock, "another:1")
+        with pytest.raises(MoveError, match="another:1"):
+            add_shards(Mover(Shards([r, r1, *new], K)))
+        assert all(c.hget(K.config, "placement") is None for c in new)
+        assert not r.exists(K.partitions_lock)  # what it took, given back
+        r1.delete(K.partitions_lock)
+        # stopped half way: the old shards hold the grown table, a new one only its mark
+        placement = shards(r, r1).check()
+        assert placement is not None
+        grown = placement.grow(2)
+        write_placement(r1, K, 1, grown)
+        write_placement(r, K, 0, grown)
+        new[0].hset(K.config, "partition_sessions", "1")
+        done = add_shards(Mover(Shards([r, r1, *new], K)))
+        assert done.after == 4 and done.version == grown.version
+        assert all(read_view(c, K, i).placement == grown for i, c in enumerate([r, r1, *new]))
+    finally:
+        for s in extra:
+            s.stop(kill=True)

@@ -108,6 +108,10 @@ def rebalance(ctx: click.Context, drain: tuple[int, ...], parallel: int, drain_t
         plan = plan_rebalance(placement, drain)
     except PlacementError as exc:
         raise click.ClickException(str(exc)) from None
+    down = set(mover.shards.down)
+    if down and any(t.source in down or t.target in down for t in plan.transfers):
+        raise click.ClickException(f"shard(s) {sorted(down)} do not answer, and the plan moves partitions "
+                                   "to or from them: run it once they are back (nothing was changed)")
     counts = enumerate(zip(plan.before, plan.after, strict=True))
     click.echo("partitions per shard: " + ", ".join(f"{s}: {b}" + (f" -> {a}" if a != b else "")
                                                     for s, (b, a) in counts))

@@ -117,17 +117,22 @@ def interrupts(ctx: click.Context, as_json: bool, session_prefix: str | None, re
                             newest_first=newest_first, text=(search or "").strip() or None)
     client = client_of(ctx)
     try:
+        unreachable: list[int] = []
         if limit is None and cursor is None:
             rows, next_cursor = client.interrupts(where), None
         else:
             page = client.interrupt_page(where, limit or DEFAULT_LIMIT, cursor)
             rows, next_cursor = [row.model_dump() for row in page.items], page.cursor
-            _say_unreachable(page.unreachable)
+            unreachable = page.unreachable
+            _say_unreachable(unreachable)
     except ValueError as err:
         raise click.ClickException(str(err)) from err
     if as_json:
         paged = limit is not None or cursor is not None
-        click.echo(orjson.dumps({"items": rows, "cursor": next_cursor} if paged else rows).decode())
+        out: Any = {"items": rows, "cursor": next_cursor} if paged else rows
+        if paged and unreachable:  # only then: the field's absence says every shard answered
+            out["unreachable"] = unreachable
+        click.echo(orjson.dumps(out).decode())
         return
     for r in rows:
         age = (now_ms - r["raised_at"]) / 1000
@@ -205,8 +210,11 @@ def sessions(ctx: click.Context, statuses: tuple[str, ...], metadata: dict[str, 
         raise click.BadParameter(str(err), param_hint=_sessions_hint(str(err))) from None
     _say_unreachable(page.unreachable)
     if as_json:
-        click.echo(orjson.dumps({"items": [row.model_dump(mode="json") for row in page.items],
-                                 "cursor": page.cursor}).decode())
+        listed: dict[str, Any] = {"items": [row.model_dump(mode="json") for row in page.items],
+                                  "cursor": page.cursor}
+        if page.unreachable:  # only then: the field's absence says every shard answered
+            listed["unreachable"] = page.unreachable
+        click.echo(orjson.dumps(listed).decode())
         return
     for row in page.items:
         age = (now_ms - row.created_at) / 1000

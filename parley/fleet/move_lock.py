@@ -15,6 +15,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,8 @@ class MoveLock:
         self.renew_every_s = renew_every_s
         self.token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.lost = False
+        #: when a majority last held it for us (time.monotonic())
+        self.renewed_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -83,6 +86,7 @@ class MoveLock:
                 f"another `parley partitions move` or `repair` is running ({', '.join(sorted(holders))} "
                 f"holds {self.key} on {where}): wait for it to end; if its process is gone, the lock "
                 f"expires within {self.lock_ms // 1000} s, or delete {self.key} on {where} by hand")
+        self.renewed_at = time.monotonic()
         self._thread = threading.Thread(target=self._renew, name="move-lock", daemon=True)
         self._thread.start()
         return self
@@ -96,7 +100,11 @@ class MoveLock:
                     answered += 1
                 except _DOWN:
                     continue  # a shard unreachable a moment: the expiry leaves room for retries
-            if answered >= self.needed and kept < self.needed:
+            if kept >= self.needed:
+                self.renewed_at = time.monotonic()
+            elif answered >= self.needed or time.monotonic() - self.renewed_at > self.lock_ms * 0.8 / 1000:
+                # taken by another where it expired; or too few shards answered for so long that
+                # it may have expired on a majority, which another may hold now
                 self.lost = True
                 return
 

@@ -187,6 +187,10 @@ class Mover:
                 except MoveError as exc:
                     failed.set()
                     return exc
+                except Exception as exc:  # before its freeze (a shard not answering its checks)
+                    failed.set()
+                    return MoveError(f"partition {plan.partition}: {exc!r} before its freeze: nothing "
+                                     "of it was changed")
 
             with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="move") as pool:
                 return list(pool.map(one, plans))

@@ -75,8 +75,7 @@ def _resize(shards: Shards, keys: Keys, to: int) -> Resized:
         raise MoveError("no dispatcher has ever served this deployment: start it with --partitions "
                         f"{to} instead")
     if len(counts) > 1:
-        raise MoveError(f"the shards hold different partition counts ({sorted(counts)}): a resize "
-                        "stopped half way; run it again with the same --to")
+        return _finish(shards, keys, views, counts, to)
     now = counts.pop()
     placement = shards.check() if shards.sharded else None
     if now == to:
@@ -103,12 +102,51 @@ def _resize(shards: Shards, keys: Keys, to: int) -> Resized:
     else:
         shards.clients[0].hset(keys.config, "partitions", to)
     for r in shards.clients:
-        if now == 1:  # one partition's streams have no suffix: empty, they are not read again
-            r.delete(keys.inputs(0, 1), keys.results(0, 1),
-                     *(keys.producer_inputs(text(p), 0, 1) for p in r.hkeys(keys.producers)))
+        if now == 1:
+            unsuffixed(r, keys, to)
         r.delete(*(keys.lease(p) for p in range(now)))
     relisted = sum(relist(r, keys, to) for r in shards.clients)
     return Resized(now, to, relisted, None if resized is None else resized.version)
+
+
+def _finish(shards: Shards, keys: Keys, views: list[Any], counts: set[int], to: int) -> Resized:
+    """A resize to `to` that stopped between shards' table writes: the newest table (of `to`
+    partitions) written on the shards that hold the one before, the old leases deleted, the
+    sessions listed. Any other mix of counts is refused."""
+    newest = max((v.placement for v in views if v.placement is not None), key=lambda p: p.version,
+                 default=None)
+    before = min(counts)
+    if newest is None or len(counts) != 2 or newest.partitions != to or to % before:
+        raise MoveError(f"the shards hold different partition counts ({sorted(counts)}): run the "
+                        "resize that stopped half way again, with its --to")
+    writer = PlacementWriter(shards, lambda: False)
+    for v in reversed(views):
+        if v.placement != newest:
+            writer.write(v.index, newest, None if v.placement is None else v.placement.version)
+    for r in shards.clients:
+        r.delete(*(keys.lease(p) for p in range(before)))
+    relisted = sum(relist(r, keys, to) for r in shards.clients)
+    return Resized(before, to, relisted, newest.version)
+
+
+def unsuffixed(r: redis.Redis, keys: Keys, to: int) -> None:
+    """One partition's streams have no suffix, and are not read again at `to` partitions: an
+    input that reached one after the checks (a producer not stopped) is moved to its session's
+    partition's stream, then the streams are deleted (a results stream only when empty)."""
+    producers = [text(p) for p in r.hkeys(keys.producers)]
+    for stream in (keys.inputs(0, 1), *(keys.producer_inputs(p, 0, 1) for p in producers)):
+        entries: Any = r.xrange(stream)
+        for entry_id, fields in entries:
+            session = text(fields.get(b"session", b""))
+            if not session:
+                continue
+            pipe = r.pipeline(transaction=True)
+            pipe.xadd(f"{stream}:{partition_of(session, to)}", fields)
+            pipe.xdel(stream, entry_id)
+            pipe.execute()
+        r.delete(stream)
+    if not r.xlen(keys.results(0, 1)):
+        r.delete(keys.results(0, 1))
 
 
 def busy(r: redis.Redis, keys: Keys, partitions: int) -> list[str]:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 import redis
 
@@ -114,6 +115,8 @@ def test_the_deployment_goes_on_without_shard_0(procs: Procs, servers: list[Redi
     listed = parley(servers, "--limit", "10", command="interrupts")
     assert listed.returncode == 0 and asks[1] in listed.stdout and asks[0] not in listed.stdout
     assert "shard(s) [0] did not answer" in listed.stderr, listed.stderr
+    as_json = orjson.loads(parley(servers, "--limit", "10", "--json", command="interrupts").stdout)
+    assert as_json["unreachable"] == [0] and [r["session"] for r in as_json["items"]] == [asks[1]]
     finished(producer, reader, in_partition(1, "without-0"))
     finished(producer, reader, in_partition(2, "without-0"))
     with pytest.raises(redis.ConnectionError):

@@ -745,3 +745,22 @@ def test_add_shards_takes_the_lock_on_the_old_shards_and_finishes_a_stopped_run(
     finally:
         for s in extra:
             s.stop(kill=True)
+
+
+def test_a_lock_kept_on_fewer_than_a_majority_for_too_long_is_lost(r: redis.Redis,
+                                                                   second: RedisServer) -> None:
+    """Review of issue 35: a mover cut off from most shards past the lock's expiry must stop
+    writing tables (another may hold the lock on the majority by then)."""
+    from parley.fleet.move_lock import MoveLock
+    from parley.runtime.procs import free_port
+
+    r1 = redis.Redis.from_url(second.url, socket_connect_timeout=0.2, retry=None)
+    down = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=None)
+    with MoveLock([r, r1, down], K.partitions_lock, lock_ms=1000, renew_every_s=0.05) as lock:
+        time.sleep(0.3)
+        assert not lock.lost  # renewed on two of three
+        second.stop(kill=True)  # now one of three answers
+        deadline = time.monotonic() + 15
+        while not lock.lost:
+            assert time.monotonic() < deadline, "the lock was never marked lost"
+            time.sleep(0.05)

@@ -2,10 +2,13 @@
 on its own, on a real redis-server; and a resize of one Redis, lists and count."""
 
 import time
+from pathlib import Path
 
+import pytest
 import redis
 
 from parley.client.shards import Shards
+from parley.fleet.move_errors import MoveError
 from parley.fleet.resizing import busy, resize
 from parley.schemas.keys import Keys, partition_of
 
@@ -48,3 +51,42 @@ def test_one_redis_resized_lists_its_sessions_anew(r: redis.Redis) -> None:
     assert sum(r.zcard(K.partition_sessions(p)) for p in range(4)) == 40
     assert not r.exists(K.inputs(0, 1))  # one partition's unsuffixed stream, empty, is gone
     assert not r.exists(K.partitions_lock)
+
+
+def test_a_resize_stopped_between_shards_is_finished_by_the_next(r: redis.Redis, tmp_path: Path) -> None:
+    from parley.client.shards import read_view, write_placement
+    from parley.runtime.procs import RedisServer
+    from parley.schemas.shards import Placement
+
+    other = RedisServer(tmp_path / "redis-1").start()
+    try:
+        r1 = redis.Redis.from_url(other.url)
+        before = Placement.default(4, 2)
+        for i, c in enumerate((r, r1)):
+            write_placement(c, K, i, before)
+            c.hset(K.config, "partition_sessions", 1)
+        after = before.resized(8)
+        write_placement(r1, K, 1, after)  # written on shard 1, not yet on shard 0
+        r.set(K.lease(2), "old-holder")
+        done = resize(Shards([r, r1], K), 8)
+        assert (done.before, done.after, done.version) == (4, 8, after.version)
+        assert read_view(r, K, 0).placement == after == read_view(r1, K, 1).placement
+        assert not r.exists(K.lease(2))
+        with pytest.raises(MoveError, match="run the resize that stopped half way again"):
+            write_placement(r1, K, 1, before.resized(12))
+            resize(Shards([r, r1], K), 16)
+        r1.close()
+    finally:
+        other.stop(kill=True)
+
+
+def test_an_input_that_reached_a_one_partition_stream_late_goes_to_its_partition(r: redis.Redis) -> None:
+    from parley.fleet.resizing import unsuffixed
+
+    r.hset(K.producers, "app", "{}")
+    r.xadd(K.producer_inputs("app", 0, 1), {"session": "late-1", "input": "{}"})
+    r.xadd(K.inputs(0, 1), {"session": "late-2", "input": "{}"})
+    unsuffixed(r, K, 4)
+    assert not r.exists(K.producer_inputs("app", 0, 1)) and not r.exists(K.inputs(0, 1))
+    assert r.xlen(K.producer_inputs("app", partition_of("late-1", 4), 4)) == 1
+    assert r.xlen(K.inputs(partition_of("late-2", 4), 4)) == 1

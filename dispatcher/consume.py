@@ -352,9 +352,11 @@ class Dispatcher:
         finally:
             self.settle(batch)
 
-    def hold(self, p: Partition, stream: str, entries: list[Any]) -> list[Held]:
+    def hold(self, p: Partition, stream: str, entries: list[Any],
+             refused: dict[str, str] | None = None) -> list[Held]:
         """One stream's entries read now, behind those it holds back from earlier ticks, each
-        decoded and checked once: the tenant of a producer scoped to one is checked here."""
+        decoded and checked once: the tenant of a producer scoped to one is checked here, and
+        an entry of `refused` (id -> why) is refused for that reason."""
         inputs = stream != p.streams[1]  # every stream but the results stream holds inputs
         producer = self.registry.producer_of(stream)
         held = self.backlog.pop(stream, [])
@@ -364,6 +366,9 @@ class Dispatcher:
             prep = self.decoder.prepare(stream, inputs, entry_id, fields)
             if producer is not None and isinstance(prep, Prepared) and not producer.allows(prep.session):
                 prep = wrong_tenant(producer, prep, fields)
+            if refused and entry_id in refused:  # not its partition's stream, nor this shard's
+                input_type, ids = input_refs(fields)
+                prep = Refused(InputError(refused[entry_id], input_type, ids), code=RefusalCode.MOVED)
             session = prep.session if isinstance(prep, Prepared) else session_of(fields)
             held.append(Held(entry_id, fields, prep, session, entry_bytes(fields)))
         # entries come in id order (a read, or a claim), so the first one says whether they go
@@ -378,8 +383,8 @@ class Dispatcher:
         (take_fair); the rest wait, pending, in the backlog. A bad entry is rejected at once,
         after the entries of its session that precede it. The rest go in waves (Applier). A
         lost lease stops here and leaves the rest pending for the next owner."""
-        entries = self.forward_strays(p, stream, entries)
-        now, later = take_fair(self.hold(p, stream, entries))
+        entries, refused = self.forward_strays(p, stream, entries)
+        now, later = take_fair(self.hold(p, stream, entries, refused))
         if later:
             self.backlog[stream] = later
         queued: list[Prepared] = []
@@ -406,7 +411,8 @@ class Dispatcher:
             for s in p.streams:
                 self.backlog.pop(s, None)
 
-    def forward_strays(self, p: Partition, stream: str, entries: list[Any]) -> list[Any]:
+    def forward_strays(self, p: Partition, stream: str,
+                       entries: list[Any]) -> tuple[list[Any], dict[str, str]]:
         """Inputs on `p`'s stream whose session is in another partition: a hand-made XADD, or
         one written with the partition count from before a `parley partitions resize` (the
         submit function refuses those `moved`, and the client reads the count again). Applied
@@ -414,11 +420,12 @@ class Dispatcher:
         (a signature stays valid), to that partition's stream of the same name, acknowledged
         here in the same step (lua/forward_entry.lua), when this shard serves that partition
         (after a resize to k x N it does: each session's partition is on the shard of its old
-        one); else acknowledged and dropped, loudly. The rest are returned."""
+        one); else it is refused as any bad input is (recorded, its pending count released),
+        by id in the second value. The rest are returned first."""
         n = max(1, self.leases.partitions)
         if n == 1 or not p.is_input_stream(stream):
-            return entries
-        keep = []
+            return entries, {}
+        keep, refused = [], {}
         for entry in entries:
             entry_id, fields = entry
             session = session_of(fields)
@@ -427,11 +434,9 @@ class Dispatcher:
                 keep.append(entry)
                 continue
             if not self.leases.serves_partition(right):
-                self.redis.xack(stream, self.keys.GROUP, entry_id)
-                self.redis.xdel(stream, entry_id)
-                log.error("an input on another partition's stream, whose partition this shard does not "
-                          "serve: dropped (send through the submit function)",
-                          extra=kv(session=session, stream=stream, partition=right))
+                refused[_text(entry_id)] = (f"session {session} is in partition {right} of {n}, which this "
+                                            f"shard does not serve now: send it through the submit function")
+                keep.append(entry)
                 continue
             target = stream_of_partition(stream, right)
             pairs = [x for kv_ in fields.items() for x in kv_]
@@ -439,7 +444,7 @@ class Dispatcher:
                 log.warning("an input on another partition's stream moved to its own (a producer with the "
                             "partition count from before a resize?)",
                             extra=kv(session=session, stream=stream, to=target))
-        return keep
+        return keep, refused
 
     def settle(self, batch: Batch, read_next: bool = False) -> None:
         """One MULTI for what a batch did: the effects its commits left in their outboxes, the

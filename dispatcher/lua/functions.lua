@@ -57,8 +57,9 @@ end
 -- while the partition moves). An input for a partition this shard does not serve now is
 -- refused `moved` (retryable: the caller reads the placement again). p is the stream's
 -- partition suffix (0 for an unpartitioned stream). Without `shard` (one Redis): nil.
-local function moved(prefix, key)
-  local p = string.match(key, ':(%d+)$') or '0'
+local function moved(prefix, key, suffix)
+  local p = suffix or '0'
+
   local got = redis.call('HMGET', prefix .. ':config', 'shard', 'route:' .. p)
   local shard, route = got[1], got[2]
   if not shard or route == shard then return nil end
@@ -109,12 +110,12 @@ end
 -- using the count from before `parley partitions resize` is refused `moved` (retryable: the
 -- client reads the count and the placement again) instead of writing where the session's
 -- partition is not (one dispatcher per session: docs/design.md).
-local function wrong_partition(prefix, key, session)
-  local n = tonumber(redis.call('HGET', prefix .. ':config', 'partitions')) or 1
-  local suffix = string.match(key, ':(%d+)$')
+local function wrong_partition(prefix, suffix, session)
+  local n = tonumber(redis.call('HGET', prefix .. ':config', 'partitions'))
+  if not n then return nil end  -- no count published yet (no dispatcher has started): nothing to check
   local want = crc32(root_session(session)) % n
   if n <= 1 and suffix == nil then return nil end
-  if n > 1 and suffix ~= nil and tonumber(suffix) == want then return nil end
+  if n > 1 and suffix == string.format('%d', want) then return nil end
   return refuse('moved', 'session ' .. session .. ' is in partition ' .. want .. ' of ' .. n
                 .. ': read the partition count again')
 end
@@ -152,7 +153,12 @@ local function submit(keys, args)
     return refuse('invalid_input', 'the keys must be producer ' .. producer .. "'s own input stream "
                   .. 'and pending hash')
   end
-  local elsewhere = moved(prefix, keys[1])
+  -- the stream's partition suffix, after the producer's own stream name (a producer's name may
+  -- be all digits: `<prefix>:in:42` has no suffix); nil for the unpartitioned stream
+  local base = prefix .. ':in:' .. producer
+  local suffix = nil
+  if #keys[1] > #base then suffix = string.sub(keys[1], #base + 2) end
+  local elsewhere = moved(prefix, keys[1], suffix)
   if elsewhere then return elsewhere end
   local lim = limits(prefix)
   local size, session, input = 0, nil, nil
@@ -180,7 +186,7 @@ local function submit(keys, args)
   if not valid_session(session) then
     return refuse('invalid_input', '`session` must be 1-128 characters of [A-Za-z0-9._:/-]')
   end
-  local misplaced = wrong_partition(prefix, keys[1], session)
+  local misplaced = wrong_partition(prefix, suffix, session)
   if misplaced then return misplaced end
   -- Read even when no count is needed: a login scoped to one tenant's keys may not read another
   -- tenant's meta, and that refusal is the tenant check at submit.

@@ -4,9 +4,9 @@ The command is given every shard's URL, in order, then the new shards' URLs afte
 new shards must be empty (no Parley key under the prefix). The grown table
 (`Placement.grow`: the same partitions on the same shards, more shards, version + 1) is
 written on the old shards first, then on the new ones, each only over the version read, under
-the move lock (taken on a majority of the old shards), so no move runs meanwhile. Nothing
-moves: the new shards hold no partition until `parley partitions
-rebalance` (or `move`) gives them some, so the running processes go on as they were (each
+the move lock (taken on a majority of the old shards and of every URL), so no move runs
+meanwhile. Nothing moves: the new shards hold no partition until `parley partitions rebalance`
+(or `move`) gives them some, so the running processes go on as they were (each
 dispatcher reads only its own shard's table; clients with the old URLs still reach every
 session until a partition moves to a new shard).
 
@@ -43,12 +43,14 @@ def add_shards(mover: Mover) -> Added:
     """The shards given after the deployment's own joined to it (see the module's docstring).
     MoveError, nothing written, when: no shard holds a table yet; no URL was added; the old
     shards disagree (a move stopped half way: repair); a new shard is not empty."""
-    # The lock on a majority of the deployment's own shards, those holding a table: counted
-    # over every URL given, the new (empty) shards alone could make a majority while another
-    # mover, given the old URLs, holds it on the old ones.
+    # The lock on a majority of the deployment's own shards (those holding a table) and of every
+    # URL given: counted over every URL alone, the new (empty) shards could make a majority while
+    # another mover, given the old URLs, holds it on the old ones; counted over the old ones
+    # alone, a mover given every URL could take its majority on the new ones.
     shards = mover.shards
-    own = [r for i, r in enumerate(shards.clients) if read_view(r, mover.keys, i).placement is not None]
-    lock = MoveLock(own or shards.clients[:1], mover.keys.partitions_lock)
+    own = [i for i, r in enumerate(shards.clients) if read_view(r, mover.keys, i).placement is not None]
+    lock = MoveLock(shards.clients, mover.keys.partitions_lock,
+                    groups=[own or [0], list(range(len(shards.clients)))])
     try:
         mover.lock = lock.__enter__()
     except LockHeld as exc:

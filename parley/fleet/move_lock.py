@@ -40,32 +40,44 @@ _DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 class MoveLock:
-    """Held with `with MoveLock(shards, key):`; `lost` once a renewal found it gone or taken.
+    """Held with `with MoveLock(shards, key):`; `lost` once it may no longer be ours.
 
     The lock is the key `key` on every shard, held once a majority of them took it (SET NX, one
     token): any two majorities share a shard, so two movers never both hold it, and a shard
     that does not answer (down, for good or a while) does not stop a move between the others.
-    A renewal that keeps it on fewer than a majority marks it `lost`."""
+    `groups` (lists of shard indexes) asks a majority of each instead: `add-shards` needs one of
+    the old shards and one of every URL given (a mover given either list is then excluded).
+
+    It is `lost` once a renewal found it taken where a majority answered, or once no renewal
+    has kept it on a majority for 80 % of its life (it may have expired there, and another may
+    hold it): a mover checks `lost` before every table it writes."""
 
     def __init__(self, shards: redis.Redis | Sequence[redis.Redis], key: str, lock_ms: int = LOCK_MS,
-                 renew_every_s: float = RENEW_EVERY_S):
+                 renew_every_s: float = RENEW_EVERY_S, groups: Sequence[Sequence[int]] | None = None):
         self.clients = [shards] if isinstance(shards, redis.Redis) else list(shards)
         self.key = key
         self.lock_ms = lock_ms
-        self.renew_every_s = renew_every_s
+        self.renew_every_s = min(renew_every_s, lock_ms / 1000 / 5)
+        self.groups = [list(g) for g in groups] if groups else [list(range(len(self.clients)))]
         self.token = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.lost = False
-        #: when a majority last held it for us (time.monotonic())
+        self._lost = False
+        #: when a renewal round that kept it on a majority began (time.monotonic())
         self.renewed_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
-    def needed(self) -> int:
-        return len(self.clients) // 2 + 1
+    def lost(self) -> bool:
+        return self._lost or (self.renewed_at > 0
+                              and time.monotonic() - self.renewed_at > self.lock_ms * 0.8 / 1000)
+
+    def held_by(self, shards: set[int]) -> bool:
+        """A majority of every group is among `shards`."""
+        return all(len(shards & set(g)) >= len(g) // 2 + 1 for g in self.groups)
 
     def __enter__(self) -> MoveLock:
-        taken, holders = [], set()
+        began = time.monotonic()
+        taken, holders, answered = [], set(), 0
         for i, r in enumerate(self.clients):
             try:
                 if r.set(self.key, self.token, nx=True, px=self.lock_ms):
@@ -74,38 +86,41 @@ class MoveLock:
                     holder: Any = r.get(self.key)
                     if holder is not None:
                         holders.add(holder.decode() if isinstance(holder, bytes) else str(holder))
+                answered += 1
             except _DOWN:
                 continue
-        if len(taken) < self.needed:
+        if not self.held_by(set(taken)):
             self._release(taken)
             where = "shard 0" if len(self.clients) == 1 else "the shards"
             if not holders:
                 raise LockHeld(f"the move lock ({self.key}) needs a majority of the shards, "
-                               f"{self.needed} of {len(self.clients)}, and only {len(taken)} answered")
+                               f"{len(self.clients) // 2 + 1} of {len(self.clients)}, and only {answered} "
+                               "answered")
             raise LockHeld(
                 f"another `parley partitions move` or `repair` is running ({', '.join(sorted(holders))} "
                 f"holds {self.key} on {where}): wait for it to end; if its process is gone, the lock "
                 f"expires within {self.lock_ms // 1000} s, or delete {self.key} on {where} by hand")
-        self.renewed_at = time.monotonic()
+        self.renewed_at = began
         self._thread = threading.Thread(target=self._renew, name="move-lock", daemon=True)
         self._thread.start()
         return self
 
     def _renew(self) -> None:
         while not self._stop.wait(self.renew_every_s):
-            kept = answered = 0
-            for r in self.clients:
+            began = time.monotonic()
+            kept: set[int] = set()
+            answered: set[int] = set()
+            for i, r in enumerate(self.clients):
                 try:
-                    kept += int(bool(r.eval(_RENEW, 1, self.key, self.token, self.lock_ms)))
-                    answered += 1
+                    if r.eval(_RENEW, 1, self.key, self.token, self.lock_ms):
+                        kept.add(i)
+                    answered.add(i)
                 except _DOWN:
-                    continue  # a shard unreachable a moment: the expiry leaves room for retries
-            if kept >= self.needed:
-                self.renewed_at = time.monotonic()
-            elif answered >= self.needed or time.monotonic() - self.renewed_at > self.lock_ms * 0.8 / 1000:
-                # taken by another where it expired; or too few shards answered for so long that
-                # it may have expired on a majority, which another may hold now
-                self.lost = True
+                    continue  # a shard unreachable a moment: `lost` says when it is too long
+            if self.held_by(kept):
+                self.renewed_at = began
+            elif self.held_by(answered):  # a majority answered, and it is not ours there
+                self._lost = True
                 return
 
     def _release(self, shards: Sequence[int]) -> None:

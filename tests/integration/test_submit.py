@@ -362,3 +362,15 @@ def test_a_client_with_an_old_partition_count_reads_it_again_when_refused(r: red
     assert r.xlen(KEYS.producer_inputs("app", partition_of(session, 8), 8)) == 1
     assert [f[b"session"] for _i, f in r.xrange(KEYS.producer_inputs("app", partition_of(session, 4), 4))] \
         in ([], [b"warm"])
+
+
+def test_a_producer_named_by_digits_is_not_read_as_a_partition(r: redis.Redis, loaded: Functions) -> None:
+    """`parley:in:42` is producer 42's unpartitioned stream, not partition 42 of `parley:in`;
+    and `...:03` is no partition's name (the dispatchers read `...:3`)."""
+    submit(r, *entry("s-1", MESSAGE), keys=(KEYS.producer_inputs("42"), KEYS.pending("42")), producer="42")
+    r.hset(KEYS.config, "partitions", 4)
+    p = partition_of("s-1", 4)
+    submit(r, *entry("s-1", MESSAGE), keys=(KEYS.producer_inputs("42", p, 4), KEYS.pending("42")),
+           producer="42")
+    with pytest.raises(redis.ResponseError, match="PARLEY moved"):
+        submit(r, *entry("s-1", MESSAGE), keys=(f"{KEYS.producer_inputs('app')}:0{p}", PENDING))

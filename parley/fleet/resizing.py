@@ -24,6 +24,7 @@ resize all the same: their reads of a session follow the new count only then.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from parley.fleet.move_lock import LockHeld, MoveLock
 from parley.fleet.placement_writes import PlacementWriter
 from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys, partition_of
-from parley.schemas.shards import PlacementError, check_resize
+from parley.schemas.shards import PlacementError, check_order, check_resize
 
 #: a dispatcher registered this recently may still be running
 QUIET_MS = 30_000
@@ -63,23 +64,29 @@ def resize(shards: Shards, to: int) -> Resized:
     except LockHeld as exc:
         raise MoveError(str(exc)) from None
     try:
-        return _resize(shards, keys, to)
+        return _resize(shards, keys, to, lambda: lock.lost)
     finally:
         lock.__exit__(None, None, None)
 
 
-def _resize(shards: Shards, keys: Keys, to: int) -> Resized:
+def _resize(shards: Shards, keys: Keys, to: int, lock_lost: Callable[[], bool]) -> Resized:
     views = shards.views()  # every shard: a resize is not done with one of them missing
+    try:
+        check_order(views)
+    except PlacementError as exc:
+        raise MoveError(str(exc)) from None
     counts = {v.partitions for v in views if v.partitions is not None}
     if not counts:
         raise MoveError("no dispatcher has ever served this deployment: start it with --partitions "
                         f"{to} instead")
     if len(counts) > 1:
-        return _finish(shards, keys, views, counts, to)
+        return _finish(shards, keys, views, counts, to, lock_lost)
     now = counts.pop()
     placement = shards.check() if shards.sharded else None
     if now == to:
         before = placement.partitions if placement is not None else now
+        for r in shards.clients:  # a run stopped after the count was written
+            unsuffixed(r, keys, to)
         relisted = sum(relist(r, keys, to) for r in shards.clients)
         return Resized(before, to, relisted, None if placement is None else placement.version)
     try:
@@ -95,7 +102,7 @@ def _resize(shards: Shards, keys: Keys, to: int) -> Resized:
         raise MoveError("the deployment is not stopped, so it cannot be resized (nothing was changed):\n  "
                         + "\n  ".join(problems))
     if resized is not None:
-        writer = PlacementWriter(shards, lambda: False)
+        writer = PlacementWriter(shards, lock_lost)
         for i in reversed(range(len(shards.clients))):  # shard 0 last: found there, found everywhere
             held = read_view(shards.clients[i], keys, i).placement
             writer.write(i, resized, None if held is None else held.version)
@@ -109,17 +116,23 @@ def _resize(shards: Shards, keys: Keys, to: int) -> Resized:
     return Resized(now, to, relisted, None if resized is None else resized.version)
 
 
-def _finish(shards: Shards, keys: Keys, views: list[Any], counts: set[int], to: int) -> Resized:
+def _finish(shards: Shards, keys: Keys, views: list[Any], counts: set[int], to: int,
+            lock_lost: Callable[[], bool]) -> Resized:
     """A resize to `to` that stopped between shards' table writes: the newest table (of `to`
     partitions) written on the shards that hold the one before, the old leases deleted, the
     sessions listed. Any other mix of counts is refused."""
     newest = max((v.placement for v in views if v.placement is not None), key=lambda p: p.version,
                  default=None)
     before = min(counts)
-    if newest is None or len(counts) != 2 or newest.partitions != to or to % before:
+    if newest is None or len(counts) != 2 or newest.partitions != to or to % before \
+            or newest.shards != len(views):
         raise MoveError(f"the shards hold different partition counts ({sorted(counts)}): run the "
-                        "resize that stopped half way again, with its --to")
-    writer = PlacementWriter(shards, lambda: False)
+                        "resize that stopped half way again, with its --to and every shard's URL")
+    problems = [f"shard {i}: {why}" for i, r in enumerate(shards.clients) for why in busy(r, keys, before)]
+    if problems:
+        raise MoveError("the deployment is not stopped, so the resize cannot be finished (nothing was "
+                        "changed):\n  " + "\n  ".join(problems))
+    writer = PlacementWriter(shards, lock_lost)
     for v in reversed(views):
         if v.placement != newest:
             writer.write(v.index, newest, None if v.placement is None else v.placement.version)
@@ -138,7 +151,12 @@ def unsuffixed(r: redis.Redis, keys: Keys, to: int) -> None:
         entries: Any = r.xrange(stream)
         for entry_id, fields in entries:
             session = text(fields.get(b"session", b""))
-            if not session:
+            if not session:  # no session to place it by: to the rejected stream, as a bad input
+                pipe = r.pipeline(transaction=True)
+                pipe.xadd(keys.rejected, {**fields, b"error": b"no session, on a one-partition stream at a "
+                                                               b"resize"})
+                pipe.xdel(stream, entry_id)
+                pipe.execute()
                 continue
             pipe = r.pipeline(transaction=True)
             pipe.xadd(f"{stream}:{partition_of(session, to)}", fields)

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bytes import bytes_table
 from bench.common import Usage, dist, log, out_of_time
 from bench.driver import Producer, Track, read_parked, resume_closed_loop
 from bench.fleet import Fleet
@@ -83,7 +84,9 @@ def park(fleet: Fleet, producer: Producer, tracks: list[Track], args: argparse.N
     keys1 = int(r.dbsize())
     rss1 = fleet.rss()
     per_key, shared = memory_of_one(fleet, tracks[0].session, p_size, args.idempotency_keys)
+    growth = round((mem1["used_memory"] - mem0["used_memory"]) / p_size)
     return {
+        "bytes_table": bytes_table(r, fleet.keys, tracks[0].session, p_size, growth),
         "parked": p_size, "park_wall_s": round(park_wall, 2),
         "parks_per_s": round(p_size / park_wall, 1), "park_usage": park_usage,
         "used_memory_delta_per_session": round((mem1["used_memory"] - mem0["used_memory"]) / p_size),

@@ -106,13 +106,3 @@ def spread(transfers: list[Transfer]) -> list[Transfer]:
                 out.append(q.pop(0))
     return out
 
-
-def applied(placement: Placement, plan: RebalancePlan) -> tuple[int, ...]:
-    """Each partition's shard once every move of `plan` is done (what `after` counts)."""
-    table = list(placement.table)
-    for t in plan.transfers:
-        if table[t.partition] != t.source:
-            raise PlacementError(f"partition {t.partition} is on shard {table[t.partition]}, "
-                                 f"not {t.source}: the plan is of another table")
-        table[t.partition] = t.target
-    return tuple(table)

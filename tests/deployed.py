@@ -52,6 +52,11 @@ def login(user: str) -> str:
     return f"{user}:{shipped_passwords()[user]}"
 
 
+def urls_as(servers: list[RedisServer], user: str | None) -> list[str]:
+    """Every server's URL under a shipped login (None: the harness's admin), in order."""
+    return [s.url if user is None else s.url_as(login(user)) for s in servers]
+
+
 def acl_copy(directory: Path, acl_text: str | None = None) -> Path:
     """A private copy of the ACL file (or of `acl_text`), plus the harness's admin login."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -56,17 +56,18 @@ end
 -- index (`shard`) and a route per partition (`route:<p>`: a shard's index, or `moving:<to>`
 -- while the partition moves). An input for a partition this shard does not serve now is
 -- refused `moved` (retryable: the caller reads the placement again). p is the stream's
--- partition suffix (0 for an unpartitioned stream). Without `shard` (one Redis): nil.
-local function moved(prefix, key, suffix)
+-- partition suffix (0 for an unpartitioned stream). Without `shard` (one Redis): nil. Its
+-- second value is the published partition count (nil before a dispatcher published one), read
+-- in the same HMGET for `wrong_partition`.
+local function moved(prefix, suffix)
   local p = suffix or '0'
-
-  local got = redis.call('HMGET', prefix .. ':config', 'shard', 'route:' .. p)
-  local shard, route = got[1], got[2]
-  if not shard or route == shard then return nil end
+  local got = redis.call('HMGET', prefix .. ':config', 'shard', 'route:' .. p, 'partitions')
+  local shard, route, n = got[1], got[2], tonumber(got[3])
+  if not shard or route == shard then return nil, n end
   if route and string.sub(route, 1, 7) == 'moving:' then
-    return refuse('moved', 'partition ' .. p .. ' is moving to shard ' .. string.sub(route, 8))
+    return refuse('moved', 'partition ' .. p .. ' is moving to shard ' .. string.sub(route, 8)), n
   end
-  return refuse('moved', 'partition ' .. p .. ' is on shard ' .. tostring(route or '?'))
+  return refuse('moved', 'partition ' .. p .. ' is on shard ' .. tostring(route or '?')), n
 end
 
 -- crc32 (IEEE, as Python's zlib.crc32), for the session's partition: crc32(root id) mod N.
@@ -110,8 +111,7 @@ end
 -- using the count from before `parley partitions resize` is refused `moved` (retryable: the
 -- client reads the count and the placement again) instead of writing where the session's
 -- partition is not (one dispatcher per session: docs/design.md).
-local function wrong_partition(prefix, suffix, session)
-  local n = tonumber(redis.call('HGET', prefix .. ':config', 'partitions'))
+local function wrong_partition(n, suffix, session)
   if not n then return nil end  -- no count published yet (no dispatcher has started): nothing to check
   local want = crc32(root_session(session)) % n
   if n <= 1 and suffix == nil then return nil end
@@ -158,7 +158,7 @@ local function submit(keys, args)
   local base = prefix .. ':in:' .. producer
   local suffix = nil
   if #keys[1] > #base then suffix = string.sub(keys[1], #base + 2) end
-  local elsewhere = moved(prefix, keys[1], suffix)
+  local elsewhere, partitions = moved(prefix, suffix)
   if elsewhere then return elsewhere end
   local lim = limits(prefix)
   local size, session, input = 0, nil, nil
@@ -186,7 +186,7 @@ local function submit(keys, args)
   if not valid_session(session) then
     return refuse('invalid_input', '`session` must be 1-128 characters of [A-Za-z0-9._:/-]')
   end
-  local misplaced = wrong_partition(prefix, suffix, session)
+  local misplaced = wrong_partition(partitions, suffix, session)
   if misplaced then return misplaced end
   -- Read even when no count is needed: a login scoped to one tenant's keys may not read another
   -- tenant's meta, and that refusal is the tenant check at submit.

@@ -46,12 +46,12 @@ from parley.client.producer import (
     xread_events,
 )
 from parley.client.sessions import SessionFilter, SessionPage
-from parley.client.shards import VIEW_FIELDS, view_of
+from parley.client.shards import VIEW_FIELDS, answered_views
 from parley.schemas import deltas
 from parley.schemas.inputs import Input
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.resumes import CLOSE, RESUME, CloseOutcome, OutcomeOf, OutcomeT, ResumeOutcome
-from parley.schemas.shards import Placement, PlacementError, majority, newest_placement_of
+from parley.schemas.shards import Placement, PlacementError, newest_placement_of
 
 T = TypeVar("T")
 
@@ -184,11 +184,7 @@ class Core:
             return None
         # every shard at once; a majority answering is enough (schemas/shards.py, `majority`)
         replies: list[Any] = yield Each([self._view_read(i) for i in range(self.count)])
-        views = [view_of(i, raw) for i, raw in enumerate(replies) if not isinstance(raw, Exception)]
-        errors = [raw for raw in replies if isinstance(raw, Exception)]
-        if errors and len(views) < majority(self.count):
-            raise errors[0]  # an outage, as a caller of one shard would see it: retried as one
-        self.placed.placement = newest_placement_of(views, self.count)
+        self.placed.placement = newest_placement_of(answered_views(replies), self.count)
         return self.placed.placement
 
     def _view_read(self, shard: int) -> Op[Any]:

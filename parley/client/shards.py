@@ -142,6 +142,17 @@ def connect_async(url: str, **kwargs: Any) -> redis.asyncio.Redis:
 VIEW_FIELDS = [PLACEMENT_FIELD, SHARD_FIELD, "partitions"]
 
 
+def answered_views(replies: Sequence[Any]) -> list[ShardView]:
+    """The views of the shards whose HMGET of `VIEW_FIELDS` answered (`replies[i]`: shard i's, or
+    the ConnectionError / TimeoutError it met). With fewer than a majority answering, that is an
+    outage: the first error is raised, as a caller of one shard would meet it, and retried so."""
+    views = [view_of(i, raw) for i, raw in enumerate(replies) if not isinstance(raw, Exception)]
+    errors = [raw for raw in replies if isinstance(raw, Exception)]
+    if errors and len(views) < majority(len(replies)):
+        raise errors[0]
+    return views
+
+
 def read_view(r: redis.Redis, keys: Keys, index: int) -> ShardView:
     return view_of(index, r.hmget(keys.config, VIEW_FIELDS))
 
@@ -194,17 +205,14 @@ class Shards:
         if not answering:
             self.down = []
             return [read_view(r, self.keys, i) for i, r in enumerate(self.clients)]
-        views, down, errors = [], [], []
-        for i, r in enumerate(self.clients):
+        replies: list[Any] = []
+        for r in self.clients:
             try:
-                views.append(read_view(r, self.keys, i))
+                replies.append(r.hmget(self.keys.config, VIEW_FIELDS))
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                down.append(i)
-                errors.append(exc)
-        self.down = down
-        if errors and len(views) < majority(len(self.clients)):
-            raise errors[0]  # an outage, as a caller of one shard would see it: retried as one
-        return views
+                replies.append(exc)
+        self.down = [i for i, raw in enumerate(replies) if isinstance(raw, Exception)]
+        return answered_views(replies)
 
     def check(self, partitions: int | None = None, create: bool = False,
               settle_s: float = 5.0) -> Placement | None:

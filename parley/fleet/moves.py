@@ -103,9 +103,13 @@ class MoveReport:
     #: when the freeze was written (time.monotonic()); 0: not yet
     frozen_at: float = 0.0
 
+    def frozen_so_far(self) -> float:
+        """Seconds since the freeze was written (0 before it)."""
+        return time.monotonic() - self.frozen_at if self.frozen_at else 0.0
+
     def frozen_for(self) -> str:
         """How long the partition has been frozen, for a message (empty before the freeze)."""
-        return f", frozen for {time.monotonic() - self.frozen_at:.3f} s so far" if self.frozen_at else ""
+        return f", frozen for {self.frozen_so_far():.3f} s so far" if self.frozen_at else ""
 
 
 Say = Callable[[MoveStep, str], None]
@@ -225,7 +229,7 @@ class Mover:
         self.check_engine_keys(plan)
         report = MoveReport(partition, plan.source, plan.target)
         report.unlisted = self.check_listed(plan)
-        frozen_at = report.frozen_at = time.monotonic()
+        report.frozen_at = time.monotonic()
         try:
             frozen = self.change_table(plan, lambda table: table.freeze(partition, to))
         except TableChanged as exc:
@@ -235,7 +239,7 @@ class Mover:
         except BaseException as exc:
             raise self.left_frozen(plan, report, exc) from exc
         try:
-            return self._moved(plan, frozen, frozen_at, report, drain_timeout_s, fence_timeout_s)
+            return self._moved(plan, frozen, report, drain_timeout_s, fence_timeout_s)
         except MoveError as exc:
             if getattr(exc, "unfrozen", False):
                 raise
@@ -251,7 +255,7 @@ class Mover:
         return MoveError(f"{why}: partition {plan.partition} is left frozen (moving to {plan.target}"
                          f"{report.frozen_for()}): run `parley partitions repair`")
 
-    def _moved(self, plan: MovePlan, frozen: Placement, frozen_at: float, report: MoveReport,
+    def _moved(self, plan: MovePlan, frozen: Placement, report: MoveReport,
                drain_timeout_s: float, fence_timeout_s: float) -> MoveReport:
         partition = plan.partition
         self.say(MoveStep.FREEZE, f"partition {partition} frozen (table version {frozen.version})")
@@ -260,7 +264,7 @@ class Mover:
         except MoveError as exc:
             self.change_table(plan, lambda table: table.unfreeze(partition))
             undone = MoveError(f"{exc}; partition {partition} was frozen "
-                               f"{time.monotonic() - frozen_at:.3f} s")
+                               f"{report.frozen_so_far():.3f} s")
             undone.unfrozen = True  # type: ignore[attr-defined]
             raise undone from exc
         self.say(MoveStep.FENCE, f"lease of partition {partition} on shard {plan.source} taken")
@@ -271,7 +275,7 @@ class Mover:
                                 f"members copied to shard {plan.target}")
         flipped = self.change_table(plan, lambda table: table.flip(partition))
         report.flipped = True
-        report.frozen_s = time.monotonic() - frozen_at
+        report.frozen_s = report.frozen_so_far()
         self.say(MoveStep.FLIP, f"partition {partition} is on shard {plan.target} "
                                 f"(table version {flipped.version}; frozen {report.frozen_s:.3f} s)")
         self.clean(plan.source, partition, flipped.partitions, lower_stats=True)

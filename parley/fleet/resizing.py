@@ -37,7 +37,7 @@ from parley.fleet.move_lock import LockHeld, MoveLock
 from parley.fleet.placement_writes import PlacementWriter
 from parley.schemas.jobs import JOBS
 from parley.schemas.keys import Keys, partition_of
-from parley.schemas.shards import PlacementError, check_order, check_resize
+from parley.schemas.shards import PlacementError, agreed_placement, check_order, check_resize
 
 #: a dispatcher registered this recently may still be running
 QUIET_MS = 30_000
@@ -82,7 +82,10 @@ def _resize(shards: Shards, keys: Keys, to: int, lock_lost: Callable[[], bool]) 
     if len(counts) > 1:
         return _finish(shards, keys, views, counts, to, lock_lost)
     now = counts.pop()
-    placement = shards.check() if shards.sharded else None
+    try:  # the table every shard holds, from the views just read
+        placement = agreed_placement(views) if shards.sharded else None
+    except PlacementError as exc:
+        raise MoveError(str(exc)) from None
     if now == to:
         before = placement.partitions if placement is not None else now
         for r in shards.clients:  # a run stopped after the count was written

@@ -63,6 +63,7 @@ from tests.deployed import (
     deployed_redis,
     login,
     ready_for_producers,
+    urls_as,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ class Fleet:
             self.servers.append(server.start())
 
     def urls_as(self, user: str | None) -> list[str]:
-        return [s.url if user is None else s.url_as(login(user)) for s in self.servers]
+        return urls_as(self.servers, user)
 
     def start_shard(self, shard: int, partitions: int) -> None:
         """The shard's dispatcher and worker, given every shard's URL so far."""

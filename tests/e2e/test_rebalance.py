@@ -11,9 +11,7 @@ Also: the producer given only the first two URLs keeps sending after the third s
 (nothing is on it yet), and is refused, saying to give every URL, once a partition is there."""
 
 import itertools
-import os
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -27,17 +25,16 @@ from parley.client.shards import Shards
 from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys, partition_of
 from parley.schemas.shards import PlacementError
-from tests import forkserver
-from tests.conftest import ROOT, Procs, all_events, wait_for
+from tests.conftest import Procs, all_events, wait_for
 from tests.deployed import (
     DISPATCHER,
-    PRODUCER,
     PRODUCER_NAME,
     WORKER,
-    deployed_redis,
     login,
     ready_for_producers,
+    urls_as,
 )
+from tests.e2e.shard_fleet import deployed_servers, parley, producer_of, urls_env
 
 pytestmark = pytest.mark.e2e
 
@@ -83,35 +80,16 @@ class Sender(threading.Thread):
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[RedisServer]]:
-    started = [deployed_redis(tmp_path / f"shard{i}").start() for i in range(3)]
-    yield started
-    for s in started:
-        s.stop(kill=True)
-
-
-def urls_as(servers: list[RedisServer], user: str | None) -> list[str]:
-    return [s.url if user is None else s.url_as(login(user)) for s in servers]
-
-
-def parley(servers: list[RedisServer], *args: str) -> subprocess.CompletedProcess[str]:
-    """A `parley partitions` command, as an operator runs it (the harness's admin login)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    flags = [a for url in urls_as(servers, None) for a in ("--redis-url", url)]
-    return forkserver.run_parley([*flags, "partitions", *args], env, text=True, timeout=240)
+    with deployed_servers(tmp_path, 3) as started:
+        yield started
 
 
 def start_shard(procs: Procs, servers: list[RedisServer], shard: int) -> None:
     """A dispatcher and a worker of `shard`, given every URL of `servers`, under their logins."""
     procs.dispatcher(APP, "--shard", str(shard), "--partitions", str(N), "--lease-ms", "2000",
                      "--register-producer", PRODUCER_NAME,
-                     env={"PARLEY_REDIS_URLS": " ".join(urls_as(servers, DISPATCHER))})
-    procs.start("worker", APP, "--shard", str(shard),
-                env={"PARLEY_REDIS_URLS": " ".join(urls_as(servers, WORKER))})
-
-
-def producer(servers: list[RedisServer]) -> Client:
-    return Client(Shards([redis.Redis.from_url(u) for u in urls_as(servers, PRODUCER)], K),
-                  producer=PRODUCER_NAME)
+                     env=urls_env(servers, DISPATCHER))
+    procs.start("worker", APP, "--shard", str(shard), env=urls_env(servers, WORKER))
 
 
 def freezes(output: str) -> dict[int, float]:
@@ -136,7 +114,7 @@ def test_shards_added_and_drained_under_load_lose_and_double_nothing(procs: Proc
         assert time.monotonic() < deadline, procs.logs()
         time.sleep(0.1)
 
-    old_client = producer(two)
+    old_client = producer_of(two)
     first = Sender(old_client, "before")
     first.start()
     first.until(10)
@@ -163,7 +141,7 @@ def test_shards_added_and_drained_under_load_lose_and_double_nothing(procs: Proc
     before = first.end()
     assert first.error is None, repr(first.error)
 
-    client = producer(three)
+    client = producer_of(three)
     second = Sender(client, "during")
     second.start()
     second.until(10)

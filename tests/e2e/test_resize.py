@@ -9,7 +9,6 @@ each input applied once. While anything runs, or for a count that is not
 a multiple, the resize is refused and changes nothing."""
 
 import itertools
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,22 +16,19 @@ from pathlib import Path
 import pytest
 import redis
 
-from parley.client import Client
 from parley.client.shards import Shards, read_view
 from parley.runtime.procs import RedisServer, stop_processes
 from parley.schemas.keys import Keys, partition_of
-from tests import forkserver
-from tests.conftest import ROOT, Procs, all_events, wait_for
+from tests.conftest import Procs, all_events, wait_for
 from tests.deployed import (
     DISPATCHER,
-    PRODUCER,
     PRODUCER_NAME,
-    READER,
     WORKER,
-    deployed_redis,
     login,
     ready_for_producers,
+    urls_as,
 )
+from tests.e2e.shard_fleet import clients, deployed_servers, parley, urls_env
 
 pytestmark = pytest.mark.e2e
 
@@ -43,20 +39,8 @@ EMAIL = "Email bob@example.com: the launch moved to Friday."
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[RedisServer]]:
-    started = [deployed_redis(tmp_path / f"shard{i}").start() for i in range(2)]
-    yield started
-    for s in started:
-        s.stop(kill=True)
-
-
-def urls_as(servers: list[RedisServer], user: str | None) -> list[str]:
-    return [s.url if user is None else s.url_as(login(user)) for s in servers]
-
-
-def parley(servers: list[RedisServer], *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    flags = [a for url in urls_as(servers, None) for a in ("--redis-url", url)]
-    return forkserver.run_parley([*flags, "partitions", *args], env, text=True, timeout=240)
+    with deployed_servers(tmp_path, 2) as started:
+        yield started
 
 
 def start_fleet(procs: Procs, servers: list[RedisServer],
@@ -65,17 +49,9 @@ def start_fleet(procs: Procs, servers: list[RedisServer],
     for shard in (0, 1):
         started.append(procs.dispatcher(APP, "--shard", str(shard), "--lease-ms", "2000",
                                         "--register-producer", PRODUCER_NAME, *dispatcher_args,
-                                        env={"PARLEY_REDIS_URLS": " ".join(urls_as(servers, DISPATCHER))}))
-        started.append(procs.start("worker", APP, "--shard", str(shard),
-                                   env={"PARLEY_REDIS_URLS": " ".join(urls_as(servers, WORKER))}))
+                                        env=urls_env(servers, DISPATCHER)))
+        started.append(procs.start("worker", APP, "--shard", str(shard), env=urls_env(servers, WORKER)))
     return started
-
-
-def clients(servers: list[RedisServer]) -> tuple[Client, Client]:
-    producer = Client(Shards([redis.Redis.from_url(u) for u in urls_as(servers, PRODUCER)], K),
-                      producer=PRODUCER_NAME)
-    reader = Client(Shards([redis.Redis.from_url(u) for u in urls_as(servers, READER)], K))
-    return producer, reader
 
 
 def named(stem: str, count: int, where: Callable[[str], bool]) -> list[str]:

@@ -13,7 +13,6 @@ interrupts holds the other shards' rows and says shard 0 did not answer. Once sh
 (from its AOF), `repair` gives it the newest table and its dispatcher serves it again."""
 
 import itertools
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,21 +23,19 @@ import pytest
 import redis
 
 from parley.client import Client
-from parley.client.shards import Shards, read_view
+from parley.client.shards import read_view
 from parley.runtime.procs import RedisServer
 from parley.schemas.keys import Keys, partition_of
-from tests import forkserver
-from tests.conftest import ROOT, Procs, wait_for
+from tests.conftest import Procs, wait_for
 from tests.deployed import (
     DISPATCHER,
-    PRODUCER,
     PRODUCER_NAME,
-    READER,
     WORKER,
-    deployed_redis,
     login,
     ready_for_producers,
+    urls_as,
 )
+from tests.e2e.shard_fleet import clients, deployed_servers, parley, urls_env
 
 pytestmark = pytest.mark.e2e
 
@@ -50,38 +47,18 @@ EMAIL = "Email bob@example.com: the launch moved to Friday."
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[RedisServer]]:
-    started = [deployed_redis(tmp_path / f"shard{i}").start() for i in range(3)]
-    yield started
-    for s in started:
-        s.stop(kill=True)
-
-
-def urls_as(servers: list[RedisServer], user: str | None) -> list[str]:
-    return [s.url if user is None else s.url_as(login(user)) for s in servers]
-
-
-def parley(servers: list[RedisServer], *args: str,
-           command: str = "partitions") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    flags = [a for url in urls_as(servers, None) for a in ("--redis-url", url)]
-    return forkserver.run_parley([*flags, command, *args], env, text=True, timeout=240)
+    with deployed_servers(tmp_path, 3) as started:
+        yield started
 
 
 def dispatcher_of(procs: Procs, servers: list[RedisServer], shard: int) -> subprocess.Popen[bytes]:
     return procs.dispatcher(APP, "--shard", str(shard), "--partitions", str(N), "--lease-ms", "2000",
                             "--register-producer", PRODUCER_NAME,
-                            env={"PARLEY_REDIS_URLS": " ".join(urls_as(servers, DISPATCHER))})
+                            env=urls_env(servers, DISPATCHER))
 
 
 def in_partition(p: int, stem: str) -> str:
     return next(f"{stem}-{i}" for i in itertools.count() if partition_of(f"{stem}-{i}", N) == p)
-
-
-def clients(servers: list[RedisServer]) -> tuple[Client, Client]:
-    producer = Client(Shards([redis.Redis.from_url(u) for u in urls_as(servers, PRODUCER)], K),
-                      producer=PRODUCER_NAME)
-    reader = Client(Shards([redis.Redis.from_url(u) for u in urls_as(servers, READER)], K))
-    return producer, reader
 
 
 def finished(producer: Client, reader: Client, session: str) -> None:
@@ -97,7 +74,7 @@ def test_the_deployment_goes_on_without_shard_0(procs: Procs, servers: list[Redi
     for shard in range(3):
         shard_procs[shard] = dispatcher_of(procs, servers, shard)
         procs.start("worker", APP, "--shard", str(shard),
-                    env={"PARLEY_REDIS_URLS": " ".join(urls_as(servers, WORKER))})
+                    env=urls_env(servers, WORKER))
     producer, reader = clients(servers)
     for p in range(N):  # every shard serves
         finished(producer, reader, in_partition(p, "before"))

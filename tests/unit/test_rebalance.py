@@ -5,8 +5,21 @@ import random
 
 import pytest
 
-from parley.schemas.rebalance import Transfer, applied, held_by_shard, plan_rebalance, spread
+from parley.schemas.rebalance import RebalancePlan, Transfer, held_by_shard, plan_rebalance, spread
 from parley.schemas.shards import Placement, PlacementError, ShardView, newest_placement_of
+
+
+def applied(placement: Placement, plan: RebalancePlan) -> tuple[int, ...]:
+    """Each partition's shard once every move of `plan` is done: the table the plan's `after`
+    counts, worked out apart from the planner, to check it."""
+    table = list(placement.table)
+    for t in plan.transfers:
+        if table[t.partition] != t.source:
+            raise PlacementError(f"partition {t.partition} is on shard {table[t.partition]}, "
+                                 f"not {t.source}: the plan is of another table")
+        table[t.partition] = t.target
+    return tuple(table)
+
 
 # ---- adding shards ---------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ anywhere leaves it pending, and its replay is a no-op that flushes what is left
 (docs/design.md, "Consuming streams").
 """
 
-import contextlib
 import logging
 import os
 import secrets
@@ -20,9 +19,11 @@ import time
 from typing import Any
 
 from redis import Redis
+from redis.backoff import NoBackoff
 from redis.exceptions import BusyLoadingError, RedisError, ResponseError, WatchError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from parley.dispatcher.apply import (
     PENDING_DONE,
@@ -163,10 +164,21 @@ class Dispatcher:
                 log.exception("redis refused a command, retrying", extra=kv(error=repr(exc)))
                 self._pause(stop, backoff(failures, base=0.1, cap=5.0, jitter=True))
                 failures += 1
-        with contextlib.suppress(RedisError):
-            self.leases.release_all()
-        with contextlib.suppress(RedisError):
-            self.keyprints.withdraw()
+        self._leave()
+
+    def _leave(self) -> None:
+        """On the way out: leases given back and fingerprints withdrawn, each tried once. They
+        are a courtesy (leases lapse by themselves within a lease period, fingerprints are
+        marked stale), so a stop during an outage must not wait out redis-py's retries: about
+        4 s a command, which would turn a SIGTERM into a kill when an orchestrator's grace ends."""
+        self.redis.set_retry(Retry(NoBackoff(), 0))
+        for leave in (self.leases.release_all, self.keyprints.withdraw):
+            try:
+                leave()
+            except RedisError as exc:
+                log.warning("redis did not answer on the way out: leases left to lapse",
+                            extra=kv(error=repr(exc)))
+                return
 
     def _regroup_or_none(self) -> list[str]:
         """`regroup`, called from the loop's error handler: a Redis error while it makes the

@@ -13,6 +13,7 @@ Redis that is a shard of several (`refuse_a_lone_shard`).
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 import click
 
 from parley.cli.connect import check_shard, connect, shards_of
+from parley.runtime import logs
 from parley.schemas.shards import Placement, PlacementError
 
 METRICS_OPTION = "--metrics-port"
@@ -79,10 +81,15 @@ def await_placement(check: Callable[[], Placement | None], wait_s: float,
     when they disagree) until one is there. A worker may start before any dispatcher has
     written the first placement, so it waits up to `wait_s`, then refuses."""
     deadline = time.monotonic() + wait_s
+    waiting = False
     while True:
         placement = check()
         if placement is not None:
             return placement
+        if not waiting:
+            waiting = True
+            logging.getLogger("parley.worker").info(
+                "no placement yet: waiting for a dispatcher to write it", extra=logs.kv(wait_s=wait_s))
         if time.monotonic() >= deadline:
             raise PlacementError(f"no shard holds a placement after {wait_s:g} s: start a dispatcher "
                                  "of this deployment first (it writes the placement)")

@@ -42,6 +42,19 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+def _exit_on_signals_while_starting() -> None:
+    """Until RQ's loop installs its own handlers, SIGTERM or SIGINT ends the worker at once, with
+    exit code 0: while it loads the app and waits for the shards' placement it has taken no job,
+    so there is nothing to finish (an orchestrator may stop a worker that is still starting).
+    Without this the signal's default action kills it, and the stop looks like a crash."""
+
+    def handler(_signum: int, _frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
 def _reload_keys_on_sighup(keys_file: str | None) -> "KeysReloader | None":
     """SIGHUP reloads the signing keys file (docs/operations.md, "Rotating signing keys"); the
     loop also reloads it when it changes. Without a keys file, SIGHUP is logged and ignored
@@ -316,6 +329,7 @@ def worker(ctx: click.Context, app: str, queues: str, name: str | None, burst: b
     from parley.workers.worker import make_worker, worker_id
 
     shard = shard_to_serve(ctx, shard, metrics_port)
+    _exit_on_signals_while_starting()
     start_tracing("parley-worker", otel_endpoint)
     try:
         main_app = load_app(app)

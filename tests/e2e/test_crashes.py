@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from parley.client import Client
-from parley.runtime.procs import RedisServer
+from parley.runtime.procs import RedisServer, stop_processes
 from tests.conftest import Procs, all_events, of_type, wait_for
 from tests.e2e.llm_calls import wait_running
 
@@ -131,3 +131,26 @@ def test_redis_restarted_while_a_worker_runs_a_job_loses_nothing(procs: Procs, p
     wait_for(client, "a2", lambda e: e["type"] == "message.created"
              and e["message"]["content"] == "You said: still serving?", timeout=30)
     assert worker.poll() is None
+
+
+def test_a_dispatcher_stopped_while_redis_is_down_exits_0_without_waiting_for_it(
+        procs: Procs, redis_server: RedisServer) -> None:
+    """SIGTERM during an outage: the leases and fingerprints are given back with one try each
+    (they lapse by themselves), not after redis-py's retries of ~4 s a command, which would
+    outlast an orchestrator's grace period and end in a kill (-9) instead of exit 0."""
+    dispatcher = procs.dispatcher()
+    log = next(path for _kind, proc, path in procs.started if proc is dispatcher)
+
+    def until_logged(text: str) -> None:
+        deadline = time.monotonic() + 30
+        while not log.exists() or text not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline and dispatcher.poll() is None, procs.logs()
+            time.sleep(0.05)
+
+    until_logged("started (app")
+    redis_server.stop(kill=True)
+    until_logged("redis unavailable, retrying")
+    code = stop_processes([dispatcher], timeout=5)[0]
+    procs.forget(dispatcher)
+    assert code == 0, procs.logs()
+    assert "redis did not answer on the way out: leases left to lapse" in log.read_text(), procs.logs()

@@ -34,7 +34,7 @@ from tests.deployed import (
     ready_for_producers,
     urls_as,
 )
-from tests.e2e.shard_fleet import deployed_servers, parley, producer_of, urls_env
+from tests.e2e.shard_fleet import deployed_servers, parley, placed, producer_of, urls_env
 
 pytestmark = pytest.mark.e2e
 
@@ -97,8 +97,8 @@ def freezes(output: str) -> dict[int, float]:
     return {int(p): float(s) for p, s in re.findall(r"partition (\d+) moved .*frozen ([\d.]+) s\)", output)}
 
 
-def test_shards_added_and_drained_under_load_lose_and_double_nothing(procs: Procs,
-                                                                     servers: list[RedisServer]) -> None:
+def test_shards_added_and_drained_under_load_lose_and_double_nothing(servers: list[RedisServer],
+                                                                     procs: Procs) -> None:
     two, three = servers[:2], servers
     for server in three:
         ready_for_producers(redis.Redis.from_url(server.url),
@@ -108,11 +108,7 @@ def test_shards_added_and_drained_under_load_lose_and_double_nothing(procs: Proc
     shard2.flushall()  # shard 2 joins empty: what ready_for_producers put there is for later
     for shard in (0, 1):
         start_shard(procs, two, shard)
-    two_shards = Shards(admin_shards.clients[:2], K)
-    deadline = time.monotonic() + 40
-    while two_shards.refresh() is None:
-        assert time.monotonic() < deadline, procs.logs()
-        time.sleep(0.1)
+    placed(two, procs.logs)
 
     old_client = producer_of(two)
     first = Sender(old_client, "before")

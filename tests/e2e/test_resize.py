@@ -28,7 +28,7 @@ from tests.deployed import (
     ready_for_producers,
     urls_as,
 )
-from tests.e2e.shard_fleet import clients, deployed_servers, parley, urls_env
+from tests.e2e.shard_fleet import clients, deployed_servers, parley, placed, urls_env
 
 pytestmark = pytest.mark.e2e
 
@@ -59,11 +59,12 @@ def named(stem: str, count: int, where: Callable[[str], bool]) -> list[str]:
 
 
 def test_a_stopped_deployment_resized_to_more_partitions_loses_and_doubles_nothing(
-        procs: Procs, servers: list[RedisServer]) -> None:
+        servers: list[RedisServer], procs: Procs) -> None:
     for server in servers:
         ready_for_producers(redis.Redis.from_url(server.url),
                             redis.Redis.from_url(server.url_as(login(DISPATCHER))))
     fleet = start_fleet(procs, servers, "--partitions", "4")
+    placed(servers, procs.logs)
     producer, reader = clients(servers)
     # parked sessions whose partition changes (crc32 mod 8 >= 4) and some whose does not
     parked = (named("parked", 4, lambda s: partition_of(s, 8) >= 4)

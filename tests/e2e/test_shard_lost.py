@@ -35,7 +35,7 @@ from tests.deployed import (
     ready_for_producers,
     urls_as,
 )
-from tests.e2e.shard_fleet import clients, deployed_servers, parley, urls_env
+from tests.e2e.shard_fleet import clients, deployed_servers, parley, placed, urls_env
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +66,7 @@ def finished(producer: Client, reader: Client, session: str) -> None:
     wait_for(reader, session, lambda e: e["type"] == "turn.completed", timeout=60)
 
 
-def test_the_deployment_goes_on_without_shard_0(procs: Procs, servers: list[RedisServer]) -> None:
+def test_the_deployment_goes_on_without_shard_0(servers: list[RedisServer], procs: Procs) -> None:
     for server in servers:
         ready_for_producers(redis.Redis.from_url(server.url),
                             redis.Redis.from_url(server.url_as(login(DISPATCHER))))
@@ -75,6 +75,7 @@ def test_the_deployment_goes_on_without_shard_0(procs: Procs, servers: list[Redi
         shard_procs[shard] = dispatcher_of(procs, servers, shard)
         procs.start("worker", APP, "--shard", str(shard),
                     env=urls_env(servers, WORKER))
+    placed(servers, procs.logs)
     producer, reader = clients(servers)
     for p in range(N):  # every shard serves
         finished(producer, reader, in_partition(p, "before"))

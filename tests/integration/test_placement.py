@@ -3,6 +3,7 @@ shards disagree with its URLs; a dispatcher of one shard leases and sweeps only 
 serves, and gives a lease back once a move freezes its partition; the submit function
 refuses `moved` for a partition this shard does not serve (schemas/shards.py)."""
 
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -102,6 +103,23 @@ def test_one_url_of_a_shard_of_several_is_refused(servers: list[RedisServer], co
         assert (f"this Redis is shard {i} of a deployment of 2 shards: give every shard's URL, in order, "
                 f"and --shard {i}") in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_worker_stopped_while_it_waits_for_the_first_placement_exits_0(
+        servers: list[RedisServer]) -> None:
+    """A worker may start before any dispatcher has written the placement; it waits for one.
+    SIGTERM then (an orchestrator stopping a pod still starting) is a normal stop: exit 0,
+    not the signal's default kill, which reads as a crash."""
+    worker = start([servers[0].url, servers[1].url], "worker", 0)
+    assert worker.stderr is not None
+    said = ""
+    deadline = time.monotonic() + 30
+    while "no placement yet: waiting for a dispatcher to write it" not in said:
+        assert time.monotonic() < deadline and worker.poll() is None, said
+        said += worker.stderr.readline()
+    worker.send_signal(signal.SIGTERM)
+    _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0 and "Traceback" not in err, (worker.returncode, said + err)
 
 
 def test_a_shard_beyond_the_urls_is_a_usage_error(servers: list[RedisServer]) -> None:

@@ -212,8 +212,8 @@ def scaling_lines(out: dict[str, Any]) -> list[str]:
 
 def langgraph_lines(out: dict[str, Any]) -> list[str]:
     """Scenario 5."""
-    title = ("5. The peer: LangGraph, interrupt() before the tool, Command(resume=...); one thread "
-             "at a time in one process (ms, p50/p99)")
+    title = ("5. The peers: LangGraph (interrupt() before the tool, Command(resume=...)) and DBOS "
+             "(DBOS.recv / DBOS.send); one run at a time in one process (ms, p50/p99)")
     hdr = ["checkpointer", "threads", "park thr/s", "park ms", "resume thr/s", "resume ms",
            "row bytes/thread", "storage bytes/thread"]
     return section(title, hdr, out.get("scenario_5", []), lambda r: [r["checkpointer"]],

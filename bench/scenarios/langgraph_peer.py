@@ -3,8 +3,12 @@ Postgres checkpointers, threads parked one after another in this process, then r
 Postgres row is skipped, with the reason, when nothing answers at `--postgres-url`."""
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from bench import peer
 from bench.common import Usage, dist, log, out_of_time
@@ -39,6 +43,43 @@ def langgraph_peer(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
         row["usage"] = usage.stop()
         rows.append(row)
     save(args, out)
+    dbos_row(args, rows)
+    save(args, out)
+
+
+def dbos_row(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """The DBOS row (bench/peer_dbos.py), in a child process, on the same PostgreSQL server."""
+    why = ("skipped (--no-dbos)" if args.no_dbos else "skipped (--no-postgres)" if args.no_postgres
+           else peer.postgres_available(args.postgres_url) or dbos_missing()
+           or out_of_time(args, "scenario 5 (dbos)"))
+    if why is not None:
+        log(f"scenario 5: DBOS row SKIPPED: {why}")
+        rows.append({"checkpointer": DBOS_ROW, "skipped": why})
+        return
+    log(f"scenario 5: DBOS workflows (DBOS.recv / DBOS.send) at {args.postgres_url}, {args.lg_threads} runs")
+    usage = Usage()
+    done = subprocess.run([sys.executable, "-m", "bench.peer_dbos", "--url", args.postgres_url,
+                           "--runs", str(args.lg_threads)], capture_output=True, timeout=1800)
+    if done.returncode != 0:
+        why = f"failed: {done.stderr.decode(errors='replace').strip().splitlines()[-1:]}"
+        log(f"scenario 5: DBOS row {why}")
+        rows.append({"checkpointer": DBOS_ROW, "skipped": why})
+        return
+    row = peer_row(DBOS_ROW, orjson.loads(done.stdout))
+    row["usage"] = usage.stop()
+    rows.append(row)
+
+
+#: the DBOS row's name in scenario 5 (bench/goals.py finds it by it)
+DBOS_ROW = "dbos (postgres)"
+
+
+def dbos_missing() -> str | None:
+    try:
+        import dbos  # noqa: F401
+    except ImportError as exc:
+        return f"dbos is not installed ({exc}); `pip install -e '.[bench]'` installs it"
+    return None
 
 
 def peer_row(name: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # and each pytest process rewrites and compiles all 130 test modules (12 CPU-s a process here).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install system-packages screenshots demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke fleet fleet-smoke bench bench-smoke clean
+.PHONY: restate-server install system-packages screenshots demo test test-unit test-integration test-e2e lint chaos chaos-smoke chaos-shards chaos-shards-smoke fleet fleet-smoke bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,15 +86,23 @@ fleet: $(STAMP)
 fleet-smoke: $(STAMP)
 	$(BIN)/python -m tests.chaos.run_fleet --shards 4 --add 2 --partitions 16 --sessions 40 --timeout 120 --lose 0
 
+# Scenario 5's Restate server (npm, pinned in bench/restate/package-lock.json). Without npm or
+# the registry the row is skipped with the reason, so a failed install does not stop the run.
+restate-server:
+	@command -v npm >/dev/null && (cd bench/restate && npm ci --no-audit --no-fund --silent) \
+	  || echo "bench: the Restate server was not installed (npm ci in bench/restate failed); its row will say so"
+
 # The benchmark (bench/README.md): fourteen scenarios on real processes, a table, and
 # bench/results/latest.json. Default sizes finish within 10 minutes on 2 cores; ARGS=--help.
 bench: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'
+	@$(MAKE) -s restate-server
 	$(BIN)/python -m bench.run $(ARGS)
 
 # Every scenario at tiny sizes (under a minute; asserts nothing about speed).
 bench-smoke: $(STAMP)
 	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,bench]'
+	@$(MAKE) -s restate-server
 	$(BIN)/python -m bench.run --smoke $(ARGS)
 
 # The inbox's pages at phone (375 px) and desk (1280 px) widths, as docs/screenshots/ holds them:
@@ -110,4 +118,4 @@ lint: $(STAMP)
 	$(BIN)/mypy --config-file pyproject.toml -p parley
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache *.egg-info bench/restate/node_modules

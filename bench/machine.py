@@ -55,7 +55,8 @@ def machine_info() -> dict[str, Any]:
 def versions() -> dict[str, Any]:
     out: dict[str, Any] = {"python": platform.python_version()}
     for pkg in ("parley", "rq", "redis", "hiredis", "pydantic", "orjson", "langgraph", "langgraph-checkpoint",
-                "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres", "psycopg"):
+                "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres", "psycopg", "dbos",
+                "restate-sdk"):
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:

@@ -98,7 +98,8 @@ def header_lines(out: dict[str, Any]) -> list[str]:
              f"versions: python {v['python']}, redis-server {v.get('redis-server')}, rq {v['rq']}, "
              f"redis-py {v['redis']}, langgraph {v['langgraph']} "
              f"(sqlite {v['langgraph-checkpoint-sqlite']}, "
-             f"postgres {v['langgraph-checkpoint-postgres']})"]
+             f"postgres {v['langgraph-checkpoint-postgres']}), dbos {v.get('dbos')}, "
+             f"restate-sdk {v.get('restate-sdk')}"]
     if out.get("mode") == "smoke":
         lines.append("SMOKE RUN: tiny sizes, the figures mean nothing")
     return lines
@@ -212,8 +213,8 @@ def scaling_lines(out: dict[str, Any]) -> list[str]:
 
 def langgraph_lines(out: dict[str, Any]) -> list[str]:
     """Scenario 5."""
-    title = ("5. The peers: LangGraph (interrupt() before the tool, Command(resume=...)) and DBOS "
-             "(DBOS.recv / DBOS.send); one run at a time in one process (ms, p50/p99)")
+    title = ("5. The peers: LangGraph (interrupt() before the tool, Command(resume=...)), DBOS "
+             "(DBOS.recv / DBOS.send) and Restate (an awakeable); one run at a time (ms, p50/p99)")
     hdr = ["checkpointer", "threads", "park thr/s", "park ms", "resume thr/s", "resume ms",
            "row bytes/thread", "storage bytes/thread"]
     return section(title, hdr, out.get("scenario_5", []), lambda r: [r["checkpointer"]],

@@ -143,6 +143,7 @@ def add_cycle_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--postgres-url", default=peer.POSTGRES_URL)
     ap.add_argument("--no-postgres", action="store_true", help="skip the Postgres row of scenario 5")
     ap.add_argument("--no-dbos", action="store_true", help="skip the DBOS row of scenario 5")
+    ap.add_argument("--no-restate", action="store_true", help="skip the Restate row of scenario 5")
     ap.add_argument("--no-idempotency-keys", dest="idempotency_keys", action="store_false",
                     help="send inputs without an `id` (no idempotency keys in Redis)")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from bench import peer
+from bench import peer, peer_restate
 from bench.common import Usage, dist, log, out_of_time
 from bench.report import save
 
@@ -45,6 +45,33 @@ def langgraph_peer(args: argparse.Namespace, workdir: Path, out: dict[str, Any])
     save(args, out)
     dbos_row(args, rows)
     save(args, out)
+    restate_row(args, workdir, rows)
+    save(args, out)
+
+
+def restate_row(args: argparse.Namespace, workdir: Path, rows: list[dict[str, Any]]) -> None:
+    """The Restate row (bench/peer_restate.py): a private restate-server and the service."""
+    why = ("skipped (--no-restate)" if args.no_restate else peer_restate.missing()
+           or out_of_time(args, "scenario 5 (restate)"))
+    if why is not None:
+        log(f"scenario 5: Restate row SKIPPED: {why}")
+        rows.append({"checkpointer": RESTATE_ROW, "skipped": why})
+        return
+    log(f"scenario 5: Restate workflows (an awakeable for the human), {args.lg_threads} runs")
+    usage = Usage()
+    try:
+        res = peer_restate.run(workdir, args.lg_threads)
+    except Exception as exc:  # a peer's failure is its row's, not the run's
+        log(f"scenario 5: Restate row failed: {exc!r}")
+        rows.append({"checkpointer": RESTATE_ROW, "skipped": f"failed: {exc!r}"})
+        return
+    row = peer_row(RESTATE_ROW, res)
+    row["usage"] = usage.stop()
+    rows.append(row)
+
+
+#: the Restate row's name in scenario 5 (bench/goals.py finds it by it)
+RESTATE_ROW = "restate"
 
 
 def dbos_row(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:

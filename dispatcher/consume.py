@@ -171,14 +171,17 @@ class Dispatcher:
         are a courtesy (leases lapse by themselves within a lease period, fingerprints are
         marked stale), so a stop during an outage must not wait out redis-py's retries: about
         4 s a command, which would turn a SIGTERM into a kill when an orchestrator's grace ends."""
+        retry = self.redis.get_retry()
         self.redis.set_retry(Retry(NoBackoff(), 0))
-        for leave in (self.leases.release_all, self.keyprints.withdraw):
-            try:
+        try:
+            for leave in (self.leases.release_all, self.keyprints.withdraw):
                 leave()
-            except RedisError as exc:
-                log.warning("redis did not answer on the way out: leases left to lapse",
-                            extra=kv(error=repr(exc)))
-                return
+        except RedisError as exc:
+            log.warning("redis did not answer on the way out: leases left to lapse",
+                        extra=kv(error=repr(exc)))
+        finally:  # the client may be the caller's (an embedding, a test): its retries as they were
+            if retry is not None:
+                self.redis.set_retry(retry)
 
     def _regroup_or_none(self) -> list[str]:
         """`regroup`, called from the loop's error handler: a Redis error while it makes the
